@@ -1,0 +1,56 @@
+//! A header-tagging `GlobalAlloc` for tracing-prof.
+//!
+//! [`TaggingAllocator`] wraps any [`GlobalAlloc`](std::alloc::GlobalAlloc) (`System`,
+//! `tikv_jemallocator::Jemalloc`, mimalloc, ...) and writes, in front of every block, the
+//! [`Tag`] that is current on the allocating thread. The span layer of `tracing-prof-core` makes
+//! the tag of the innermost entered span path current on enter and restores the previous one on
+//! exit. A free reads the tag back from the header and credits that tag, whichever thread frees,
+//! so per span path the counters are exact: allocated objects and bytes, freed objects and bytes,
+//! and in-use as the difference. Sizes are the user's requested sizes, never header or size-class
+//! bytes.
+//!
+//! This crate holds all of tracing-prof's allocator `unsafe`, depends on nothing but `std`, and
+//! never installs a global allocator by itself.
+//!
+//! # Setup
+//! ```
+//! use tracing_prof_alloc::TaggingAllocator;
+//! #[global_allocator]
+//! static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
+//! # fn main() {}
+//! ```
+//!
+//! # Cost
+//! - Memory: [`HEADER_SIZE`] (8) bytes per block with `align <= 8`, `align` bytes per block with a
+//!   larger alignment (the header sits in the padding that keeps the user pointer aligned).
+//! - Time: a thread-local read and two plain stores into this thread's own counter table. No
+//!   lock, no syscall, no allocation, no panic; no cache line is written by two threads.
+//! - Per thread: one counter table of `MAX_TAGS` slots (80 bytes each, 320 KiB of address space,
+//!   touched only for the tags the thread uses), allocated from the system allocator on the
+//!   thread's first allocation and reused by later threads once it exits.
+//!
+//! # Guarantees
+//! - Safe before `main`, during thread exit and TLS teardown (such late calls are counted in a
+//!   shared fallback table), and with or without a profiler running.
+//! - `realloc` forwards to the inner `realloc`, so blocks can still grow in place; see
+//!   [`ReallocMode`] for how it is counted.
+//! - Every alignment works; see [`header`] for the layout and how a header is recognised.
+//!
+//! # Limitations
+//! - At most [`MAX_TAGS`] tags; the layer maps span paths beyond its cap to [`Tag::OVERFLOW`].
+//! - Memory handed out by other allocators (C libraries calling `malloc` directly) is not seen.
+//! - Large alignments cost `align` bytes of header per block (a 4096-aligned block spends 4 KiB).
+
+pub mod header;
+
+mod allocator;
+mod counters;
+mod tag;
+
+pub use allocator::{ReallocMode, TaggingAllocator};
+pub use counters::{TagTotals, read_totals, record_interval, record_span_closed, thread_tables};
+pub use header::HEADER_SIZE;
+pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
+
+/// Number of distinct tags the counter tables hold (reserved tags included).
+pub const MAX_TAGS: usize = 4096;

@@ -1,0 +1,104 @@
+//! Tags: which span path a block belongs to, and which tag is current on this thread.
+
+use crate::MAX_TAGS;
+use std::cell::Cell;
+
+/// A compact id of the span path an allocation is charged to.
+///
+/// Tags are handed out by the span layer (one per interned span path). Three are reserved:
+/// [`Tag::NO_SPAN`] (no span entered), [`Tag::PROFILER`] (the profiler's own allocations) and
+/// [`Tag::OVERFLOW`] (span paths beyond the configured cap, and any raw value `>= MAX_TAGS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag(u32);
+
+impl Tag {
+    /// Allocations made while no span is entered on the thread.
+    pub const NO_SPAN: Tag = Tag(0);
+    /// Allocations made by the profiler itself, so that they are never charged to user spans.
+    pub const PROFILER: Tag = Tag(1);
+    /// Span paths beyond the cap; they are counted here instead of being lost.
+    pub const OVERFLOW: Tag = Tag(2);
+    /// The first raw value available to span paths.
+    pub const FIRST_PATH: u32 = 3;
+
+    /// Makes a tag from a raw value; values `>= MAX_TAGS` become [`Tag::OVERFLOW`].
+    #[inline]
+    pub const fn new(raw: u32) -> Tag {
+        if (raw as usize) < MAX_TAGS { Tag(raw) } else { Tag::OVERFLOW }
+    }
+
+    /// The raw value, always `< MAX_TAGS`.
+    #[inline]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// Per-thread state of the hot path. `const`-initialised and without `Drop`, so it is usable
+/// before `main`, during thread exit and during TLS teardown, and costs a plain TLS access.
+pub(crate) struct ThreadState {
+    pub(crate) tag: Cell<u32>,
+    /// This thread's counter table; see `counters` for the sentinel values.
+    pub(crate) table: Cell<*const crate::counters::ThreadTable>,
+    /// Set while this thread is inside the table's slow path, to keep re-entrant calls off it.
+    pub(crate) busy: Cell<bool>,
+}
+
+thread_local! {
+    pub(crate) static STATE: ThreadState = const {
+        ThreadState {
+            tag: Cell::new(0),
+            table: Cell::new(std::ptr::null()),
+            busy: Cell::new(false),
+        }
+    };
+}
+
+/// The tag that allocations on this thread are charged to right now.
+#[inline]
+pub fn current_tag() -> Tag {
+    Tag(STATE.try_with(|s| s.tag.get()).unwrap_or(0))
+}
+
+/// Makes `tag` current on this thread and returns the tag it replaces.
+///
+/// The span layer calls this on span enter and exit. Never allocates, locks or panics.
+#[inline]
+pub fn set_current_tag(tag: Tag) -> Tag {
+    Tag(STATE.try_with(|s| s.tag.replace(tag.0)).unwrap_or(0))
+}
+
+/// Makes a tag current until dropped, then restores the previous one (also on panic).
+///
+/// Every path of the profiler that may allocate holds `TagGuard::new(Tag::PROFILER)`, so that
+/// the profiler's own memory shows up under its own tag and never under a user's span.
+///
+/// # Examples
+/// ```
+/// use tracing_prof_alloc::{Tag, TagGuard, current_tag};
+/// {
+///     let _g = TagGuard::new(Tag::PROFILER);
+///     assert_eq!(current_tag(), Tag::PROFILER);
+/// }
+/// assert_eq!(current_tag(), Tag::NO_SPAN);
+/// ```
+#[derive(Debug)]
+#[must_use = "the tag is restored when the guard drops"]
+pub struct TagGuard {
+    previous: Tag,
+}
+
+impl TagGuard {
+    /// Makes `tag` current on this thread.
+    #[inline]
+    pub fn new(tag: Tag) -> Self {
+        TagGuard { previous: set_current_tag(tag) }
+    }
+}
+
+impl Drop for TagGuard {
+    #[inline]
+    fn drop(&mut self) {
+        set_current_tag(self.previous);
+    }
+}

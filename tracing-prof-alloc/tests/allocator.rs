@@ -1,0 +1,184 @@
+//! The allocator as `#[global_allocator]`: exact counts per tag, every alignment, realloc both ways.
+//!
+//! Each test uses its own tags, so tests running in parallel threads never see each other's counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use tracing_prof_alloc::{ReallocMode, Tag, TagGuard, TagTotals, TaggingAllocator, read_totals};
+
+#[global_allocator]
+static GLOBAL: TaggingAllocator<System> = TaggingAllocator::new(System);
+
+fn totals(tag: u32) -> TagTotals {
+    let mut all = vec![TagTotals::default(); tag as usize + 1];
+    read_totals(&mut all);
+    all[tag as usize]
+}
+
+/// Runs `f` with `tag` current and returns the tag's counters after minus before.
+fn delta(tag: u32, f: impl FnOnce()) -> (u64, u64, u64, u64) {
+    let b = totals(tag);
+    {
+        let _g = TagGuard::new(Tag::new(tag));
+        f();
+    }
+    let a = totals(tag);
+    (
+        a.alloc_objects - b.alloc_objects,
+        a.alloc_bytes - b.alloc_bytes,
+        a.free_objects - b.free_objects,
+        a.free_bytes - b.free_bytes,
+    )
+}
+
+#[test]
+fn counts_user_bytes_exactly() {
+    let (ao, ab, fo, fb) = delta(100, || {
+        let a = std::hint::black_box(vec![0u8; 1000]);
+        let b = std::hint::black_box(Box::new([0u64; 3]));
+        drop(a);
+        std::mem::forget(b);
+    });
+    assert_eq!((ao, ab, fo, fb), (2, 1024, 1, 1000));
+}
+
+#[test]
+fn every_alignment_is_honoured_and_zeroed_stays_zero() {
+    let (ao, ab, fo, fb) = delta(101, || {
+        for align in [1usize, 2, 4, 8, 16, 32, 64, 128, 256, 4096, 8192] {
+            for size in [1usize, 7, 8, 9, 100, 4096, 5000] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                // SAFETY: non-zero size; the block is freed with the same layout.
+                unsafe {
+                    let p = GLOBAL.alloc_zeroed(layout);
+                    assert!(!p.is_null());
+                    assert_eq!(p as usize % align, 0, "align {align} size {size}");
+                    assert!(std::slice::from_raw_parts(p, size).iter().all(|&b| b == 0));
+                    p.write_bytes(0xAB, size);
+                    GLOBAL.dealloc(p, layout);
+                }
+            }
+        }
+    });
+    let per_align: u64 = [1u64, 7, 8, 9, 100, 4096, 5000].iter().sum();
+    assert_eq!((ao, ab, fo, fb), (77, 11 * per_align, 77, 11 * per_align));
+}
+
+#[test]
+fn realloc_resize_keeps_the_first_tag_and_the_content() {
+    let mut v: Vec<u8> = Vec::new();
+    let (ao, ab, fo, fb) = delta(102, || {
+        v.reserve_exact(10);
+        v.extend_from_slice(&[7; 10]);
+    });
+    assert_eq!((ao, ab, fo, fb), (1, 10, 0, 0));
+    // Growth and shrink happen under another tag but are charged to the block's tag (102).
+    let (ao2, ..) = delta(103, || {
+        v.reserve_exact(990);
+        assert_eq!(&v[..], &[7; 10]);
+        v.shrink_to_fit();
+        v.reserve_exact(90);
+    });
+    assert_eq!(ao2, 0);
+    let t = totals(102);
+    assert_eq!((t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes), (1, 1090, 0, 990));
+    assert_eq!(t.inuse_bytes(), 100);
+    drop(v);
+    let t = totals(102);
+    assert_eq!((t.inuse_objects(), t.inuse_bytes()), (0, 0));
+}
+
+#[test]
+fn realloc_free_and_alloc_retags() {
+    static FREE_AND_ALLOC: TaggingAllocator<System> =
+        TaggingAllocator::with_realloc_mode(System, ReallocMode::FreeAndAlloc);
+    let layout = Layout::from_size_align(64, 64).unwrap();
+    let p = {
+        let _g = TagGuard::new(Tag::new(104));
+        // SAFETY: non-zero size.
+        unsafe { FREE_AND_ALLOC.alloc(layout) }
+    };
+    // SAFETY: p is live with `layout`; the content survives the move.
+    unsafe { p.write_bytes(9, 64) };
+    let q = {
+        let _g = TagGuard::new(Tag::new(105));
+        // SAFETY: p came from this allocator with `layout`.
+        unsafe { FREE_AND_ALLOC.realloc(p, layout, 4000) }
+    };
+    assert_eq!(q as usize % 64, 0);
+    // SAFETY: q has 4000 bytes, the first 64 copied from p.
+    assert!(unsafe { std::slice::from_raw_parts(q, 64) }.iter().all(|&b| b == 9));
+    let (a, b) = (totals(104), totals(105));
+    assert_eq!((a.alloc_objects, a.alloc_bytes, a.free_objects, a.free_bytes), (1, 64, 1, 64));
+    assert_eq!((b.alloc_objects, b.alloc_bytes, b.inuse_bytes()), (1, 4000, 4000));
+    // SAFETY: q is live with size 4000 and align 64.
+    unsafe { FREE_AND_ALLOC.dealloc(q, Layout::from_size_align(4000, 64).unwrap()) };
+    assert_eq!(totals(105).inuse_bytes(), 0);
+}
+
+#[test]
+fn frees_on_another_thread_credit_the_allocating_tag() {
+    // A bounded channel allocates its buffer here, outside the measured part.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u32>>(1000);
+    let freer = std::thread::spawn(move || {
+        let _g = TagGuard::new(Tag::new(107)); // the freeing thread's own tag must not matter
+        for v in rx {
+            drop(v);
+        }
+    });
+    let (ao, ab, ..) = delta(106, || {
+        for i in 0..1000 {
+            tx.send(Vec::with_capacity(i + 1)).unwrap();
+        }
+    });
+    drop(tx);
+    freer.join().unwrap();
+    let t = totals(106);
+    assert_eq!((ao, ab), (1000, 4 * (1..=1000).sum::<u64>()));
+    assert_eq!((t.free_objects, t.free_bytes), (1000, ab));
+    // The freeing thread's tag is credited only with its own blocks (channel wake-up state).
+    let other = totals(107);
+    assert!(other.free_bytes <= other.alloc_bytes && other.free_bytes < 1000, "{other:?}");
+}
+
+#[test]
+fn exited_threads_tables_are_reused_and_their_counts_kept() {
+    let run = || {
+        std::thread::spawn(|| {
+            let _g = TagGuard::new(Tag::new(108));
+            std::mem::forget(std::hint::black_box(vec![1u8; 10]));
+        })
+        .join()
+        .unwrap()
+    };
+    run();
+    let tables = tracing_prof_alloc::thread_tables();
+    for _ in 0..20 {
+        run();
+    }
+    // Other tests' threads may be alive at the same time, so allow some growth but not 20.
+    assert!(tracing_prof_alloc::thread_tables() < tables + 10);
+    assert_eq!(totals(108).inuse_bytes(), 210);
+}
+
+#[test]
+fn out_of_range_tags_go_to_overflow() {
+    assert_eq!(Tag::new(u32::MAX), Tag::OVERFLOW);
+    assert_eq!(Tag::new(tracing_prof_alloc::MAX_TAGS as u32), Tag::OVERFLOW);
+    assert_eq!(Tag::new(5).get(), 5);
+}
+
+#[test]
+fn impossible_sizes_return_null_instead_of_panicking() {
+    let layout = Layout::from_size_align(isize::MAX as usize - 4096, 8).unwrap();
+    // SAFETY: a valid (if absurd) layout; null is an allowed answer.
+    let p = std::hint::black_box(unsafe { GLOBAL.alloc(std::hint::black_box(layout)) });
+    assert!(p.is_null());
+    let small = Layout::from_size_align(8, 8).unwrap();
+    // SAFETY: valid layout; the block is freed below.
+    let p = unsafe { GLOBAL.alloc(small) };
+    // SAFETY: p is live with `small`; a too-large new size must fail and leave p valid.
+    let q = std::hint::black_box(unsafe { GLOBAL.realloc(p, small, usize::MAX - 2) });
+    assert!(q.is_null());
+    // SAFETY: p is still live.
+    unsafe { GLOBAL.dealloc(p, small) };
+}
