@@ -74,7 +74,7 @@ static FALLBACK: [Slot; MAX_TAGS] = [const { Slot::new() }; MAX_TAGS];
 
 /// [`crate::tag::ThreadState::table`] value once the thread has released its table (TLS teardown)
 /// or could not get one: use [`FALLBACK`] from then on.
-const NO_TABLE: *const ThreadTable = 1 as *const ThreadTable;
+const NO_TABLE: *const ThreadTable = ptr::dangling();
 
 /// How the hot path may update a slot.
 #[derive(Clone, Copy)]

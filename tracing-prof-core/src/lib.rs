@@ -1,1 +1,48 @@
-//! wip
+//! The span layer, the profile model and the aggregator of tracing-prof.
+//!
+//! - [`ProfileLayer`]: a `tracing-subscriber` layer that records, per span *path* (the chain of
+//!   callsites from the root span), span count, wall/busy/idle time and CPU time, and makes the
+//!   innermost entered span's path current for the tagging allocator of `tracing-prof-alloc`.
+//! - [`Profile`]: what is known at one instant, per path; knows nothing of any file format.
+//! - [`Profiler`] / [`ProfilerBuilder`] / [`ProfilerGuard`]: a named background thread that
+//!   captures a profile every interval and at shutdown and hands it to [`Sink`]s.
+//!
+//! # How time is counted
+//! Like `tracing_subscriber::fmt`'s span timings: `busy` accrues over each enter..exit interval on
+//! the thread that ran it (an instrumented future polled on several worker threads adds each
+//! poll once); a span entered again while already entered on the same thread is not counted
+//! twice. `wall` is creation to close, `idle` is `wall - busy` of each closed span. CPU time is
+//! the `getrusage(RUSAGE_THREAD)` delta over each interval (microsecond resolution).
+//!
+//! # How memory is counted
+//! By the allocator, per path tag, exactly; see `tracing-prof-alloc`. Without the tagging
+//! allocator installed, memory numbers stay zero and time is still measured.
+//!
+//! # Limitations
+//! - Time of a span is reported when it closes (`spans`, `wall`, `idle`) and when it exits
+//!   (`busy`, CPU): a span that stays entered forever reports no time.
+//! - Nesting deeper than [`MAX_DEPTH`] entered spans per thread is not timed.
+//! - At most [`MAX_SPAN_PATHS`] distinct paths; beyond the configured cap, paths are lumped into
+//!   `(other span paths)` and counted in [`Stats::overflowed_spans`].
+//! - CPU time is Linux-only (zero elsewhere).
+
+mod clock;
+pub mod config;
+mod entered;
+mod layer;
+mod profile;
+mod profiler;
+mod span_path;
+
+pub use clock::{Clock, SystemClock};
+pub use config::{Config, ConfigError};
+pub use entered::MAX_DEPTH;
+pub use layer::ProfileLayer;
+pub use profile::{
+    Frame, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile,
+    Profile, TimeStats,
+};
+pub use profiler::{
+    BuildError, FlushTimeout, Profiler, ProfilerBuilder, ProfilerGuard, Sink, SinkError, Stats,
+};
+pub use span_path::MAX_SPAN_PATHS;

@@ -1,0 +1,204 @@
+//! Settings, their documented defaults, and the `TRACING_PROF_*` environment variables.
+
+use std::time::Duration;
+
+/// How often the aggregator exports a profile: 10 s.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
+pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
+/// Whether CPU time is measured with `getrusage(RUSAGE_THREAD)` on every enter and exit: yes.
+pub const DEFAULT_CPU_TIME: bool = true;
+/// How long dropping the guard waits for the final export: 5 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Export interval, e.g. `10s`, `500ms`, `2m`.
+pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
+/// Cap on distinct span paths, `1..=MAX_SPAN_PATHS`.
+pub const ENV_MAX_SPAN_PATHS: &str = "TRACING_PROF_MAX_SPAN_PATHS";
+/// CPU time on or off: `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no`.
+pub const ENV_CPU_TIME: &str = "TRACING_PROF_CPU_TIME";
+/// Shutdown timeout, a duration like [`ENV_INTERVAL`].
+pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
+
+/// An invalid setting.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// An environment variable is set to something that does not parse.
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Its value (lossily decoded if it was not UTF-8).
+        value: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// A value given to the builder is out of range.
+    #[error("invalid {setting}: {reason}")]
+    Value {
+        /// The setting.
+        setting: &'static str,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+/// The core settings. Build one with [`Config::default`] and adjust, or [`Config::from_env`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// See [`DEFAULT_INTERVAL`].
+    pub interval: Duration,
+    /// See [`DEFAULT_MAX_SPAN_PATHS`].
+    pub max_span_paths: usize,
+    /// See [`DEFAULT_CPU_TIME`].
+    pub cpu_time: bool,
+    /// See [`DEFAULT_SHUTDOWN_TIMEOUT`].
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            interval: DEFAULT_INTERVAL,
+            max_span_paths: DEFAULT_MAX_SPAN_PATHS,
+            cpu_time: DEFAULT_CPU_TIME,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by whichever `TRACING_PROF_*` variables are set.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        c.apply_env()?;
+        Ok(c)
+    }
+
+    /// Overrides the fields whose `TRACING_PROF_*` variable is set. A bad value is an error
+    /// naming the variable; nothing falls back silently.
+    pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        if let Some(d) = env_var(ENV_INTERVAL, parse_duration)? {
+            self.interval = d;
+        }
+        if let Some(n) = env_var(ENV_MAX_SPAN_PATHS, parse_max_paths)? {
+            self.max_span_paths = n;
+        }
+        if let Some(b) = env_var(ENV_CPU_TIME, parse_bool)? {
+            self.cpu_time = b;
+        }
+        if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
+            self.shutdown_timeout = d;
+        }
+        Ok(())
+    }
+
+    /// Checks ranges the types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval.is_zero() {
+            return Err(ConfigError::Value { setting: "interval", reason: "must be > 0".into() });
+        }
+        parse_max_paths(&self.max_span_paths.to_string())
+            .map(drop)
+            .map_err(|reason| ConfigError::Value { setting: "max_span_paths", reason })
+    }
+}
+
+/// Reads and parses `name`; `Ok(None)` when unset or empty.
+pub fn env_var<T>(
+    name: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    let Some(raw) = std::env::var_os(name) else { return Ok(None) };
+    let err = |value: String, reason: String| ConfigError::Env { name, value, reason };
+    let Some(value) = raw.to_str() else {
+        return Err(err(raw.to_string_lossy().into_owned(), "not valid UTF-8".into()));
+    };
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    parse(value.trim()).map(Some).map_err(|reason| err(value.to_owned(), reason))
+}
+
+/// Parses `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let expected = || format!("expected a duration like 500ms, 10s, 2m or 1h, got {s:?}");
+    let n: u64 = num.parse().map_err(|_| expected())?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(expected()),
+    };
+    if d.is_zero() { Err("must be greater than zero".into()) } else { Ok(d) }
+}
+
+/// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(format!("expected 1/0, true/false, on/off or yes/no, got {s:?}")),
+    }
+}
+
+fn parse_max_paths(s: &str) -> Result<usize, String> {
+    let max = crate::span_path::MAX_SPAN_PATHS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {max}, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn bools_and_counts() {
+        assert_eq!(parse_bool("Off"), Ok(false));
+        assert!(parse_bool("maybe").is_err());
+        assert!(parse_max_paths("0").is_err());
+        assert!(parse_max_paths("99999").is_err());
+        assert_eq!(parse_max_paths("64"), Ok(64));
+    }
+
+    // Environment variables are process-wide, so all env cases run in this one test.
+    #[test]
+    fn env_errors_name_the_variable() {
+        // SAFETY: no other test in this crate reads or writes these variables.
+        unsafe { std::env::set_var(ENV_INTERVAL, "soon") };
+        let e = Config::from_env().unwrap_err();
+        assert!(e.to_string().contains("TRACING_PROF_INTERVAL"), "{e}");
+        // SAFETY: as above.
+        unsafe {
+            std::env::set_var(ENV_INTERVAL, "3s");
+            std::env::set_var(ENV_CPU_TIME, "off");
+            std::env::set_var(ENV_MAX_SPAN_PATHS, "");
+        }
+        let c = Config::from_env().unwrap();
+        assert_eq!((c.interval, c.cpu_time, c.max_span_paths), (Duration::from_secs(3), false, 1024));
+        // SAFETY: as above.
+        unsafe {
+            for v in [ENV_INTERVAL, ENV_CPU_TIME, ENV_MAX_SPAN_PATHS] {
+                std::env::remove_var(v);
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The spans entered on this thread, innermost last: what exit needs to measure and restore.
+//!
+//! A fixed-size array in a thread-local, so enter and exit never allocate. Deeper nesting than
+//! [`MAX_DEPTH`] still switches allocation tags correctly (for LIFO nesting) but is not timed.
+
+use crate::clock::Clock;
+use crate::layer::SpanState;
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tracing_prof_alloc::{Tag, set_current_tag};
+
+/// Entered spans tracked per thread.
+pub const MAX_DEPTH: usize = 64;
+
+struct Entered {
+    id: u64,
+    state: Arc<SpanState>,
+    /// Tag current before this span was entered, restored on exit.
+    prev_tag: Tag,
+    start_ns: u64,
+    cpu_user_ns: u64,
+    cpu_sys_ns: u64,
+    /// Already entered further down this stack: the outer interval measures it.
+    reentry: bool,
+}
+
+struct Stack {
+    frames: [Option<Entered>; MAX_DEPTH],
+    len: usize,
+    /// Entries beyond MAX_DEPTH, not timed.
+    untracked: usize,
+}
+
+thread_local! {
+    static STACK: RefCell<Stack> = const {
+        RefCell::new(Stack { frames: [const { None }; MAX_DEPTH], len: 0, untracked: 0 })
+    };
+}
+
+/// Span `id` with `state` is entered on this thread.
+#[inline]
+pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: bool) {
+    let prev_tag = set_current_tag(state.tag);
+    let _ = STACK.try_with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else { return };
+        if s.len == MAX_DEPTH {
+            s.untracked += 1;
+            return;
+        }
+        let reentry = s.frames[..s.len].iter().flatten().any(|e| e.id == id);
+        let (cpu_user_ns, cpu_sys_ns) = if cpu && !reentry { clock.thread_cpu_ns() } else { (0, 0) };
+        let len = s.len;
+        s.frames[len] = Some(Entered {
+            id,
+            state,
+            prev_tag,
+            start_ns: if reentry { 0 } else { clock.now_ns() },
+            cpu_user_ns,
+            cpu_sys_ns,
+            reentry,
+        });
+        s.len += 1;
+    });
+}
+
+/// Span `id` is exited on this thread.
+#[inline]
+pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
+    let _ = STACK.try_with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else { return };
+        if s.untracked > 0 {
+            s.untracked -= 1;
+            let tag = s.frames[..s.len].last().and_then(|e| e.as_ref()).map(|e| e.state.tag);
+            set_current_tag(tag.unwrap_or(Tag::NO_SPAN));
+            return;
+        }
+        let len = s.len;
+        let Some(pos) = s.frames[..len].iter().rposition(|e| e.as_ref().is_some_and(|e| e.id == id))
+        else {
+            return; // exit without a matching enter on this thread: nothing to measure
+        };
+        let Some(e) = s.frames[pos].take() else { return };
+        if pos + 1 == len {
+            set_current_tag(e.prev_tag);
+        } else {
+            // Out-of-order exit: the span entered right after this one now restores to what
+            // this one would have restored.
+            s.frames[pos..len].rotate_left(1);
+            if let Some(next) = s.frames[pos].as_mut() {
+                next.prev_tag = e.prev_tag;
+            }
+        }
+        s.len -= 1;
+        drop(s);
+        if !e.reentry {
+            let busy = clock.now_ns().saturating_sub(e.start_ns);
+            let (user, sys) = if cpu { clock.thread_cpu_ns() } else { (e.cpu_user_ns, e.cpu_sys_ns) };
+            e.state.busy_ns.fetch_add(busy, Ordering::Relaxed);
+            tracing_prof_alloc::record_interval(
+                e.state.tag,
+                busy,
+                user.saturating_sub(e.cpu_user_ns),
+                sys.saturating_sub(e.cpu_sys_ns),
+            );
+        }
+    });
+}

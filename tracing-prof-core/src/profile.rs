@@ -1,0 +1,219 @@
+//! The profile model: per span path, its frames and its numbers. Knows nothing of pprof.
+
+use std::time::{Duration, SystemTime};
+use tracing_core::Metadata;
+use tracing_prof_alloc::{Tag, TagGuard, TagTotals};
+
+/// Frame name of allocations made while no span was entered.
+pub const NO_SPAN_FRAME: &str = "(no span)";
+/// Frame name of the profiler's own allocations.
+pub const PROFILER_FRAME: &str = "(tracing-prof)";
+/// Frame name standing for span paths beyond the cap.
+pub const OVERFLOW_FRAME: &str = "(other span paths)";
+
+/// One span callsite in a path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// The span's target, usually its module path; empty for synthetic frames.
+    pub target: &'static str,
+    /// The span's name.
+    pub name: &'static str,
+    /// Source file of the callsite, when known.
+    pub file: Option<&'static str>,
+    /// Source line of the callsite, when known.
+    pub line: Option<u32>,
+}
+
+impl Frame {
+    /// The frame of a span callsite.
+    pub fn from_metadata(m: &'static Metadata<'static>) -> Self {
+        Frame { target: m.target(), name: m.name(), file: m.file(), line: m.line() }
+    }
+
+    /// A frame that stands for no callsite, such as [`NO_SPAN_FRAME`].
+    pub const fn synthetic(name: &'static str) -> Self {
+        Frame { target: "", name, file: None, line: None }
+    }
+
+    /// `target::name`, or just `name` for synthetic frames: the function name exporters show.
+    pub fn qualified_name(&self) -> String {
+        if self.target.is_empty() {
+            self.name.to_owned()
+        } else {
+            format!("{}::{}", self.target, self.name)
+        }
+    }
+}
+
+/// Time spent by the spans of one path. Durations in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimeStats {
+    /// Spans closed.
+    pub spans: u64,
+    /// Creation to close, summed over closed spans.
+    pub wall_ns: u64,
+    /// Entered (enter to exit), summed over every interval on every thread.
+    pub busy_ns: u64,
+    /// Alive but not entered, summed over closed spans (`wall - busy`, at least 0, per span).
+    pub idle_ns: u64,
+    /// User CPU time of the entering threads over the entered intervals.
+    pub cpu_user_ns: u64,
+    /// System CPU time of the entering threads over the entered intervals.
+    pub cpu_sys_ns: u64,
+}
+
+impl TimeStats {
+    /// User plus system CPU time.
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_user_ns + self.cpu_sys_ns
+    }
+}
+
+/// Memory allocated by the spans of one path, in requested bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryStats {
+    /// Blocks allocated.
+    pub alloc_objects: u64,
+    /// Bytes allocated (realloc growth included, see the allocator's `ReallocMode`).
+    pub alloc_bytes: u64,
+    /// Blocks allocated and not freed yet.
+    pub inuse_objects: u64,
+    /// Bytes allocated and not freed yet.
+    pub inuse_bytes: u64,
+}
+
+impl MemoryStats {
+    fn add(&mut self, o: &MemoryStats) {
+        self.alloc_objects += o.alloc_objects;
+        self.alloc_bytes += o.alloc_bytes;
+        self.inuse_objects += o.inuse_objects;
+        self.inuse_bytes += o.inuse_bytes;
+    }
+}
+
+/// What kind of path a [`PathProfile`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PathKind {
+    /// A real span path.
+    Span,
+    /// Work done outside any span.
+    NoSpan,
+    /// The profiler's own allocations.
+    Profiler,
+    /// Span paths beyond the cap, lumped together.
+    Overflow,
+}
+
+/// The numbers of one span path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathProfile {
+    /// What this path stands for.
+    pub kind: PathKind,
+    /// Root first; one frame for the synthetic kinds.
+    pub frames: Vec<Frame>,
+    /// Time spent.
+    pub time: TimeStats,
+    /// Memory allocated and held.
+    pub memory: MemoryStats,
+}
+
+impl PathProfile {
+    /// The span names from the root, joined by ` -> `.
+    pub fn display_path(&self) -> String {
+        let names: Vec<&str> = self.frames.iter().map(|f| f.name).collect();
+        names.join(" -> ")
+    }
+
+    /// Whether the path's span names, root first, are `names`.
+    pub fn is(&self, names: &[&str]) -> bool {
+        self.frames.len() == names.len() && self.frames.iter().zip(names).all(|(f, n)| f.name == *n)
+    }
+}
+
+/// Everything the profiler knows at one instant. Counters are cumulative since the process
+/// started (the allocator counts from its first allocation, the layer from its installation).
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// When it was taken.
+    pub time: SystemTime,
+    /// How long the profiler had been running.
+    pub duration: Duration,
+    /// Every path with something to report, in a stable order (by tag).
+    pub paths: Vec<PathProfile>,
+    /// Spans that were counted under [`OVERFLOW_FRAME`] because the path cap was reached.
+    pub overflowed_spans: u64,
+}
+
+impl Profile {
+    /// Reads every counter now. Never blocks application threads.
+    pub fn capture(duration: Duration) -> Profile {
+        let _profiler = TagGuard::new(Tag::PROFILER);
+        let spans = crate::span_path::all_paths();
+        let mut totals = vec![TagTotals::default(); Tag::FIRST_PATH as usize + spans.len()];
+        tracing_prof_alloc::read_totals(&mut totals);
+        let special = [
+            (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
+            (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
+            (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
+        ]
+        .map(|(tag, kind, name)| (tag, kind, vec![Frame::synthetic(name)]));
+        let all = special.into_iter().chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)));
+        let paths = all
+            .filter_map(|(tag, kind, frames)| {
+                let t = totals.get(tag.get() as usize)?;
+                let p = PathProfile { kind, frames, time: time_of(t), memory: memory_of(t) };
+                let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
+                (!empty).then_some(p)
+            })
+            .collect();
+        Profile {
+            time: SystemTime::now(),
+            duration,
+            paths,
+            overflowed_spans: crate::span_path::overflowed_spans(),
+        }
+    }
+
+    /// The span path whose span names, root first, are `names`.
+    pub fn path(&self, names: &[&str]) -> Option<&PathProfile> {
+        self.paths.iter().find(|p| p.is(names))
+    }
+
+    /// Memory summed over every path except the profiler's own.
+    pub fn total_memory(&self) -> MemoryStats {
+        let mut total = MemoryStats::default();
+        for p in self.paths.iter().filter(|p| p.kind != PathKind::Profiler) {
+            total.add(&p.memory);
+        }
+        total
+    }
+
+    /// Paths sorted by `key`, largest first (ties in path order), with a non-zero key.
+    pub fn top_by(&self, key: impl Fn(&PathProfile) -> u64) -> Vec<&PathProfile> {
+        let mut v: Vec<&PathProfile> = self.paths.iter().filter(|p| key(p) > 0).collect();
+        v.sort_by_key(|p| std::cmp::Reverse(key(p)));
+        v
+    }
+}
+
+fn time_of(t: &TagTotals) -> TimeStats {
+    TimeStats {
+        spans: t.spans,
+        wall_ns: t.wall_ns,
+        busy_ns: t.busy_ns,
+        idle_ns: t.idle_ns,
+        cpu_user_ns: t.cpu_user_ns,
+        cpu_sys_ns: t.cpu_sys_ns,
+    }
+}
+
+fn memory_of(t: &TagTotals) -> MemoryStats {
+    MemoryStats {
+        alloc_objects: t.alloc_objects,
+        alloc_bytes: t.alloc_bytes,
+        inuse_objects: t.inuse_objects(),
+        inuse_bytes: t.inuse_bytes(),
+    }
+}

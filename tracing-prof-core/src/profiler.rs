@@ -1,0 +1,336 @@
+//! The profiler: a builder, a background aggregator thread that exports to sinks, and the
+//! guard that flushes on drop.
+
+use crate::config::{Config, ConfigError};
+use crate::layer::ProfileLayer;
+use crate::profile::Profile;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tracing_prof_alloc::{Tag, set_current_tag};
+
+/// The error a [`Sink`] returns.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Somewhere profiles go: files, a server, a test's buffer.
+///
+/// Sinks run on the aggregator thread, never on an application thread. A failing export is
+/// counted and reported on stderr once (again only when the error changes, and once when the
+/// sink recovers); the next interval tries again.
+pub trait Sink: Send + 'static {
+    /// A short name for error messages, e.g. `"pprof files"`.
+    fn name(&self) -> &str;
+
+    /// Exports one profile.
+    fn export(&mut self, profile: &Profile) -> Result<(), SinkError>;
+}
+
+/// Why the profiler could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The aggregator thread could not be spawned.
+    #[error("cannot spawn the tracing-prof aggregator thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// Counters about the profiler itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Profiles exported successfully, summed over sinks.
+    pub exports: u64,
+    /// Exports that failed, summed over sinks.
+    pub export_errors: u64,
+    /// Spans counted under `(other span paths)` because the path cap was reached.
+    pub overflowed_spans: u64,
+    /// Per-thread counter tables made (threads seen; exited threads' tables are reused).
+    pub thread_tables: usize,
+}
+
+#[derive(Debug)]
+struct Shared {
+    started: Instant,
+    exports: AtomicU64,
+    export_errors: AtomicU64,
+}
+
+/// A handle to read the profiler's numbers from any thread.
+#[derive(Clone, Debug)]
+pub struct Profiler {
+    shared: Arc<Shared>,
+}
+
+impl Profiler {
+    /// Starts configuring a profiler with the documented defaults.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Everything counted so far, read now on the calling thread.
+    pub fn snapshot(&self) -> Profile {
+        Profile::capture(self.shared.started.elapsed())
+    }
+
+    /// Counters about the profiler itself.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            exports: self.shared.exports.load(Ordering::Relaxed),
+            export_errors: self.shared.export_errors.load(Ordering::Relaxed),
+            overflowed_spans: crate::span_path::overflowed_spans(),
+            thread_tables: tracing_prof_alloc::thread_tables(),
+        }
+    }
+}
+
+/// Configures and starts a profiler.
+///
+/// # Examples
+/// ```
+/// use tracing_subscriber::prelude::*;
+/// let (layer, guard) = tracing_prof_core::Profiler::builder()
+///     .interval(std::time::Duration::from_secs(30))
+///     .build()
+///     .unwrap();
+/// let subscriber = tracing_subscriber::registry().with(layer);
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::info_span!("request").in_scope(|| { /* work */ });
+/// });
+/// let profile = guard.profiler().snapshot();
+/// assert!(profile.path(&["request"]).is_some());
+/// ```
+#[derive(Default)]
+pub struct ProfilerBuilder {
+    config: Config,
+    sinks: Vec<Box<dyn Sink>>,
+}
+
+impl fmt::Debug for ProfilerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sinks: Vec<&str> = self.sinks.iter().map(|s| s.name()).collect();
+        f.debug_struct("ProfilerBuilder").field("config", &self.config).field("sinks", &sinks).finish()
+    }
+}
+
+impl ProfilerBuilder {
+    /// Replaces all settings.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Overrides settings from the `TRACING_PROF_*` environment variables that are set.
+    pub fn from_env(mut self) -> Result<Self, ConfigError> {
+        self.config.apply_env()?;
+        Ok(self)
+    }
+
+    /// How often profiles are exported. Default [`DEFAULT_INTERVAL`](crate::config::DEFAULT_INTERVAL).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.config.interval = interval;
+        self
+    }
+
+    /// Cap on distinct span paths. Default [`DEFAULT_MAX_SPAN_PATHS`](crate::config::DEFAULT_MAX_SPAN_PATHS).
+    pub fn max_span_paths(mut self, n: usize) -> Self {
+        self.config.max_span_paths = n;
+        self
+    }
+
+    /// Whether to measure CPU time. Default [`DEFAULT_CPU_TIME`](crate::config::DEFAULT_CPU_TIME).
+    pub fn cpu_time(mut self, on: bool) -> Self {
+        self.config.cpu_time = on;
+        self
+    }
+
+    /// How long the guard's drop waits for the final export. Default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Adds a destination for the profiles exported every interval and at shutdown.
+    pub fn sink(mut self, sink: impl Sink) -> Self {
+        self.sinks.push(Box::new(sink));
+        self
+    }
+
+    /// The settings as they stand.
+    pub fn current_config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Starts the aggregator thread and returns the layer to install and the guard to keep.
+    pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
+        self.config.validate()?;
+        crate::span_path::set_cap(self.config.max_span_paths);
+        let shared = Arc::new(Shared {
+            started: Instant::now(),
+            exports: AtomicU64::new(0),
+            export_errors: AtomicU64::new(0),
+        });
+        let (commands, inbox) = bounded::<Command>(4);
+        let (done_tx, done) = bounded::<()>(1);
+        let mut aggregator = Aggregator {
+            shared: Arc::clone(&shared),
+            sinks: self.sinks,
+            interval: self.config.interval,
+            reported: HashMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("tracing-prof".into())
+            .spawn(move || {
+                aggregator.run(inbox);
+                let _ = done_tx.send(());
+            })
+            .map_err(BuildError::Spawn)?;
+        let layer = ProfileLayer::new().with_cpu_time(self.config.cpu_time);
+        let guard = ProfilerGuard {
+            profiler: Profiler { shared },
+            commands,
+            done,
+            thread: Some(thread),
+            timeout: self.config.shutdown_timeout,
+        };
+        Ok((layer, guard))
+    }
+}
+
+enum Command {
+    Flush(Sender<()>),
+    Shutdown,
+}
+
+struct Aggregator {
+    shared: Arc<Shared>,
+    sinks: Vec<Box<dyn Sink>>,
+    interval: Duration,
+    /// Last error reported per sink, to report each distinct failure once.
+    reported: HashMap<String, String>,
+}
+
+impl Aggregator {
+    fn run(&mut self, inbox: Receiver<Command>) {
+        // Everything this thread allocates is the profiler's own; its events reach no layer.
+        set_current_tag(Tag::PROFILER);
+        let _no_events = tracing::dispatcher::set_default(&tracing::Dispatch::none());
+        let mut next = Instant::now() + self.interval;
+        loop {
+            match inbox.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) => {
+                    self.export();
+                    next += self.interval;
+                    if next < Instant::now() {
+                        next = Instant::now() + self.interval; // fell behind: skip, don't burst
+                    }
+                }
+                Ok(Command::Flush(reply)) => {
+                    self.export();
+                    let _ = reply.send(());
+                }
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    self.export();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn export(&mut self) {
+        if self.sinks.is_empty() {
+            return;
+        }
+        let profile = Profile::capture(self.shared.started.elapsed());
+        for sink in &mut self.sinks {
+            let name = sink.name().to_owned();
+            match sink.export(&profile) {
+                Ok(()) => {
+                    self.shared.exports.fetch_add(1, Ordering::Relaxed);
+                    if self.reported.remove(&name).is_some() {
+                        eprintln!("tracing-prof: {name}: exporting works again");
+                    }
+                }
+                Err(e) => {
+                    self.shared.export_errors.fetch_add(1, Ordering::Relaxed);
+                    let msg = e.to_string();
+                    if self.reported.get(&name) != Some(&msg) {
+                        eprintln!(
+                            "tracing-prof: {name}: export failed: {msg} \
+                             (will retry every interval; this error is reported once)"
+                        );
+                        self.reported.insert(name, msg);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the profiler running; dropping it exports a last profile and stops the thread.
+///
+/// The drop waits at most the configured shutdown timeout; past it the thread is left to finish
+/// alone and a message says so.
+#[derive(Debug)]
+#[must_use = "dropping the guard stops the profiler"]
+pub struct ProfilerGuard {
+    profiler: Profiler,
+    commands: Sender<Command>,
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+    timeout: Duration,
+}
+
+/// A flush that did not complete in time.
+#[derive(Debug, thiserror::Error)]
+#[error("tracing-prof: the aggregator did not finish exporting within {0:?}")]
+pub struct FlushTimeout(pub Duration);
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Command::Flush(_) => "Flush",
+            Command::Shutdown => "Shutdown",
+        })
+    }
+}
+
+impl ProfilerGuard {
+    /// A handle for snapshots and stats, usable after the guard is gone.
+    pub fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+
+    /// Exports to every sink now and waits for it, at most `timeout`.
+    pub fn flush(&self, timeout: Duration) -> Result<(), FlushTimeout> {
+        let (tx, rx) = bounded(1);
+        let deadline = Instant::now() + timeout;
+        self.commands.send_deadline(Command::Flush(tx), deadline).map_err(|_| FlushTimeout(timeout))?;
+        rx.recv_deadline(deadline).map_err(|_| FlushTimeout(timeout))
+    }
+}
+
+impl Drop for ProfilerGuard {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + self.timeout;
+        let _ = self.commands.send_deadline(Command::Shutdown, deadline);
+        match self.done.recv_deadline(deadline) {
+            Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => eprintln!(
+                "tracing-prof: the final export did not finish within {:?}; not waiting for it",
+                self.timeout
+            ),
+        }
+    }
+}

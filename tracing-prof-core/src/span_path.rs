@@ -1,0 +1,112 @@
+//! Span paths: the chain of callsites from a root span to a span, interned to a [`Tag`].
+//!
+//! A path is identified by its parent path and the span's callsite, so memory is bounded by the
+//! number of distinct paths, never by the number of span instances, and a span id reused by the
+//! registry can never mix two spans' counts. The table is process-wide, like the allocator's
+//! counters it indexes. Beyond the cap, new paths map to [`Tag::OVERFLOW`] and are counted.
+
+use crate::profile::Frame;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tracing_core::Metadata;
+use tracing_prof_alloc::{MAX_TAGS, Tag};
+
+/// Most span paths the allocator's tables can hold (`MAX_TAGS` less the reserved tags).
+pub const MAX_SPAN_PATHS: usize = MAX_TAGS - Tag::FIRST_PATH as usize;
+
+type Key = (u32, usize);
+
+#[derive(Debug)]
+struct Entry {
+    parent: u32,
+    metadata: &'static Metadata<'static>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    by_key: HashMap<Key, u32>,
+    /// Entry of tag `Tag::FIRST_PATH + i` at index `i`.
+    entries: Vec<Entry>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+static CAP: AtomicUsize = AtomicUsize::new(crate::config::DEFAULT_MAX_SPAN_PATHS);
+static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Per-thread cache of the table, so that span creation rarely takes the global lock.
+    static CACHE: RefCell<HashMap<Key, u32>> = RefCell::new(HashMap::new());
+}
+
+fn table() -> MutexGuard<'static, Option<Table>> {
+    // A panic while holding the lock cannot leave the table inconsistent (inserts are one
+    // push plus one map insert), so a poisoned lock is simply taken over.
+    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sets the cap on distinct span paths, clamped to `1..=MAX_SPAN_PATHS`. Paths already
+/// interned stay.
+pub(crate) fn set_cap(cap: usize) {
+    CAP.store(cap.clamp(1, MAX_SPAN_PATHS), Ordering::Relaxed);
+}
+
+/// The tag of the path `parent -> metadata`, interning it if it is new.
+///
+/// `parent` is the parent span's tag, or [`Tag::NO_SPAN`] for a root span. Allocates (call it
+/// with the profiler's tag current), may lock; never called on enter or exit.
+pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
+    let key = (parent.get(), metadata as *const Metadata<'static> as usize);
+    let cached = CACHE.try_with(|c| c.borrow().get(&key).copied()).ok().flatten();
+    if let Some(raw) = cached {
+        return Tag::new(raw);
+    }
+    let tag = {
+        let mut guard = table();
+        let table = guard.get_or_insert_with(Table::default);
+        match table.by_key.get(&key) {
+            Some(&raw) => Tag::new(raw),
+            None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
+                let raw = Tag::FIRST_PATH + table.entries.len() as u32;
+                table.entries.push(Entry { parent: parent.get(), metadata });
+                table.by_key.insert(key, raw);
+                Tag::new(raw)
+            }
+            None => Tag::OVERFLOW,
+        }
+    };
+    if tag == Tag::OVERFLOW {
+        OVERFLOWED.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = CACHE.try_with(|c| c.borrow_mut().insert(key, tag.get()));
+    }
+    tag
+}
+
+/// Spans that were mapped to [`Tag::OVERFLOW`] because the cap was reached.
+pub(crate) fn overflowed_spans() -> u64 {
+    OVERFLOWED.load(Ordering::Relaxed)
+}
+
+/// Every interned path as `(tag, frames root first)`.
+pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
+    let guard = table();
+    let Some(table) = guard.as_ref() else { return Vec::new() };
+    let frames_of = |mut raw: u32| {
+        let mut frames = Vec::new();
+        while raw >= Tag::FIRST_PATH {
+            let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
+            frames.push(Frame::from_metadata(e.metadata));
+            raw = e.parent;
+        }
+        if raw == Tag::OVERFLOW.get() {
+            frames.push(Frame::synthetic(crate::profile::OVERFLOW_FRAME));
+        }
+        frames.reverse();
+        frames
+    };
+    (0..table.entries.len() as u32)
+        .map(|i| (Tag::new(Tag::FIRST_PATH + i), frames_of(Tag::FIRST_PATH + i)))
+        .collect()
+}

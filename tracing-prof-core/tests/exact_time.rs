@@ -1,0 +1,64 @@
+//! Span time with a fake clock: every number exact.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tracing_prof_core::{Clock, Profile, ProfileLayer};
+use tracing_subscriber::prelude::*;
+
+static NOW: AtomicU64 = AtomicU64::new(1_000);
+static CPU_USER: AtomicU64 = AtomicU64::new(0);
+static CPU_SYS: AtomicU64 = AtomicU64::new(0);
+
+struct FakeClock;
+
+impl Clock for FakeClock {
+    fn now_ns(&self) -> u64 {
+        NOW.load(Ordering::SeqCst)
+    }
+    fn thread_cpu_ns(&self) -> (u64, u64) {
+        (CPU_USER.load(Ordering::SeqCst), CPU_SYS.load(Ordering::SeqCst))
+    }
+}
+
+fn advance(wall: u64, user: u64, sys: u64) {
+    NOW.fetch_add(wall, Ordering::SeqCst);
+    CPU_USER.fetch_add(user, Ordering::SeqCst);
+    CPU_SYS.fetch_add(sys, Ordering::SeqCst);
+}
+
+#[test]
+fn busy_idle_wall_and_cpu_are_exact() {
+    let layer = ProfileLayer::new().with_clock(FakeClock);
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        for _ in 0..2 {
+            let root = tracing::info_span!("exact_root");
+            advance(500, 0, 0); // idle
+            {
+                let _e = root.enter();
+                advance(200, 150, 10); // busy
+                let child = tracing::info_span!("exact_child");
+                {
+                    let _c = child.enter();
+                    advance(100, 80, 5);
+                    // Re-entering an entered span on the same thread must not count twice.
+                    let _again = root.enter();
+                    advance(40, 30, 0);
+                }
+                advance(60, 20, 0); // root busy, child idle
+                drop(child);
+            }
+            advance(300, 0, 0); // idle
+            root.in_scope(|| advance(1_000, 900, 100));
+        }
+    });
+    let p = Profile::capture(std::time::Duration::ZERO);
+    let root = p.path(&["exact_root"]).expect("root path");
+    let child = p.path(&["exact_root", "exact_child"]).expect("child path");
+    // Per root: created, +500 idle, +400 busy (200+100+40+60), +300 idle, +1000 busy.
+    let t = root.time;
+    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 2_200, 2 * 1_400, 2 * 800));
+    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_180, 2 * 115));
+    // Per child: created, busy 140 (100 + 40 while root re-entered inside it), idle 60.
+    let t = child.time;
+    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 200, 2 * 140, 2 * 60));
+    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 110, 2 * 5));
+}
