@@ -93,12 +93,19 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
     }
 }
 
+// Why `#[inline(never)]`: LLVM treats the pointer `__rust_alloc` returns as the start of a fresh
+// object and reasons about the memory around the `__rust_*` entry points (see
+// rust-lang/unsafe-code-guidelines#534). With these methods inlined into a caller, it folded the
+// header read in `dealloc` (an access just *before* that object) to garbage, and frees were
+// credited to the wrong tag (tests/allocator.rs `paired_alloc_free_is_not_miscounted`). Kept out
+// of line, the header accesses are opaque to the caller's optimizer; the cost is one call.
+//
 // SAFETY: every method forwards to `inner` with the layout `outer_layout` derives from the
 // caller's layout (the same rule in all four methods), and returns a pointer `offset_for(align)`
 // bytes into that block, which is aligned to `layout.align()` and has `layout.size()` usable
 // bytes. Null from `inner` is returned unchanged. Nothing here unwinds.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
-    #[inline]
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
             return std::ptr::null_mut();
@@ -108,7 +115,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         Self::finish_alloc(base, layout)
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
             return std::ptr::null_mut();
@@ -119,7 +126,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         Self::finish_alloc(base, layout)
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a pointer we returned for this layout, so the header is there.
         let tag = unsafe { header::read(ptr) }.tag;
@@ -133,7 +140,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         }
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let offset = header::offset_for(layout.align());
         let Some(new_outer) = header::outer_layout(new_size, layout.align()) else {

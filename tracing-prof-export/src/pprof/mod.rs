@@ -1,0 +1,181 @@
+//! Encoding a [`Profile`] as pprof `profile.proto`.
+//!
+//! Each span path becomes one sample whose locations are the path's frames, leaf first. Each span
+//! callsite is one `Function` named `target::name` with its file and line, and one `Location`
+//! with no address under a single mapping that says the profile is already symbolized, so
+//! `go tool pprof` never tries to symbolize it again. Output is deterministic for a given
+//! `Profile`: ids are handed out in path order, from 1.
+
+pub mod proto;
+
+use crate::ProfileKind;
+use std::collections::HashMap;
+use std::io::Write;
+use tracing_prof_core::{Frame, PathProfile, Profile};
+
+/// An encoding failure (in practice only gzip over a `Vec` can fail, and it does not).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the {kind} profile: {source}")]
+pub struct EncodeError {
+    kind: &'static str,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Sample types of [`ProfileKind::Spans`], in order: `(type, unit)`.
+pub const SPAN_SAMPLE_TYPES: [(&str, &str); 7] = [
+    ("spans", "count"),
+    ("wall", "nanoseconds"),
+    ("wall_busy", "nanoseconds"),
+    ("wall_idle", "nanoseconds"),
+    ("cpu", "nanoseconds"),
+    ("cpu_user", "nanoseconds"),
+    ("cpu_sys", "nanoseconds"),
+];
+
+/// Sample types of the memory kinds, in Go's order and with Go's names.
+pub const MEMORY_SAMPLE_TYPES: [(&str, &str); 4] = [
+    ("alloc_objects", "count"),
+    ("alloc_space", "bytes"),
+    ("inuse_objects", "count"),
+    ("inuse_space", "bytes"),
+];
+
+impl ProfileKind {
+    /// `(type, unit)` of each value in this kind's samples.
+    pub fn sample_types(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            ProfileKind::Spans => &SPAN_SAMPLE_TYPES,
+            ProfileKind::Heap | ProfileKind::Allocs => &MEMORY_SAMPLE_TYPES,
+        }
+    }
+
+    /// The sample type `go tool pprof` shows when none is chosen.
+    pub fn default_sample_type(self) -> &'static str {
+        match self {
+            ProfileKind::Spans => "cpu",
+            ProfileKind::Heap => "inuse_space",
+            ProfileKind::Allocs => "alloc_space",
+        }
+    }
+
+    fn values(self, p: &PathProfile) -> Vec<i64> {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let (t, m) = (&p.time, &p.memory);
+        match self {
+            ProfileKind::Spans => vec![
+                i(t.spans),
+                i(t.wall_ns),
+                i(t.busy_ns),
+                i(t.idle_ns),
+                i(t.cpu_ns()),
+                i(t.cpu_user_ns),
+                i(t.cpu_sys_ns),
+            ],
+            ProfileKind::Heap | ProfileKind::Allocs => vec![
+                i(m.alloc_objects),
+                i(m.alloc_bytes),
+                i(m.inuse_objects),
+                i(m.inuse_bytes),
+            ],
+        }
+    }
+}
+
+/// Strings interned into `string_table`, whose slot 0 is always `""`.
+#[derive(Debug)]
+struct StringTable {
+    strings: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl StringTable {
+    fn new() -> Self {
+        StringTable { strings: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as i64;
+        self.strings.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+/// Builds the pprof message of `kind` for `profile` (not yet serialized).
+pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
+    let mut strings = StringTable::new();
+    let mut out = proto::Profile::default();
+    let value_type =
+        |s: &mut StringTable, (t, u): (&str, &str)| proto::ValueType { r#type: s.get(t), unit: s.get(u) };
+    out.sample_type = kind.sample_types().iter().map(|&vt| value_type(&mut strings, vt)).collect();
+    out.default_sample_type = strings.get(kind.default_sample_type());
+    out.period_type = Some(match kind {
+        ProfileKind::Spans => value_type(&mut strings, ("spans", "count")),
+        ProfileKind::Heap | ProfileKind::Allocs => value_type(&mut strings, ("space", "bytes")),
+    });
+    out.period = 1;
+    out.mapping = vec![proto::Mapping {
+        id: 1,
+        has_functions: true,
+        has_filenames: true,
+        has_line_numbers: true,
+        ..Default::default()
+    }];
+    let mut function_ids: HashMap<&Frame, u64> = HashMap::new();
+    for path in &profile.paths {
+        let values = kind.values(path);
+        if values.iter().all(|&v| v == 0) {
+            continue;
+        }
+        let mut location_id = Vec::with_capacity(path.frames.len());
+        for frame in path.frames.iter().rev() {
+            let next = function_ids.len() as u64 + 1;
+            let id = *function_ids.entry(frame).or_insert_with(|| {
+                let name = strings.get(&frame.qualified_name());
+                out.function.push(proto::Function {
+                    id: next,
+                    name,
+                    system_name: name,
+                    filename: frame.file.map_or(0, |f| strings.get(f)),
+                    start_line: frame.line.map_or(0, i64::from),
+                });
+                out.location.push(proto::Location {
+                    id: next,
+                    mapping_id: 1,
+                    line: vec![proto::Line { function_id: next, line: frame.line.map_or(0, i64::from) }],
+                    ..Default::default()
+                });
+                next
+            });
+            location_id.push(id);
+        }
+        out.sample.push(proto::Sample { location_id, value: values, label: Vec::new() });
+    }
+    if profile.overflowed_spans > 0 {
+        let note = format!(
+            "tracing-prof: {} spans were counted under (other span paths): raise the span path cap",
+            profile.overflowed_spans
+        );
+        out.comment.push(strings.get(&note));
+    }
+    let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    out.time_nanos =
+        profile.time.duration_since(std::time::UNIX_EPOCH).map(nanos).unwrap_or_default();
+    out.duration_nanos = nanos(profile.duration);
+    out.string_table = strings.strings;
+    out
+}
+
+/// Serializes the pprof message of `kind` for `profile`, gzip-compressed as `go tool pprof`
+/// and every pprof consumer expect on disk and over HTTP.
+pub fn encode(profile: &Profile, kind: ProfileKind) -> Result<Vec<u8>, EncodeError> {
+    let bytes = prost::Message::encode_to_vec(&to_proto(profile, kind));
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(bytes.len() / 2 + 64), flate2::Compression::default());
+    gz.write_all(&bytes)
+        .and_then(|()| gz.finish())
+        .map_err(|source| EncodeError { kind: kind.name(), source })
+}

@@ -1,0 +1,127 @@
+//! Reading profiles back with the real client, `go tool pprof`.
+#![allow(dead_code, unreachable_pub, reason = "each test binary uses a part of this module")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Whether `go` can be run. Under `CI=true` a missing `go` fails the test instead of skipping.
+pub fn have_go() -> bool {
+    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`go` is not installed, and CI=true: the pprof read-back tests must run (install golang-go)"
+        );
+        eprintln!("SKIPPED: `go` is not installed, so profiles cannot be read back with go tool pprof");
+    }
+    ok
+}
+
+/// Runs `go tool pprof ARGS FILE` and returns stdout; panics with stderr on failure.
+pub fn pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("run go tool pprof");
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} {} failed:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A profile as `go tool pprof -raw` prints it.
+#[derive(Debug)]
+pub struct Raw {
+    /// Sample type names, e.g. `inuse_space`.
+    pub types: Vec<String>,
+    /// Stack (function names, root first) -> values, one per sample type, summed over samples.
+    pub samples: BTreeMap<Vec<String>, Vec<i64>>,
+}
+
+impl Raw {
+    /// The values of the sample whose stack (root first) is `stack`.
+    pub fn get(&self, stack: &[&str]) -> Option<&Vec<i64>> {
+        let key: Vec<String> = stack.iter().map(|s| s.to_string()).collect();
+        self.samples.get(&key)
+    }
+
+    /// The value of sample type `ty` for `stack`, 0 if the stack is absent.
+    pub fn value(&self, stack: &[&str], ty: &str) -> i64 {
+        let i = self.types.iter().position(|t| t == ty).unwrap_or_else(|| panic!("no type {ty}"));
+        self.get(stack).map_or(0, |v| v[i])
+    }
+
+    /// Sum of sample type `ty` over samples whose stack matches `keep`.
+    pub fn sum(&self, ty: &str, keep: impl Fn(&[String]) -> bool) -> i64 {
+        let i = self.types.iter().position(|t| t == ty).unwrap_or_else(|| panic!("no type {ty}"));
+        self.samples.iter().filter(|(k, _)| keep(k)).map(|(_, v)| v[i]).sum()
+    }
+}
+
+/// Parses `go tool pprof -raw FILE`.
+pub fn raw(file: &Path) -> Raw {
+    let text = pprof(&["-raw"], file);
+    let mut lines = text.lines();
+    for l in lines.by_ref() {
+        if l.trim() == "Samples:" {
+            break;
+        }
+    }
+    let header = lines.next().expect("sample types line");
+    let types: Vec<String> =
+        header.split_whitespace().map(|t| t.split('/').next().unwrap().to_owned()).collect();
+    let mut raw_samples = Vec::new();
+    for l in lines.by_ref() {
+        if l.trim() == "Locations" {
+            break;
+        }
+        // "      1       1000: 1 2 " — values, then location ids after the colon.
+        if let Some((vals, locs)) = l.split_once(':') {
+            let vals: Vec<i64> = vals.split_whitespace().map(|v| v.parse().unwrap()).collect();
+            let locs: Vec<u64> = locs.split_whitespace().map(|v| v.parse().unwrap()).collect();
+            if vals.len() == types.len() {
+                raw_samples.push((vals, locs));
+            }
+        }
+    }
+    // "     1: 0x0 M=1 target::name file.rs:10 s=0"
+    let mut names = BTreeMap::new();
+    for l in lines {
+        let Some((id, rest)) = l.split_once(':') else { continue };
+        let Ok(id) = id.trim().parse::<u64>() else { continue };
+        // After "0x0 M=1 ", drop " s=N" and the "file:line" word; the rest is the name,
+        // which may hold spaces ("(no span)").
+        let Some((_, rest)) = rest.split_once("M=1 ") else { continue };
+        let rest = rest.rsplit_once(" s=").map_or(rest, |(r, _)| r);
+        let name = rest.rsplit_once(' ').map_or(rest, |(n, _)| n);
+        names.insert(id, name.trim().to_owned());
+    }
+    let mut samples: BTreeMap<Vec<String>, Vec<i64>> = BTreeMap::new();
+    for (vals, locs) in raw_samples {
+        let stack: Vec<String> = locs.iter().rev().map(|id| names[id].clone()).collect();
+        let entry = samples.entry(stack).or_insert_with(|| vec![0; vals.len()]);
+        for (e, v) in entry.iter_mut().zip(vals) {
+            *e += v;
+        }
+    }
+    Raw { types, samples }
+}
+
+/// Writes `profile` as `kind` into a fresh temporary file and returns its path.
+pub fn write_profile(
+    profile: &tracing_prof::Profile,
+    kind: tracing_prof::ProfileKind,
+    name: &str,
+) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.pb.gz"));
+    std::fs::write(&path, tracing_prof::export::encode(profile, kind).unwrap()).unwrap();
+    path
+}
