@@ -1,1 +1,134 @@
-fn main(){}
+//! A small tokio service profiled by tracing-prof.
+//!
+//! Runs [`tracing_prof_examples::Workload`] (20 000 requests, 64 in flight, nested spans, a
+//! cache, buffers freed on another task, a deliberate slow leak), writes pprof profiles into
+//! `./profiles` every 2 s and at exit, then prints the top span paths by CPU and by in-use
+//! memory and the `go tool pprof` commands to look further.
+//!
+//! ```text
+//! cargo run --release --example service
+//! ```
+//! Settings: the `TRACING_PROF_*` variables (see the README), and `SERVICE_REQUESTS`.
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tikv_jemallocator::Jemalloc;
+use tracing_prof::core::{PathKind, PathProfile, Profile};
+use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
+use tracing_prof_examples::{App, Workload, run};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut workload = Workload::default();
+    if let Ok(n) = std::env::var("SERVICE_REQUESTS") {
+        workload.requests = n.parse().map_err(|_| format!("SERVICE_REQUESTS={n:?} is not a number"))?;
+    }
+    let exporter = FileExporter::from_env()?;
+    let dir = exporter.dir().to_owned();
+    // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise.
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(2))
+        .from_env()?
+        .sink(exporter)
+        .build()?;
+    tracing_subscriber::registry().with(layer).init();
+    let profiler = guard.profiler().clone();
+
+    println!("handling {} requests, {} at a time...", workload.requests, workload.concurrency);
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let app = App::new(workload.cache_capacity);
+    let summary = runtime.block_on(run(&app, &workload));
+    drop(runtime);
+    let elapsed = started.elapsed();
+
+    let flush = Instant::now();
+    drop(guard); // writes the final profiles
+    let flush = flush.elapsed();
+
+    let profile = profiler.snapshot();
+    println!(
+        "handled {} requests in {:.2} s ({} cache hits, {} audit buffers freed on another task, \
+         {} KiB leaked on purpose); final export took {:.1} ms\n",
+        summary.handled,
+        elapsed.as_secs_f64(),
+        summary.cache_hits,
+        summary.audited,
+        summary.leaked_bytes / 1024,
+        flush.as_secs_f64() * 1e3,
+    );
+    print_top("Top span paths by CPU time (self: not in child spans)", &profile, |p| p.time.cpu_ns());
+    print_top("Top span paths by in-use memory (held now)", &profile, |p| p.memory.inuse_bytes);
+    let total = profile.total_memory();
+    println!(
+        "All paths: {} allocated in {} blocks; {} in use in {} blocks.\n",
+        bytes(total.alloc_bytes),
+        total.alloc_objects,
+        bytes(total.inuse_bytes),
+        total.inuse_objects
+    );
+
+    let (spans, heap) = (newest(&dir, "spans"), newest(&dir, "heap"));
+    if let (Some(spans), Some(heap)) = (spans, heap) {
+        println!("Profiles are in {}/. To look further:", dir.display());
+        println!("  go tool pprof -top {}", spans.display());
+        println!("  go tool pprof -top -sample_index=wall_busy {}", spans.display());
+        println!("  go tool pprof -top -sample_index=inuse_space {}", heap.display());
+        println!("  go tool pprof -traces -sample_index=alloc_space {}", heap.display());
+        println!("  go tool pprof -http=:8080 {}", heap.display());
+    } else {
+        println!("No profile files were written to {} (see the error above).", dir.display());
+    }
+    Ok(())
+}
+
+fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) {
+    println!("{title}:");
+    println!(
+        "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  span path",
+        "self cpu", "total cpu", "self busy", "spans", "alloc", "in use"
+    );
+    for p in profile.top_by(&key).into_iter().filter(|p| p.kind != PathKind::Profiler).take(8) {
+        let (total, _) = profile.cumulative(p);
+        println!(
+            "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  {}",
+            ms(p.time.cpu_ns()),
+            ms(total.cpu_ns()),
+            ms(p.time.busy_ns),
+            p.time.spans,
+            bytes(p.memory.alloc_bytes),
+            bytes(p.memory.inuse_bytes),
+            p.display_path()
+        );
+    }
+    println!();
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// The newest file of `kind` written by this process.
+fn newest(dir: &Path, kind: &str) -> Option<PathBuf> {
+    let prefix = format!("{kind}.{}.", std::process::id());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+        .collect();
+    files.sort();
+    files.pop()
+}

@@ -1,5 +1,11 @@
 //! The spans entered on this thread, innermost last: what exit needs to measure and restore.
 //!
+//! Busy and CPU time are recorded as *self* time, the way pprof expects sample values: when a
+//! span exits, its whole interval is subtracted from the enclosing frame on this thread if that
+//! frame is its parent path, so `-top`'s flat column is the span's own time and `cum` sums the
+//! subtree without counting anything twice. A child that runs elsewhere (a spawned task) never
+//! ran inside the parent's interval and is not subtracted.
+//!
 //! A fixed-size array in a thread-local, so enter and exit never allocate. Deeper nesting than
 //! [`MAX_DEPTH`] still switches allocation tags correctly (for LIFO nesting) but is not timed.
 
@@ -23,6 +29,10 @@ struct Entered {
     cpu_sys_ns: u64,
     /// Already entered further down this stack: the outer interval measures it.
     reentry: bool,
+    /// Time of child spans' intervals nested in this one, to subtract from it.
+    child_busy_ns: u64,
+    child_user_ns: u64,
+    child_sys_ns: u64,
 }
 
 struct Stack {
@@ -59,6 +69,9 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
             cpu_user_ns,
             cpu_sys_ns,
             reentry,
+            child_busy_ns: 0,
+            child_user_ns: 0,
+            child_sys_ns: 0,
         });
         s.len += 1;
     });
@@ -92,17 +105,26 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             }
         }
         s.len -= 1;
-        drop(s);
-        if !e.reentry {
-            let busy = clock.now_ns().saturating_sub(e.start_ns);
-            let (user, sys) = if cpu { clock.thread_cpu_ns() } else { (e.cpu_user_ns, e.cpu_sys_ns) };
-            e.state.busy_ns.fetch_add(busy, Ordering::Relaxed);
-            tracing_prof_alloc::record_interval(
-                e.state.tag,
-                busy,
-                user.saturating_sub(e.cpu_user_ns),
-                sys.saturating_sub(e.cpu_sys_ns),
-            );
+        if e.reentry {
+            return;
         }
+        let busy = clock.now_ns().saturating_sub(e.start_ns);
+        let (user, sys) = if cpu { clock.thread_cpu_ns() } else { (e.cpu_user_ns, e.cpu_sys_ns) };
+        let (user, sys) = (user.saturating_sub(e.cpu_user_ns), sys.saturating_sub(e.cpu_sys_ns));
+        if let Some(Some(below)) = pos.checked_sub(1).map(|i| s.frames[i].as_mut())
+            && below.state.tag == e.state.parent
+        {
+            below.child_busy_ns += busy;
+            below.child_user_ns += user;
+            below.child_sys_ns += sys;
+        }
+        drop(s);
+        e.state.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        tracing_prof_alloc::record_interval(
+            e.state.tag,
+            busy.saturating_sub(e.child_busy_ns),
+            user.saturating_sub(e.child_user_ns),
+            sys.saturating_sub(e.child_sys_ns),
+        );
     });
 }

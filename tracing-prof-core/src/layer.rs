@@ -16,6 +16,8 @@ use tracing_subscriber::Layer;
 pub(crate) struct SpanState {
     /// The interned path of this span.
     pub(crate) tag: Tag,
+    /// The interned path of its parent ([`Tag::NO_SPAN`] for a root).
+    pub(crate) parent: Tag,
     pub(crate) created_ns: u64,
     /// Sum of this span's enter..exit intervals, for its idle time at close.
     pub(crate) busy_ns: AtomicU64,
@@ -87,8 +89,12 @@ where
             .and_then(|p| p.extensions().get::<Arc<SpanState>>().map(|s| s.tag))
             .unwrap_or(Tag::NO_SPAN);
         let tag = span_path::intern(parent, attrs.metadata());
-        let state =
-            SpanState { tag, created_ns: self.clock.now_ns(), busy_ns: AtomicU64::new(0) };
+        let state = SpanState {
+            tag,
+            parent,
+            created_ns: self.clock.now_ns(),
+            busy_ns: AtomicU64::new(0),
+        };
         span.extensions_mut().insert(Arc::new(state));
     }
 

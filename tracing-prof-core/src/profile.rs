@@ -53,14 +53,26 @@ pub struct TimeStats {
     pub spans: u64,
     /// Creation to close, summed over closed spans.
     pub wall_ns: u64,
-    /// Entered (enter to exit), summed over every interval on every thread.
+    /// Entered (enter to exit), summed over every interval on every thread, *self* time: less
+    /// the intervals of child spans nested in it on the same thread (pprof's flat value).
     pub busy_ns: u64,
     /// Alive but not entered, summed over closed spans (`wall - busy`, at least 0, per span).
     pub idle_ns: u64,
-    /// User CPU time of the entering threads over the entered intervals.
+    /// User CPU time of the entering threads over the entered intervals, self time like `busy_ns`.
     pub cpu_user_ns: u64,
-    /// System CPU time of the entering threads over the entered intervals.
+    /// System CPU time of the entering threads over the entered intervals, self time like `busy_ns`.
     pub cpu_sys_ns: u64,
+}
+
+impl TimeStats {
+    fn add(&mut self, o: &TimeStats) {
+        self.spans += o.spans;
+        self.wall_ns += o.wall_ns;
+        self.busy_ns += o.busy_ns;
+        self.idle_ns += o.idle_ns;
+        self.cpu_user_ns += o.cpu_user_ns;
+        self.cpu_sys_ns += o.cpu_sys_ns;
+    }
 }
 
 impl TimeStats {
@@ -188,6 +200,17 @@ impl Profile {
             total.add(&p.memory);
         }
         total
+    }
+
+    /// `path`'s numbers plus those of every path below it (pprof's `cum`): for busy and CPU
+    /// time, the time spent in the span including its children.
+    pub fn cumulative(&self, path: &PathProfile) -> (TimeStats, MemoryStats) {
+        let (mut t, mut m) = (TimeStats::default(), MemoryStats::default());
+        for p in self.paths.iter().filter(|p| p.kind == path.kind && p.frames.starts_with(&path.frames)) {
+            t.add(&p.time);
+            m.add(&p.memory);
+        }
+        (t, m)
     }
 
     /// Paths sorted by `key`, largest first (ties in path order), with a non-zero key.

@@ -47,18 +47,27 @@ fn busy_idle_wall_and_cpu_are_exact() {
                 drop(child);
             }
             advance(300, 0, 0); // idle
+            // A child entered while its parent is not (like a spawned task): not subtracted.
+            tracing::info_span!(parent: &root, "exact_spawned").in_scope(|| advance(70, 60, 0));
             root.in_scope(|| advance(1_000, 900, 100));
         }
     });
     let p = Profile::capture(std::time::Duration::ZERO);
     let root = p.path(&["exact_root"]).expect("root path");
     let child = p.path(&["exact_root", "exact_child"]).expect("child path");
-    // Per root: created, +500 idle, +400 busy (200+100+40+60), +300 idle, +1000 busy.
+    // Per root: created, +500 idle, +400 busy (200+100+40+60), +370 idle, +1000 busy: wall 2270,
+    // busy 1400 (so idle 870). Self time leaves out the child's nested interval (140 busy,
+    // 110 user, 5 sys): busy 1260, user 280 - 110 + 900, sys 15 - 5 + 100.
     let t = root.time;
-    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 2_200, 2 * 1_400, 2 * 800));
-    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_180, 2 * 115));
+    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 2_270, 2 * 1_260, 2 * 870));
+    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_070, 2 * 110));
     // Per child: created, busy 140 (100 + 40 while root re-entered inside it), idle 60.
     let t = child.time;
     assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 200, 2 * 140, 2 * 60));
     assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 110, 2 * 5));
+    let t = p.path(&["exact_root", "exact_spawned"]).expect("spawned path").time;
+    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns), (2, 140, 140, 0, 120));
+    // Cumulative (pprof's cum): root's inclusive time plus the spawned child's.
+    let (cum, _) = p.cumulative(root);
+    assert_eq!((cum.busy_ns, cum.cpu_user_ns, cum.cpu_sys_ns), (2 * 1_470, 2 * 1_240, 2 * 115));
 }
