@@ -1,0 +1,123 @@
+//! The example workload's exported totals equal, to the byte, what an independent counting
+//! allocator saw the program request.
+//!
+//! The counter wraps the tagging allocator from outside and counts every request: `alloc` and
+//! `alloc_zeroed` as one object of their size, `realloc` growth as its extra bytes (the default
+//! resize semantics). Both sides leave out the profiler's own allocations.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tracing_prof::{Profile, ProfileKind, ProfileLayer, TaggingAllocator};
+use tracing_prof_alloc::{Tag, current_tag};
+use tracing_prof_examples::{App, Workload, run};
+use tracing_subscriber::prelude::*;
+
+struct Counting<A>(A);
+
+static OBJECTS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn count(objects: u64, bytes: u64) {
+    if current_tag() != Tag::PROFILER {
+        OBJECTS.fetch_add(objects, Ordering::Relaxed);
+        BYTES.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call unchanged to the wrapped allocator; counting has no effect on it.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let p = unsafe { self.0.alloc(l) };
+        if !p.is_null() {
+            count(1, l.size() as u64);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let p = unsafe { self.0.alloc_zeroed(l) };
+        if !p.is_null() {
+            count(1, l.size() as u64);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { self.0.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let q = unsafe { self.0.realloc(p, l, new) };
+        if !q.is_null() && new > l.size() {
+            count(0, (new - l.size()) as u64);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting<TaggingAllocator<System>> = Counting(TaggingAllocator::new(System));
+
+#[test]
+fn exported_totals_equal_what_the_program_requested() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ProfileLayer::new()))
+        .unwrap();
+    let app = App::new(500);
+    let workload = Workload { requests: 3_000, concurrency: 32, ..Workload::default() };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let summary = rt.block_on(run(&app, &workload));
+    drop(rt); // joins the workers: the program is quiescent from here
+    assert_eq!(summary.handled, 3_000);
+
+    let (objects, bytes) = (OBJECTS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
+    let profile = Profile::capture(std::time::Duration::from_secs(1));
+    let not_profiler = |p: &&tracing_prof::core::PathProfile| p.kind != tracing_prof::core::PathKind::Profiler;
+    let model: (u64, u64) = profile
+        .paths
+        .iter()
+        .filter(not_profiler)
+        .fold((0, 0), |(o, b), p| (o + p.memory.alloc_objects, b + p.memory.alloc_bytes));
+    assert_eq!(model, (objects, bytes), "the profile model disagrees with the counter");
+    assert!(bytes > 50 << 20, "the workload allocated only {bytes} bytes");
+
+    if !have_go {
+        eprintln!("SKIPPED the go tool pprof half: go is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tracing-prof-totals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("heap.pb.gz");
+    std::fs::write(&file, tracing_prof::export::encode(&profile, ProfileKind::Heap).unwrap()).unwrap();
+    let (go_objects, go_bytes) = (pprof_total(&file, "alloc_objects"), pprof_total(&file, "alloc_space"));
+    assert_eq!((go_objects, go_bytes), (objects, bytes), "go tool pprof disagrees with the counter");
+}
+
+/// Total of one sample type over every sample except the profiler's own, per `go tool pprof -raw`.
+fn pprof_total(file: &Path, sample_type: &str) -> u64 {
+    let out = Command::new("go").args(["tool", "pprof", "-raw"]).arg(file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines().skip_while(|l| l.trim() != "Samples:").skip(1);
+    let types: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let col = types.iter().position(|t| t.starts_with(&format!("{sample_type}/"))).unwrap();
+    let samples: Vec<(u64, u64)> = lines
+        .by_ref()
+        .take_while(|l| l.trim() != "Locations")
+        .filter_map(|l| l.split_once(':'))
+        .map(|(vals, locs)| {
+            let v: Vec<u64> = vals.split_whitespace().map(|v| v.parse().unwrap()).collect();
+            (v[col], locs.split_whitespace().next().unwrap().parse().unwrap())
+        })
+        .collect();
+    let profiler_location: Option<u64> = text
+        .lines()
+        .find(|l| l.contains("(tracing-prof)"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(id, _)| id.trim().parse().unwrap());
+    samples.iter().filter(|(_, leaf)| Some(*leaf) != profiler_location).map(|(v, _)| v).sum()
+}

@@ -1,0 +1,89 @@
+//! Span enter/exit with the layer, and the allocator's tagging, allocate nothing themselves:
+//! counted by an allocator under the tagging one that sees every call reaching the heap.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use tracing_prof_alloc::TaggingAllocator;
+use tracing_prof_core::ProfileLayer;
+use tracing_subscriber::prelude::*;
+
+thread_local! {
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: forwards every call unchanged to `System`.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: TaggingAllocator<Counting> = TaggingAllocator::new(Counting);
+
+fn calls() -> u64 {
+    CALLS.with(Cell::get)
+}
+
+#[test]
+fn enter_exit_and_tagging_allocate_nothing() {
+    for cpu in [false, true] {
+        let layer = ProfileLayer::new().with_cpu_time(cpu);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let outer = tracing::info_span!("outer");
+            let inner = tracing::info_span!(parent: &outer, "inner");
+            // Warm-up: the registry's per-thread span stack grows once.
+            outer.in_scope(|| inner.in_scope(|| ()));
+
+            let before = calls();
+            for _ in 0..10_000 {
+                let _o = outer.enter();
+                let _i = inner.enter();
+                let _again = outer.enter(); // re-entry path too
+            }
+            assert_eq!(calls() - before, 0, "span enter/exit allocated (cpu time {cpu})");
+
+            // Each user allocation reaches the heap exactly once, tagging included.
+            let before = calls();
+            outer.in_scope(|| {
+                for i in 0..1_000u64 {
+                    drop(std::hint::black_box(Box::new(i)));
+                }
+            });
+            assert_eq!(calls() - before, 2_000, "tagging added heap calls (cpu time {cpu})");
+        });
+    }
+}
+
+#[test]
+fn a_new_threads_first_allocation_is_one_heap_call() {
+    std::thread::spawn(|| {
+        let before = calls();
+        let b = std::hint::black_box(Box::new(1u64));
+        // The thread's counter table comes from the system allocator directly, not through the
+        // wrapped allocator, and is set up without allocating through it.
+        assert_eq!(calls() - before, 1);
+        drop(b);
+    })
+    .join()
+    .unwrap();
+}
