@@ -1,0 +1,118 @@
+//! The file exporter as a user meets it: files appear every interval and at shutdown, `go tool
+//! pprof` opens them, old ones are pruned, and an I/O error is reported once, never panics, and
+//! is recovered from.
+//!
+//! The error case runs in a child process (this same test binary) so that its stderr can be read.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use tracing_prof::{FileExporter, Profiler};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
+    tracing_prof::TaggingAllocator::new(std::alloc::System);
+
+fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&format!("{kind}.")));
+    v.sort();
+    v
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tracing-prof-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn files_every_interval_and_at_shutdown_pruned_and_readable() {
+    let dir = temp_dir("files");
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_millis(50))
+        .sink(FileExporter::new(&dir).keep(3))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("fe_request").in_scope(|| std::hint::black_box(vec![1u8; 4096]));
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(guard.profiler().stats().exports >= 4, "{:?}", guard.profiler().stats());
+    assert_eq!(files(&dir, "spans").len(), 3, "keep(3) must prune older files");
+    assert_eq!(files(&dir, "heap").len(), 3);
+
+    // The last profile is written when the guard drops, even if the interval is far away.
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .sink(FileExporter::new(dir.join("final")))
+        .build()
+        .unwrap();
+    drop(layer);
+    assert!(files(&dir.join("final"), "heap").is_empty());
+    drop(guard);
+    let heap = files(&dir.join("final"), "heap");
+    assert_eq!(heap.len(), 1, "the guard's drop must write the final profile");
+    let name = heap[0].file_name().unwrap().to_str().unwrap().to_owned();
+    let pid = std::process::id().to_string();
+    let parts: Vec<&str> = name.split('.').collect();
+    assert_eq!((parts[0], parts[1]), ("heap", pid.as_str()), "{name}");
+    assert!(name.ends_with("Z.pb.gz") && parts[2].len() == 15 && parts[2].contains('T'), "{name}");
+
+    if common::have_go() {
+        let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=alloc_space"], &heap[0]);
+        assert!(top.contains("file_export::fe_request"), "{top}");
+        let spans = &files(&dir.join("final"), "spans")[0];
+        let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
+        assert!(top.contains("file_export::fe_request"), "{top}");
+    }
+}
+
+const CHILD: &str = "TRACING_PROF_TEST_CHILD_DIR";
+
+#[test]
+fn io_errors_are_reported_once_and_recovered_from() {
+    if let Ok(dir) = std::env::var(CHILD) {
+        return child(Path::new(&dir));
+    }
+    let dir = temp_dir("ioerr");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "io_errors_are_reported_once_and_recovered_from", "--nocapture"])
+        .env(CHILD, &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    let failed = stderr.matches("export failed").count();
+    assert_eq!(failed, 1, "the error must be reported exactly once:\n{stderr}");
+    assert!(stderr.contains("cannot create directory"), "the message must say what failed:\n{stderr}");
+    assert!(stderr.contains(&dir.join("blocked").display().to_string()), "and where:\n{stderr}");
+    assert_eq!(stderr.matches("exporting works again").count(), 1, "{stderr}");
+}
+
+/// Exports into a path whose parent is a regular file, then removes the obstacle.
+fn child(dir: &Path) {
+    let blocker = dir.join("blocked");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let (_layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .sink(FileExporter::new(blocker.join("profiles")))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        guard.flush(Duration::from_secs(10)).unwrap();
+    }
+    let stats = guard.profiler().stats();
+    assert_eq!((stats.exports, stats.export_errors), (0, 5));
+    std::fs::remove_file(&blocker).unwrap();
+    guard.flush(Duration::from_secs(10)).unwrap();
+    assert_eq!(guard.profiler().stats().exports, 1);
+    assert_eq!(files(&blocker.join("profiles"), "heap").len(), 1);
+}
