@@ -1,8 +1,7 @@
 //! The `GlobalAlloc` wrapper.
 
-use crate::counters::{record_alloc, record_free, record_resize};
+use crate::counters::{record_alloc_current, record_free, record_resize};
 use crate::header::{self, Header};
-use crate::tag::current_tag;
 use std::alloc::{GlobalAlloc, Layout};
 
 /// How `realloc` is counted.
@@ -82,13 +81,12 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         if base.is_null() {
             return base;
         }
-        let tag = current_tag().get();
+        let tag = record_alloc_current(layout.size());
         // SAFETY: `base` is a live block of `outer_layout(layout)`, so `offset_for(align)` bytes
         // in is still inside it (the user part follows) and the header fits in front.
         let user = unsafe { base.add(header::offset_for(layout.align())) };
         // SAFETY: as above; `base` is aligned to at least 8 by `outer_layout`.
         unsafe { header::write(user, Header::new(tag)) };
-        record_alloc(tag, layout.size());
         user
     }
 }
@@ -165,10 +163,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
             ReallocMode::Resize => record_resize(old.tag, layout.size(), new_size),
             ReallocMode::FreeAndAlloc => {
                 record_free(old.tag, layout.size());
-                let tag = current_tag().get();
+                let tag = record_alloc_current(new_size);
                 // SAFETY: the header in front of `user` belongs to this live block.
                 unsafe { header::write(user, Header::new(tag)) };
-                record_alloc(tag, new_size);
             }
         }
         user

@@ -99,29 +99,36 @@ impl Writer {
     }
 }
 
-/// Runs `f` on this thread's slot for `tag` (or on the shared fallback slot).
+/// This thread's table, or [`NO_TABLE`].
 #[inline(always)]
-fn with_slot(tag: u32, f: impl FnOnce(&Slot, Writer)) {
-    let table = STATE
-        .try_with(|s| {
-            let t = s.table.get();
-            if t.is_null() { acquire(s) } else { t }
-        })
-        .unwrap_or(NO_TABLE);
-    let index = (tag as usize).min(MAX_TAGS - 1);
+fn table(s: &crate::tag::ThreadState) -> *const ThreadTable {
+    let t = s.table.get();
+    if t.is_null() { acquire(s) } else { t }
+}
+
+/// Runs `f` on the slot for `tag` in `table` (or in the shared fallback table).
+#[inline(always)]
+fn with_slot_in(table: *const ThreadTable, tag: u32, f: impl FnOnce(&Slot, Writer)) {
+    // MAX_TAGS is a power of two, so the mask keeps the index in bounds without a branch.
+    let index = tag as usize & (MAX_TAGS - 1);
     if table == NO_TABLE {
-        if let Some(slot) = FALLBACK.get(index) {
-            f(slot, Writer::Shared);
-        }
+        f(&FALLBACK[index], Writer::Shared);
         return;
     }
     // SAFETY: `table` is neither null nor NO_TABLE, so it came from `acquire`, which only stores
     // pointers to tables that are fully initialised and never freed (they live in TABLES forever).
     let table = unsafe { &*table };
-    if let Some(slot) = table.slots.get(index) {
-        f(slot, Writer::Owner);
-    }
+    f(&table.slots[index], Writer::Owner);
 }
+
+/// Runs `f` on this thread's slot for `tag` (or on the shared fallback slot).
+#[inline(always)]
+fn with_slot(tag: u32, f: impl FnOnce(&Slot, Writer)) {
+    let table = STATE.try_with(table).unwrap_or(NO_TABLE);
+    with_slot_in(table, tag, f);
+}
+
+const _: () = assert!(MAX_TAGS.is_power_of_two());
 
 /// Slow path: adopts a free table or makes a new one for this thread.
 #[cold]
@@ -202,12 +209,16 @@ thread_local! {
 
 // === the hot-path API ===
 
+/// Counts an allocation of `bytes` under the tag current on this thread, and returns that tag
+/// for the block's header: one thread-local access for both.
 #[inline]
-pub(crate) fn record_alloc(tag: u32, bytes: usize) {
-    with_slot(tag, |s, w| {
+pub(crate) fn record_alloc_current(bytes: usize) -> u32 {
+    let (tag, table) = STATE.try_with(|s| (s.tag.get(), table(s))).unwrap_or((0, NO_TABLE));
+    with_slot_in(table, tag, |s, w| {
         w.add(&s.alloc_objects, 1);
         w.add(&s.alloc_bytes, bytes as u64);
     });
+    tag
 }
 
 #[inline]

@@ -68,11 +68,19 @@ pub(crate) const fn offset_for(align: usize) -> usize {
 
 /// The layout asked of the inner allocator for a user block of `size` bytes aligned to `align`,
 /// or `None` when the sum does not fit in a valid `Layout`.
+///
+/// `align` must be a power of two (it comes from a `Layout`).
 #[inline]
 pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
-    let outer = size.checked_add(offset_for(align))?;
+    debug_assert!(align.is_power_of_two());
     let outer_align = if align > HEADER_ALIGN { align } else { HEADER_ALIGN };
-    Layout::from_size_align(outer, outer_align).ok()
+    // `Layout` needs size rounded up to the alignment to fit in isize; `offset <= outer_align`.
+    if size > isize::MAX as usize - 2 * outer_align {
+        return None;
+    }
+    // SAFETY: `outer_align` is a power of two (align, or 8), and `size + offset` rounded up to
+    // `outer_align` is at most `size + 2 * outer_align <= isize::MAX` by the check above.
+    Some(unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) })
 }
 
 /// Writes the header in front of `user`.

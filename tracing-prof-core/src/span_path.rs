@@ -8,6 +8,7 @@
 use crate::profile::Frame;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use tracing_core::Metadata;
@@ -18,15 +19,42 @@ pub const MAX_SPAN_PATHS: usize = MAX_TAGS - Tag::FIRST_PATH as usize;
 
 type Key = (u32, usize);
 
+/// Hashes a [`Key`] (two machine words, one of them a static address) with one multiply per
+/// word: SipHash's DoS resistance buys nothing here and costs most of a span's creation.
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+}
+
+type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Debug)]
 struct Entry {
     parent: u32,
     metadata: &'static Metadata<'static>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Table {
-    by_key: HashMap<Key, u32>,
+    by_key: KeyMap<u32>,
     /// Entry of tag `Tag::FIRST_PATH + i` at index `i`.
     entries: Vec<Entry>,
 }
@@ -37,7 +65,7 @@ static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// Per-thread cache of the table, so that span creation rarely takes the global lock.
-    static CACHE: RefCell<HashMap<Key, u32>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<KeyMap<u32>> = RefCell::new(KeyMap::default());
 }
 
 fn table() -> MutexGuard<'static, Option<Table>> {

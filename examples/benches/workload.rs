@@ -1,0 +1,173 @@
+//! The example's request workload with everything on (tagging allocator, layer with CPU time,
+//! profiler writing pprof files every second) against everything off (plain jemalloc and a
+//! tracing registry without the layer: the same instrumented service, unprofiled).
+//!
+//! A third variant, the tagging allocator alone (no layer), separates the allocator's own memory
+//! cost from the layer's effect on the workload's timing: with the layer, peak RSS of this
+//! workload is *lower*, because slower spans change how much work piles up in flight, not
+//! because the profiler saves memory.
+//!
+//! Each run is a child process, so that its peak RSS can be read; the variants rotate over the
+//! rounds. Reports wall time, CPU time, peak RSS, their ratios to off, and the final flush time.
+//!
+//! `cargo bench -p tracing-prof-examples --bench workload`
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+use tikv_jemallocator::Jemalloc;
+use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
+use tracing_prof_examples::{App, Workload, run};
+use tracing_subscriber::prelude::*;
+
+const ENV: &str = "TRACING_PROF_BENCH_CHILD";
+const ROUNDS: usize = 7;
+
+/// Chooses, once per process and before the first allocation returns, between the tagging
+/// allocator and plain jemalloc; both sides pay the same branch.
+struct Switch;
+
+static MODE: AtomicU8 = AtomicU8::new(0);
+static TAGGED: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
+
+fn tagged() -> bool {
+    let mut m = MODE.load(Ordering::Relaxed);
+    if m == 0 {
+        // SAFETY: getenv with a NUL-terminated name; it allocates nothing. The result is only read.
+        let v = unsafe { libc::getenv(c"TRACING_PROF_BENCH_CHILD".as_ptr()) };
+        // SAFETY: a non-null result points to a NUL-terminated string.
+        let mode = if v.is_null() { &b""[..] } else { unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes() };
+        let on = mode == b"on" || mode == b"alloc";
+        m = if on { 1 } else { 2 };
+        MODE.store(m, Ordering::Relaxed);
+    }
+    m == 1
+}
+
+// SAFETY: every call goes to one of two allocators, the same one for the whole process (the
+// mode is fixed by the first call), so each block is freed by the allocator that made it.
+unsafe impl GlobalAlloc for Switch {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { if tagged() { TAGGED.alloc(l) } else { Jemalloc.alloc(l) } }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { if tagged() { TAGGED.alloc_zeroed(l) } else { Jemalloc.alloc_zeroed(l) } }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract; same allocator as the allocation.
+        unsafe { if tagged() { TAGGED.dealloc(p, l) } else { Jemalloc.dealloc(p, l) } }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        // SAFETY: forwarded contract; same allocator as the allocation.
+        unsafe { if tagged() { TAGGED.realloc(p, l, n) } else { Jemalloc.realloc(p, l, n) } }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Switch = Switch;
+
+fn child(on: bool) {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-bench-{}", std::process::id()));
+    let guard = if on {
+        let (layer, guard) = Profiler::builder()
+            .interval(Duration::from_secs(1))
+            .sink(FileExporter::new(&dir))
+            .build()
+            .expect("profiler");
+        tracing_subscriber::registry().with(layer).init();
+        Some(guard)
+    } else {
+        tracing_subscriber::registry().init();
+        None
+    };
+    let start = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let app = App::new(2_000);
+    let summary = rt.block_on(run(&app, &Workload::default()));
+    drop(rt);
+    let wall = start.elapsed();
+    let flush = Instant::now();
+    drop(guard);
+    let flush = flush.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(summary.handled, Workload::default().requests);
+    println!("wall_ns={} flush_ns={}", wall.as_nanos(), flush.as_nanos());
+}
+
+struct Run {
+    wall_s: f64,
+    cpu_s: f64,
+    maxrss_mib: f64,
+    flush_ms: f64,
+}
+
+fn spawn(mode: &str) -> Run {
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .env(ENV, mode)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the benchmark child");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's; status and ru are valid, writable locals.
+    let pid = unsafe { libc::wait4(c.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert!(pid > 0 && status == 0, "child {mode} failed (status {status}): {out}");
+    let field = |k: &str| -> f64 {
+        out.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Run {
+        wall_s: field("wall_ns=") / 1e9,
+        cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+        maxrss_mib: ru.ru_maxrss as f64 / 1024.0,
+        flush_ms: field("flush_ns=") / 1e6,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(ENV) {
+        return child(mode == "on");
+    }
+    if std::env::args().skip(1).any(|a| !a.starts_with("--") && !"workload".contains(a.as_str())) {
+        return; // filtered out by `cargo bench -- NAME`
+    }
+    let modes = ["off", "alloc", "on"];
+    let mut runs: [Vec<Run>; 3] = Default::default();
+    for round in 0..ROUNDS {
+        for j in 0..modes.len() {
+            let i = (round + j) % modes.len();
+            runs[i].push(spawn(modes[i]));
+        }
+    }
+    let [off, alloc, on] = &runs;
+    let med = |runs: &[Run], f: &dyn Fn(&Run) -> f64| median(runs.iter().map(f).collect());
+    let ratio = |runs: &[Run], f: &dyn Fn(&Run) -> f64| {
+        median(runs.iter().zip(off).map(|(a, b)| f(a) / f(b)).collect())
+    };
+    println!("\n### Example workload (20 000 requests, 4 workers): everything on vs everything off\n");
+    println!("{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n");
+    println!("| | off | tagging allocator only | ratio | everything on | ratio |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let row = |name: &str, unit: &str, f: &dyn Fn(&Run) -> f64| {
+        println!(
+            "| {name} | {:.3} {unit} | {:.3} {unit} | {:.3} | {:.3} {unit} | {:.3} |",
+            med(off, f), med(alloc, f), ratio(alloc, f), med(on, f), ratio(on, f)
+        );
+    };
+    row("wall time", "s", &|r| r.wall_s);
+    row("CPU time (user+sys)", "s", &|r| r.cpu_s);
+    row("peak RSS", "MiB", &|r| r.maxrss_mib);
+    println!("| final flush at shutdown | | | | {:.2} ms | |", med(on, &|r| r.flush_ms));
+}
