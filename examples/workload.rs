@@ -106,7 +106,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     /// The next number.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -114,7 +114,7 @@ impl Rng {
     }
     /// A number in `lo..hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
+        lo + self.next_u64() % (hi - lo)
     }
 }
 
@@ -185,14 +185,14 @@ async fn handle(
 }
 
 fn parse(rng: &mut Rng) -> Vec<String> {
-    let raw: Vec<u8> = (0..rng.range(512, 4096)).map(|_| b'a' + (rng.next() % 26) as u8).collect();
+    let raw: Vec<u8> = (0..rng.range(512, 4096)).map(|_| b'a' + (rng.next_u64() % 26) as u8).collect();
     raw.chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect()
 }
 
 async fn query(rng: &mut Rng, fields: &[String], latency: Duration) -> Vec<(u64, String)> {
     tokio::time::sleep(latency).await; // waiting on the database: idle, not CPU
     let n = rng.range(8, 64) as usize;
-    (0..n).map(|i| (rng.next(), fields[i % fields.len()].repeat(2))).collect()
+    (0..n).map(|i| (rng.next_u64(), fields[i % fields.len()].repeat(2))).collect()
 }
 
 fn lookup(cache: &Mutex<Cache>, key: u64, rows: &[(u64, String)]) -> (Arc<Vec<u8>>, bool) {

@@ -106,6 +106,7 @@ struct Run {
 }
 
 fn spawn(mode: &str) -> Run {
+    #[allow(clippy::zombie_processes, reason = "reaped below by wait4, which also returns its rusage")]
     let mut c = Command::new(std::env::current_exe().unwrap())
         .env(ENV, mode)
         .stdout(Stdio::piped())

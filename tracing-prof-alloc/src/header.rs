@@ -2,7 +2,7 @@
 //!
 //! Every block handed out by [`TaggingAllocator`](crate::TaggingAllocator) starts `offset` bytes
 //! after the block the inner allocator returned, and the [`HEADER_SIZE`] bytes right in front of
-//! the user's pointer hold a [`Header`]:
+//! the user's pointer hold a header: the span path tag (`u32`) and a `u32` of magic number and flags:
 //!
 //! ```text
 //!  inner block start                         user pointer (aligned to layout.align())

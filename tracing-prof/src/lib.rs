@@ -1,4 +1,4 @@
-//! tracing-prof: an always-on profiler for services instrumented with [`tracing`].
+//! tracing-prof: an always-on profiler for services instrumented with [`tracing`](https://docs.rs/tracing).
 //!
 //! Per span *path* (root -> ... -> span) it records span counts, wall/busy/idle time, CPU time,
 //! and, with the tagging allocator installed, exact allocated and in-use objects and bytes. A

@@ -44,6 +44,7 @@ fn alloc_free(size: usize, align: usize) {
 
 /// Allocates in every poll and yields, woken by another thread, so that a multi-thread
 /// runtime may resume it on any worker.
+#[allow(clippy::vec_box, reason = "one heap block per poll is the point")]
 struct Polls {
     left: u32,
     kept: Vec<Box<[u8; 128]>>,

@@ -49,12 +49,11 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     assert_eq!(files(&dir, "heap").len(), 3);
 
     // The last profile is written when the guard drops, even if the interval is far away.
-    let (layer, guard) = Profiler::builder()
+    let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .sink(FileExporter::new(dir.join("final")))
         .build()
         .unwrap();
-    drop(layer);
     assert!(files(&dir.join("final"), "heap").is_empty());
     drop(guard);
     let heap = files(&dir.join("final"), "heap");
