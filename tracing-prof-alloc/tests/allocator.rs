@@ -208,3 +208,109 @@ fn paired_alloc_free_is_not_miscounted() {
     assert_eq!((ao, ab), (fo, fb), "a free went elsewhere: tag 0 went from {before:?} to {:?}", totals(0));
     assert!(ao == 0 || (ao, ab) == (2, 264));
 }
+
+/// An inner allocator that records how `realloc` reaches it and grows in place when it can.
+struct InPlace {
+    reallocs: std::sync::atomic::AtomicUsize,
+}
+
+// SAFETY: forwards to System; `realloc` returns the same pointer only when the block's usable
+// size (malloc_usable_size) already covers the new size, which is growth in place.
+unsafe impl GlobalAlloc for InPlace {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: same contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        self.reallocs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[test]
+fn realloc_reaches_the_inner_realloc_so_blocks_can_grow_in_place() {
+    let a = TaggingAllocator::new(InPlace { reallocs: Default::default() });
+    let l = Layout::from_size_align(100, 8).unwrap();
+    // SAFETY: valid layouts; each call passes the block's current layout.
+    unsafe {
+        let p = a.alloc(l);
+        p.write_bytes(3, 100);
+        // glibc rounds 100 + 8 up to a usable 120 bytes: growing to 104 fits in place.
+        let q = a.realloc(p, l, 104);
+        assert_eq!(q, p, "growth that fits must stay in place");
+        let r = a.realloc(q, Layout::from_size_align(104, 8).unwrap(), 100_000);
+        assert!(std::slice::from_raw_parts(r, 100).iter().all(|&b| b == 3));
+        a.dealloc(r, Layout::from_size_align(100_000, 8).unwrap());
+    }
+    assert_eq!(a.inner().reallocs.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+#[test]
+fn jemalloc_inner_honours_alignment_and_counts() {
+    let a = TaggingAllocator::new(tikv_jemallocator::Jemalloc);
+    let (ao, ab, fo, fb) = delta(110, || {
+        for align in [8usize, 16, 64, 4096] {
+            let l = Layout::from_size_align(3000, align).unwrap();
+            // SAFETY: valid layouts; each block is freed with its current layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert_eq!(p as usize % align, 0);
+                let q = a.realloc(p, l, 9000);
+                assert_eq!(q as usize % align, 0);
+                a.dealloc(q, Layout::from_size_align(9000, align).unwrap());
+            }
+        }
+    });
+    assert_eq!((ao, ab, fo, fb), (4, 4 * 9000, 4, 4 * 9000));
+}
+
+// Allocations before `main` (a constructor) and in a thread-local destructor, where the thread's
+// table may already be released: both must work and be counted.
+extern "C" fn before_main() {
+    let _g = TagGuard::new(Tag::new(111));
+    std::mem::forget(vec![0u8; 77]);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static BEFORE_MAIN: extern "C" fn() = before_main;
+
+#[test]
+fn allocations_before_main_are_counted() {
+    let t = totals(111);
+    assert_eq!((t.alloc_objects, t.alloc_bytes), (1, 77));
+}
+
+struct AllocatesOnDrop;
+
+impl Drop for AllocatesOnDrop {
+    fn drop(&mut self) {
+        let _g = TagGuard::new(Tag::new(112));
+        let kept = vec![1u8; 33];
+        drop(std::hint::black_box(vec![2u8; 44]));
+        std::mem::forget(kept);
+    }
+}
+
+thread_local! {
+    static LATE: AllocatesOnDrop = const { AllocatesOnDrop };
+}
+
+#[test]
+fn allocations_during_tls_teardown_are_counted() {
+    for _ in 0..3 {
+        std::thread::spawn(|| {
+            LATE.with(|_| ()); // registered before the thread's first allocation below
+            drop(std::hint::black_box(vec![0u8; 8]));
+        })
+        .join()
+        .unwrap();
+    }
+    let t = totals(112);
+    assert_eq!((t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes), (6, 3 * 77, 3, 3 * 44));
+}

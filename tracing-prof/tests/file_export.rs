@@ -115,3 +115,30 @@ fn child(dir: &Path) {
     assert_eq!(guard.profiler().stats().exports, 1);
     assert_eq!(files(&blocker.join("profiles"), "heap").len(), 1);
 }
+
+/// A sink that never returns in time.
+struct Stuck;
+
+impl tracing_prof::Sink for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    fn export(&mut self, _: &tracing_prof::Profile) -> Result<(), tracing_prof::core::SinkError> {
+        std::thread::sleep(Duration::from_secs(30));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stuck_sink_cannot_hold_shutdown_past_its_timeout() {
+    let (_layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .shutdown_timeout(Duration::from_millis(300))
+        .sink(Stuck)
+        .build()
+        .unwrap();
+    assert!(guard.flush(Duration::from_millis(100)).is_err(), "a flush must time out, not hang");
+    let t = std::time::Instant::now();
+    drop(guard);
+    assert!(t.elapsed() < Duration::from_secs(5), "drop waited {:?}", t.elapsed());
+}

@@ -179,3 +179,70 @@ pub fn encode(profile: &Profile, kind: ProfileKind) -> Result<Vec<u8>, EncodeErr
         .and_then(|()| gz.finish())
         .map_err(|source| EncodeError { kind: kind.name(), source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use std::time::{Duration, UNIX_EPOCH};
+    use tracing_prof_core::{MemoryStats, PathKind, TimeStats};
+
+    fn frame(name: &'static str, line: u32) -> Frame {
+        Frame { target: "app", name, file: Some("src/main.rs"), line: Some(line) }
+    }
+
+    fn sample_profile() -> Profile {
+        let mut time = TimeStats::default();
+        time.spans = 2;
+        time.busy_ns = 500;
+        let mut memory = MemoryStats::default();
+        memory.alloc_bytes = 4096;
+        memory.inuse_bytes = 1024;
+        memory.alloc_objects = 4;
+        memory.inuse_objects = 1;
+        let path = |frames: Vec<Frame>| PathProfile { kind: PathKind::Span, frames, time, memory };
+        Profile {
+            time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            duration: Duration::from_secs(10),
+            paths: vec![
+                path(vec![frame("request", 10)]),
+                path(vec![frame("request", 10), frame("query", 20)]),
+                PathProfile { kind: PathKind::NoSpan, frames: vec![Frame::synthetic("(no span)")], time: TimeStats::default(), memory },
+            ],
+            overflowed_spans: 0,
+        }
+    }
+
+    #[test]
+    fn output_is_deterministic() {
+        let p = sample_profile();
+        for kind in [ProfileKind::Spans, ProfileKind::Heap, ProfileKind::Allocs] {
+            assert_eq!(encode(&p, kind).unwrap(), encode(&p, kind).unwrap());
+        }
+    }
+
+    #[test]
+    fn structure_is_what_pprof_requires() {
+        let gz = encode(&sample_profile(), ProfileKind::Heap).unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut bytes).unwrap();
+        let p = proto::Profile::decode(&bytes[..]).unwrap();
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(s(0), "");
+        let types: Vec<_> = p.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
+        assert_eq!(types, MEMORY_SAMPLE_TYPES);
+        assert_eq!(s(p.default_sample_type), "inuse_space");
+        assert_eq!(p.period_type.map(|t| (s(t.r#type), s(t.unit))), Some(("space", "bytes")));
+        assert!(p.mapping[0].has_functions && p.mapping[0].id == 1);
+        // Ids from 1, each callsite once; stacks leaf first.
+        let ids: Vec<u64> = p.function.iter().map(|f| f.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(s(p.function[0].name), "app::request");
+        assert_eq!(p.sample[1].location_id, [2, 1]);
+        assert!(p.sample.iter().all(|x| x.value.len() == 4));
+        assert_eq!((p.time_nanos, p.duration_nanos), (1_700_000_000_000_000_000, 10_000_000_000));
+        // The spans profile leaves out the path with no time.
+        let spans = to_proto(&sample_profile(), ProfileKind::Spans);
+        assert_eq!(spans.sample.len(), 2);
+    }
+}

@@ -1,0 +1,45 @@
+//! Beyond the span path cap, new paths are lumped into `(other span paths)`, counted, and said
+//! so in the pprof file. The path table is process-wide, so this is a test binary of its own.
+
+mod common;
+
+use tracing_prof::Profiler;
+use tracing_prof::core::{OVERFLOW_FRAME, PathKind};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
+    tracing_prof::TaggingAllocator::new(std::alloc::System);
+
+#[test]
+fn paths_beyond_the_cap_are_counted_not_lost() {
+    let (layer, guard) = Profiler::builder().max_span_paths(3).build().unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        tracing::info_span!("ov_1").in_scope(|| {
+            tracing::info_span!("ov_2").in_scope(|| std::hint::black_box(vec![0u8; 100]));
+        });
+        tracing::info_span!("ov_3").in_scope(|| ());
+        for _ in 0..4 {
+            // Two more paths: over the cap of 3, and a child of an overflowed span.
+            tracing::info_span!("ov_4").in_scope(|| {
+                tracing::info_span!("ov_5").in_scope(|| std::hint::black_box(vec![0u8; 1000]));
+            });
+        }
+    });
+    let p = guard.profiler().snapshot();
+    assert!(p.path(&["ov_1", "ov_2"]).is_some() && p.path(&["ov_3"]).is_some());
+    assert!(p.paths.iter().all(|x| !x.frames.iter().any(|f| f.name == "ov_4" || f.name == "ov_5")));
+    let other = p.paths.iter().find(|x| x.kind == PathKind::Overflow).expect("overflow path");
+    assert_eq!(other.frames[0].name, OVERFLOW_FRAME);
+    assert_eq!((other.time.spans, other.memory.alloc_objects, other.memory.alloc_bytes), (8, 4, 4000));
+    assert_eq!(p.overflowed_spans, 8);
+    assert_eq!(guard.profiler().stats().overflowed_spans, 8);
+
+    if common::have_go() {
+        let file = common::write_profile(&p, tracing_prof::ProfileKind::Heap, "overflow");
+        let comments = common::pprof(&["-comments"], &file);
+        assert!(comments.contains("8 spans were counted under (other span paths)"), "{comments}");
+        assert_eq!(common::raw(&file).value(&[OVERFLOW_FRAME], "alloc_space"), 4000);
+    }
+    drop(guard);
+}
