@@ -75,9 +75,13 @@ impl<A> TaggingAllocator<A> {
 }
 
 impl<A: GlobalAlloc> TaggingAllocator<A> {
-    /// Shared tail of `alloc` and `alloc_zeroed`.
+    /// `alloc` and `alloc_zeroed`: asks `get` for the outer block, then writes the header.
     #[inline(always)]
-    fn finish_alloc(base: *mut u8, layout: Layout) -> *mut u8 {
+    fn alloc_with(&self, layout: Layout, get: impl FnOnce(&A, Layout) -> *mut u8) -> *mut u8 {
+        let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
+            return std::ptr::null_mut();
+        };
+        let base = get(&self.inner, outer);
         if base.is_null() {
             return base;
         }
@@ -105,23 +109,15 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
     #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
-            return std::ptr::null_mut();
-        };
         // SAFETY: `outer` has a non-zero size (it includes the header).
-        let base = unsafe { self.inner.alloc(outer) };
-        Self::finish_alloc(base, layout)
+        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc(outer) })
     }
 
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
-            return std::ptr::null_mut();
-        };
         // SAFETY: `outer` has a non-zero size. The header overwrites only bytes before the user
         // pointer, so the user's bytes stay zero.
-        let base = unsafe { self.inner.alloc_zeroed(outer) };
-        Self::finish_alloc(base, layout)
+        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc_zeroed(outer) })
     }
 
     #[inline(never)]

@@ -51,9 +51,11 @@ thread_local! {
 /// Span `id` with `state` is entered on this thread.
 #[inline]
 pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: bool) {
-    let prev_tag = set_current_tag(state.tag);
+    // The tag is switched only where the exit can restore it: on a tracked frame, or as an
+    // untracked level that exit restores from the frame below.
     let _ = STACK.try_with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else { return };
+        let prev_tag = set_current_tag(state.tag);
         if s.len == MAX_DEPTH {
             s.untracked += 1;
             return;

@@ -251,7 +251,17 @@ impl Aggregator {
         let profile = Profile::capture(self.shared.started.elapsed());
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
-            match sink.export(&profile) {
+            // A panicking sink is a failed export, not the end of profiling.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.export(&profile)))
+                .unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string payload".into());
+                    Err(format!("the sink panicked: {what}").into())
+                });
+            match result {
                 Ok(()) => {
                     self.shared.exports.fetch_add(1, Ordering::Relaxed);
                     if self.reported.remove(&name).is_some() {

@@ -4,7 +4,7 @@ use crate::{ProfileKind, encode};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 use tracing_prof_core::config::{ConfigError, env_var};
 use tracing_prof_core::{Profile, Sink, SinkError};
 
@@ -38,7 +38,9 @@ pub enum FileError {
 }
 
 /// A [`Sink`] that writes one gzip'd pprof file per kind, named
-/// `{kind}.{pid}.{UTC timestamp}.pb.gz`, e.g. `heap.4242.20261122T120205.123Z.pb.gz`.
+/// `{kind}.{pid}.{UTC timestamp}.pb.gz`, e.g. `heap.4242.20261122T120205.123456Z.pb.gz`.
+/// Timestamps have microseconds and strictly increase per exporter, so two exports never share
+/// a name and names sort by time.
 ///
 /// Files are written under a temporary name and renamed, so a reader never sees half a file.
 /// The directory is created if missing. An I/O error fails the export (the profiler reports it
@@ -50,6 +52,8 @@ pub struct FileExporter {
     keep: usize,
     pid: u32,
     written: Vec<PathBuf>,
+    /// Microseconds since the epoch of the last file name, to keep names unique.
+    last_stamp_us: u64,
 }
 
 impl FileExporter {
@@ -61,6 +65,7 @@ impl FileExporter {
             keep: DEFAULT_KEEP_FILES,
             pid: std::process::id(),
             written: Vec::new(),
+            last_stamp_us: 0,
         }
     }
 
@@ -106,7 +111,9 @@ impl FileExporter {
             move |source| FileError::Io { action, path, source }
         };
         fs::create_dir_all(&self.dir).map_err(io("create directory", &self.dir))?;
-        let stamp = utc_stamp(profile.time);
+        let us = profile.time.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+        self.last_stamp_us = us.max(self.last_stamp_us + 1);
+        let stamp = utc_stamp(self.last_stamp_us);
         let mut written = Vec::with_capacity(self.kinds.len());
         for &kind in &self.kinds {
             let bytes = encode(profile, kind)?;
@@ -163,18 +170,17 @@ impl Sink for FileExporter {
     }
 }
 
-/// `YYYYMMDDTHHMMSS.mmmZ` in UTC.
-fn utc_stamp(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+/// `YYYYMMDDTHHMMSS.uuuuuuZ` in UTC, from microseconds since the epoch.
+fn utc_stamp(us: u64) -> String {
+    let secs = us / 1_000_000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);
     format!(
-        "{y:04}{m:02}{day:02}T{:02}{:02}{:02}.{:03}Z",
+        "{y:04}{m:02}{day:02}T{:02}{:02}{:02}.{:06}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60,
-        d.subsec_millis()
+        us % 1_000_000
     )
 }
 
@@ -194,14 +200,25 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     #[test]
     fn timestamps() {
-        assert_eq!(utc_stamp(UNIX_EPOCH), "19700101T000000.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_348_925_123);
-        assert_eq!(utc_stamp(t), "20261122T120205.123Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_825_600); // 2000-02-29 12:00
-        assert_eq!(utc_stamp(leap), "20000229T120000.000Z");
+        assert_eq!(utc_stamp(0), "19700101T000000.000000Z");
+        assert_eq!(utc_stamp(1_795_348_925_123_456), "20261122T120205.123456Z");
+        assert_eq!(utc_stamp(951_825_600_000_000), "20000229T120000.000000Z"); // leap day
+    }
+
+    #[test]
+    fn names_stay_unique_and_ordered_within_one_microsecond() {
+        let dir = std::env::temp_dir().join(format!("tracing-prof-names-{}", std::process::id()));
+        let mut e = FileExporter::new(&dir).keep(0).kinds([ProfileKind::Heap]);
+        let profile = Profile { time: SystemTime::now(), duration: Duration::ZERO, paths: vec![], overflowed_spans: 0 };
+        let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, names, "five exports of one instant: five names, in order");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -142,3 +142,33 @@ fn a_stuck_sink_cannot_hold_shutdown_past_its_timeout() {
     drop(guard);
     assert!(t.elapsed() < Duration::from_secs(5), "drop waited {:?}", t.elapsed());
 }
+
+/// A sink that panics on every export.
+struct Panics;
+
+impl tracing_prof::Sink for Panics {
+    fn name(&self) -> &str {
+        "panics"
+    }
+    fn export(&mut self, _: &tracing_prof::Profile) -> Result<(), tracing_prof::core::SinkError> {
+        panic!("deliberately broken sink");
+    }
+}
+
+#[test]
+fn a_panicking_sink_is_a_failed_export_and_profiling_goes_on() {
+    let dir = temp_dir("panics");
+    let (_layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .sink(Panics)
+        .sink(FileExporter::new(&dir))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        guard.flush(Duration::from_secs(10)).expect("the aggregator must survive a panicking sink");
+    }
+    let stats = guard.profiler().stats();
+    assert_eq!((stats.exports, stats.export_errors), (3, 3), "{stats:?}");
+    drop(guard);
+    assert_eq!(files(&dir, "heap").len(), 4, "three flushes and the final export");
+}
