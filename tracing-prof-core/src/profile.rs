@@ -1,5 +1,6 @@
 //! The profile model: per span path, its frames and its numbers. Knows nothing of pprof.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use tracing_core::Metadata;
 use tracing_prof_alloc::{Tag, TagGuard, TagTotals};
@@ -144,14 +145,20 @@ impl PathProfile {
     }
 }
 
-/// Everything the profiler knows at one instant. Counters are cumulative since the process
-/// started (the allocator counts from its first allocation, the layer from its installation).
+/// Everything the profiler knows at one instant.
+///
+/// A profile from [`Profile::capture`] is *cumulative*: counters since the process started (the
+/// allocator counts from its first allocation, the layer from its installation). One from
+/// [`Profile::window_since`] is a *window*: counters grown over the period between two captures,
+/// and in-use memory as it stands at the end of it.
 #[derive(Clone, Debug)]
 pub struct Profile {
-    /// When it was taken.
+    /// When it was captured: the end of the period its counters cover.
     pub time: SystemTime,
-    /// How long the profiler had been running.
+    /// Length of the period its counters cover: since the profiler started, or the window.
     pub duration: Duration,
+    /// Whether the counters cover only the window ending at `time` (see [`Profile::window_since`]).
+    pub window: bool,
     /// Every path with something to report, in a stable order (by tag).
     pub paths: Vec<PathProfile>,
     /// Spans that were counted under [`OVERFLOW_FRAME`] because the path cap was reached.
@@ -183,8 +190,53 @@ impl Profile {
         Profile {
             time: SystemTime::now(),
             duration,
+            window: false,
             paths,
             overflowed_spans: crate::span_path::overflowed_spans(),
+        }
+    }
+
+    /// What happened between `base` (an earlier capture) and `self`: counters (span counts, time,
+    /// allocated objects and bytes) are the growth over the window; in-use objects and bytes are
+    /// those at the end of it, since in-use is a level, not a count. Paths with nothing in the
+    /// window are left out.
+    ///
+    /// This is what each interval's dashboards and diffs want: what changed *now*.
+    pub fn window_since(&self, base: &Profile) -> Profile {
+        let before: HashMap<(PathKind, &[Frame]), &PathProfile> =
+            base.paths.iter().map(|p| ((p.kind, p.frames.as_slice()), p)).collect();
+        let paths = self
+            .paths
+            .iter()
+            .filter_map(|p| {
+                let (t0, m0) = before
+                    .get(&(p.kind, p.frames.as_slice()))
+                    .map_or((TimeStats::default(), MemoryStats::default()), |b| (b.time, b.memory));
+                let d = |now: u64, then: u64| now.saturating_sub(then);
+                let time = TimeStats {
+                    spans: d(p.time.spans, t0.spans),
+                    wall_ns: d(p.time.wall_ns, t0.wall_ns),
+                    busy_ns: d(p.time.busy_ns, t0.busy_ns),
+                    idle_ns: d(p.time.idle_ns, t0.idle_ns),
+                    cpu_user_ns: d(p.time.cpu_user_ns, t0.cpu_user_ns),
+                    cpu_sys_ns: d(p.time.cpu_sys_ns, t0.cpu_sys_ns),
+                };
+                let memory = MemoryStats {
+                    alloc_objects: d(p.memory.alloc_objects, m0.alloc_objects),
+                    alloc_bytes: d(p.memory.alloc_bytes, m0.alloc_bytes),
+                    ..p.memory
+                };
+                let active = time != TimeStats::default() || memory.alloc_objects > 0 || memory.alloc_bytes > 0;
+                (active || memory.inuse_bytes > 0)
+                    .then(|| PathProfile { kind: p.kind, frames: p.frames.clone(), time, memory })
+            })
+            .collect();
+        Profile {
+            time: self.time,
+            duration: self.duration.saturating_sub(base.duration),
+            window: true,
+            paths,
+            overflowed_spans: self.overflowed_spans.saturating_sub(base.overflowed_spans),
         }
     }
 

@@ -8,6 +8,8 @@ static NOW: AtomicU64 = AtomicU64::new(1_000);
 static CPU_USER: AtomicU64 = AtomicU64::new(0);
 static CPU_SYS: AtomicU64 = AtomicU64::new(0);
 
+static FIRST: std::sync::Mutex<Option<Profile>> = std::sync::Mutex::new(None);
+
 struct FakeClock;
 
 impl Clock for FakeClock {
@@ -29,7 +31,10 @@ fn advance(wall: u64, user: u64, sys: u64) {
 fn busy_idle_wall_and_cpu_are_exact() {
     let layer = ProfileLayer::new().with_clock(FakeClock);
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-        for _ in 0..2 {
+        for round in 0..2 {
+            if round == 1 {
+                *FIRST.lock().unwrap() = Some(Profile::capture(std::time::Duration::from_secs(1)));
+            }
             let root = tracing::info_span!("exact_root");
             advance(500, 0, 0); // idle
             {
@@ -70,4 +75,12 @@ fn busy_idle_wall_and_cpu_are_exact() {
     // Cumulative (pprof's cum): root's inclusive time plus the spawned child's.
     let (cum, _) = p.cumulative(root);
     assert_eq!((cum.busy_ns, cum.cpu_user_ns, cum.cpu_sys_ns), (2 * 1_470, 2 * 1_240, 2 * 115));
+
+    // The window over the second round holds exactly one round's numbers.
+    let first = FIRST.lock().unwrap().take().unwrap();
+    let w = Profile { duration: std::time::Duration::from_secs(3), ..p.clone() }.window_since(&first);
+    assert!(w.window && w.duration == std::time::Duration::from_secs(2));
+    let t = w.path(&["exact_root"]).unwrap().time;
+    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns), (1, 2_270, 1_260, 870, 1_070));
+    assert_eq!(w.path(&["exact_root", "exact_child"]).unwrap().time.busy_ns, 140);
 }

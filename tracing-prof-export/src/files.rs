@@ -1,11 +1,12 @@
 //! Writing profiles to a directory, every interval and at shutdown.
 
+use crate::flamegraph::{FlamegraphError, flamegraph_svg};
 use crate::{ProfileKind, encode};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
-use tracing_prof_core::config::{ConfigError, env_var};
+use tracing_prof_core::config::{ConfigError, env_var, parse_bool};
 use tracing_prof_core::{Profile, Sink, SinkError};
 
 /// Where profiles go: `./profiles`.
@@ -16,6 +17,21 @@ pub const DEFAULT_KEEP_FILES: usize = 100;
 pub const ENV_DIR: &str = "TRACING_PROF_DIR";
 /// Files kept per kind and process, `0` for all.
 pub const ENV_KEEP_FILES: &str = "TRACING_PROF_KEEP_FILES";
+/// Also write each interval's own numbers (`{kind}-delta.*` files): `1`/`0`, `true`/`false`, ...
+pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
+/// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
+pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
+
+/// Sample types drawn by [`FileExporter::flamegraphs`]`(true)`.
+pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 4] = [
+    (ProfileKind::Spans, "cpu"),
+    (ProfileKind::Spans, "wall_busy"),
+    (ProfileKind::Heap, "inuse_space"),
+    (ProfileKind::Heap, "alloc_space"),
+];
+
+/// Length of the timestamp in file names: `YYYYMMDDTHHMMSS.uuuuuuZ`.
+const STAMP_LEN: usize = 23;
 
 /// A file export that failed; says what was being done to which path.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +40,9 @@ pub enum FileError {
     /// The profile could not be encoded.
     #[error(transparent)]
     Encode(#[from] crate::pprof::EncodeError),
+    /// A flame graph could not be drawn.
+    #[error(transparent)]
+    Flamegraph(#[from] FlamegraphError),
     /// A file-system operation failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -42,6 +61,10 @@ pub enum FileError {
 /// Timestamps have microseconds and strictly increase per exporter, so two exports never share
 /// a name and names sort by time.
 ///
+/// Optionally, per export, `{kind}-delta.*.pb.gz` files hold only what happened since the
+/// previous export ([`Profile::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
+/// flame graphs sit beside the pprof files.
+///
 /// Files are written under a temporary name and renamed, so a reader never sees half a file.
 /// The directory is created if missing. An I/O error fails the export (the profiler reports it
 /// once and tries again next interval); it never panics.
@@ -54,6 +77,10 @@ pub struct FileExporter {
     written: Vec<PathBuf>,
     /// Microseconds since the epoch of the last file name, to keep names unique.
     last_stamp_us: u64,
+    deltas: bool,
+    /// The last exported profile, the base of the next delta.
+    previous: Option<Profile>,
+    flamegraphs: Vec<(ProfileKind, &'static str)>,
 }
 
 impl FileExporter {
@@ -66,6 +93,9 @@ impl FileExporter {
             pid: std::process::id(),
             written: Vec::new(),
             last_stamp_us: 0,
+            deltas: false,
+            previous: None,
+            flamegraphs: Vec::new(),
         }
     }
 
@@ -78,6 +108,12 @@ impl FileExporter {
             s.parse::<usize>().map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
         })? {
             exporter.keep = keep;
+        }
+        if let Some(on) = env_var(ENV_DELTAS, parse_bool)? {
+            exporter = exporter.deltas(on);
+        }
+        if let Some(on) = env_var(ENV_FLAMEGRAPHS, parse_bool)? {
+            exporter = exporter.flamegraphs(on);
         }
         Ok(exporter)
     }
@@ -94,6 +130,27 @@ impl FileExporter {
         self
     }
 
+    /// Also write, per export, `{kind}-delta.*` files with what happened since the previous
+    /// export: counters over the interval, in-use memory at its end. The first export has no
+    /// previous one and writes no delta.
+    pub fn deltas(mut self, on: bool) -> Self {
+        self.deltas = on;
+        self
+    }
+
+    /// Also write flame graph SVGs of [`DEFAULT_FLAMEGRAPHS`] beside the pprof files (`false`
+    /// removes all flame graphs).
+    pub fn flamegraphs(mut self, on: bool) -> Self {
+        self.flamegraphs = if on { DEFAULT_FLAMEGRAPHS.to_vec() } else { Vec::new() };
+        self
+    }
+
+    /// Also write a flame graph SVG of `sample_type` in the `kind` profile.
+    pub fn flamegraph(mut self, kind: ProfileKind, sample_type: &'static str) -> Self {
+        self.flamegraphs.push((kind, sample_type));
+        self
+    }
+
     /// The output directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -106,58 +163,90 @@ impl FileExporter {
 
     /// Encodes and writes every kind of `profile` now; returns the paths written.
     pub fn write(&mut self, profile: &Profile) -> Result<Vec<PathBuf>, FileError> {
-        let io = |action, path: &Path| {
-            let path = path.to_owned();
-            move |source| FileError::Io { action, path, source }
-        };
-        fs::create_dir_all(&self.dir).map_err(io("create directory", &self.dir))?;
+        fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
         let us = profile.time.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
         self.last_stamp_us = us.max(self.last_stamp_us + 1);
         let stamp = utc_stamp(self.last_stamp_us);
-        let mut written = Vec::with_capacity(self.kinds.len());
+        let window = match (&self.previous, self.deltas) {
+            (Some(previous), true) => Some(profile.window_since(previous)),
+            _ => None,
+        };
+        let mut written = Vec::new();
         for &kind in &self.kinds {
-            let bytes = encode(profile, kind)?;
             let name = format!("{}.{}.{stamp}.pb.gz", kind.name(), self.pid);
-            let path = self.dir.join(&name);
-            let tmp = self.dir.join(format!(".{name}.tmp"));
-            let result = fs::File::create(&tmp)
-                .map_err(io("create", &tmp))
-                .and_then(|mut f| f.write_all(&bytes).map_err(io("write", &tmp)))
-                .and_then(|()| fs::rename(&tmp, &path).map_err(io("rename into place", &path)));
-            if let Err(e) = result {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
+            written.push(self.write_file(&name, &encode(profile, kind)?)?);
+            if let Some(window) = &window {
+                let name = format!("{}-delta.{}.{stamp}.pb.gz", kind.name(), self.pid);
+                written.push(self.write_file(&name, &encode(window, kind)?)?);
             }
-            self.prune(kind);
-            written.push(path);
+        }
+        for &(kind, sample_type) in &self.flamegraphs {
+            let svg = match flamegraph_svg(profile, kind, sample_type) {
+                Ok(svg) => svg,
+                Err(FlamegraphError::Empty { .. }) => continue, // nothing to draw yet
+                Err(e) => return Err(e.into()),
+            };
+            let name = format!("{}.{}.{stamp}.{sample_type}.svg", kind.name(), self.pid);
+            written.push(self.write_file(&name, &svg)?);
+        }
+        for &kind in &self.kinds {
+            self.prune(&format!("{}.{}.", kind.name(), self.pid));
+            self.prune(&format!("{}-delta.{}.", kind.name(), self.pid));
+        }
+        if self.deltas {
+            self.previous = Some(profile.clone());
         }
         self.written.clone_from(&written);
         Ok(written)
     }
 
-    /// Deletes this process's oldest files of `kind` beyond `keep`. Best effort.
-    fn prune(&self, kind: ProfileKind) {
+    /// Writes `bytes` to `name` in the directory through a temporary file and a rename.
+    fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
+        let path = self.dir.join(name);
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        let result = fs::File::create(&tmp)
+            .map_err(io_error("create", &tmp))
+            .and_then(|mut f| f.write_all(bytes).map_err(io_error("write", &tmp)))
+            .and_then(|()| fs::rename(&tmp, &path).map_err(io_error("rename into place", &path)));
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map(|()| path)
+    }
+
+    /// Deletes this process's files named `{prefix}{stamp}...` of all but the newest `keep`
+    /// stamps (a stamp's pprof file and its flame graphs go together). Best effort.
+    fn prune(&self, prefix: &str) {
         if self.keep == 0 {
             return;
         }
-        let prefix = format!("{}.{}.", kind.name(), self.pid);
         let Ok(entries) = fs::read_dir(&self.dir) else { return };
-        let mut ours: Vec<PathBuf> = entries
+        let ours: Vec<(String, PathBuf)> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                    n.starts_with(&prefix) && n.ends_with(".pb.gz")
-                })
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?;
+                let stamp = name.strip_prefix(prefix)?.get(..STAMP_LEN)?.to_owned();
+                Some((stamp, p))
             })
             .collect();
-        if ours.len() <= self.keep {
+        let mut stamps: Vec<&str> = ours.iter().map(|(s, _)| s.as_str()).collect();
+        stamps.sort_unstable(); // fixed-width timestamps sort by time
+        stamps.dedup();
+        if stamps.len() <= self.keep {
             return;
         }
-        ours.sort(); // the timestamp is fixed-width, so names sort by time
-        for old in &ours[..ours.len() - self.keep] {
-            let _ = fs::remove_file(old);
+        let oldest_kept = stamps[stamps.len() - self.keep].to_owned();
+        for (stamp, path) in &ours {
+            if *stamp < oldest_kept {
+                let _ = fs::remove_file(path);
+            }
         }
     }
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FileError {
+    let path = path.to_owned();
+    move |source| FileError::Io { action, path, source }
 }
 
 impl Sink for FileExporter {
@@ -213,7 +302,7 @@ mod tests {
     fn names_stay_unique_and_ordered_within_one_microsecond() {
         let dir = std::env::temp_dir().join(format!("tracing-prof-names-{}", std::process::id()));
         let mut e = FileExporter::new(&dir).keep(0).kinds([ProfileKind::Heap]);
-        let profile = Profile { time: SystemTime::now(), duration: Duration::ZERO, paths: vec![], overflowed_spans: 0 };
+        let profile = Profile { time: SystemTime::now(), duration: Duration::ZERO, window: false, paths: vec![], overflowed_spans: 0 };
         let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
         let mut sorted = names.clone();
         sorted.sort();

@@ -11,9 +11,11 @@
 //! | `allocs` | same as `heap` | `alloc_space` |
 
 pub mod files;
+pub mod flamegraph;
 pub mod pprof;
 
 pub use files::{FileError, FileExporter};
+pub use flamegraph::{FlamegraphError, flamegraph_svg, folded};
 pub use pprof::{EncodeError, encode, to_proto};
 
 /// Which profile to encode.

@@ -59,7 +59,8 @@ impl ProfileKind {
         }
     }
 
-    fn values(self, p: &PathProfile) -> Vec<i64> {
+    /// The values of one path, one per sample type, in [`ProfileKind::sample_types`] order.
+    pub fn values(self, p: &PathProfile) -> Vec<i64> {
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let (t, m) = (&p.time, &p.memory);
         match self {
@@ -155,6 +156,13 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
         }
         out.sample.push(proto::Sample { location_id, value: values, label: Vec::new() });
     }
+    if profile.window {
+        let note = format!(
+            "tracing-prof: window of {:.3} s: counters grew by these values in it; in-use is as of its end",
+            profile.duration.as_secs_f64()
+        );
+        out.comment.push(strings.get(&note));
+    }
     if profile.overflowed_spans > 0 {
         let note = format!(
             "tracing-prof: {} spans were counted under (other span paths): raise the span path cap",
@@ -162,9 +170,10 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
         );
         out.comment.push(strings.get(&note));
     }
+    // time_nanos is the start of the period the counters cover, as Go's profiles have it.
     let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    out.time_nanos =
-        profile.time.duration_since(std::time::UNIX_EPOCH).map(nanos).unwrap_or_default();
+    let start = profile.time.checked_sub(profile.duration).unwrap_or(profile.time);
+    out.time_nanos = start.duration_since(std::time::UNIX_EPOCH).map(nanos).unwrap_or_default();
     out.duration_nanos = nanos(profile.duration);
     out.string_table = strings.strings;
     out
@@ -204,6 +213,7 @@ mod tests {
         Profile {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             duration: Duration::from_secs(10),
+            window: false,
             paths: vec![
                 path(vec![frame("request", 10)]),
                 path(vec![frame("request", 10), frame("query", 20)]),
@@ -240,7 +250,7 @@ mod tests {
         assert_eq!(s(p.function[0].name), "app::request");
         assert_eq!(p.sample[1].location_id, [2, 1]);
         assert!(p.sample.iter().all(|x| x.value.len() == 4));
-        assert_eq!((p.time_nanos, p.duration_nanos), (1_700_000_000_000_000_000, 10_000_000_000));
+        assert_eq!((p.time_nanos, p.duration_nanos), (1_699_999_990_000_000_000, 10_000_000_000));
         // The spans profile leaves out the path with no time.
         let spans = to_proto(&sample_profile(), ProfileKind::Spans);
         assert_eq!(spans.sample.len(), 2);
