@@ -8,13 +8,16 @@
 //! ```text
 //! cargo run --release --example service
 //! ```
-//! Settings: the `TRACING_PROF_*` variables (see the README), and `SERVICE_REQUESTS`.
+//! Settings: the `TRACING_PROF_*` variables (see the README; `TRACING_PROF_HTTP_ADDR=default`
+//! serves `/debug/pprof` on 127.0.0.1:6060), `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to
+//! keep serving requests for that long instead.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof::core::{PathKind, PathProfile, Profile};
+use tracing_prof::export::HttpServer;
 use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
@@ -27,6 +30,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Ok(n) = std::env::var("SERVICE_REQUESTS") {
         workload.requests = n.parse().map_err(|_| format!("SERVICE_REQUESTS={n:?} is not a number"))?;
     }
+    let duration = match std::env::var("SERVICE_DURATION_SECS") {
+        Ok(s) => Some(Duration::from_secs(
+            s.parse().map_err(|_| format!("SERVICE_DURATION_SECS={s:?} is not a number"))?,
+        )),
+        Err(_) => None,
+    };
     let exporter = FileExporter::from_env()?;
     let dir = exporter.dir().to_owned();
     // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise.
@@ -37,14 +46,36 @@ fn main() -> Result<(), Box<dyn Error>> {
         .build()?;
     tracing_subscriber::registry().with(layer).init();
     let profiler = guard.profiler().clone();
+    let http = HttpServer::from_env(&profiler)?;
+    if let Some(http) = &http {
+        println!("serving http://{}/debug/pprof/", http.local_addr());
+    }
 
-    println!("handling {} requests, {} at a time...", workload.requests, workload.concurrency);
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     let app = App::new(workload.cache_capacity);
-    let summary = runtime.block_on(run(&app, &workload));
+    let summary = match duration {
+        None => {
+            println!("handling {} requests, {} at a time...", workload.requests, workload.concurrency);
+            runtime.block_on(run(&app, &workload))
+        }
+        Some(d) => {
+            println!("handling requests for {} s, {} at a time...", d.as_secs(), workload.concurrency);
+            let batch = Workload { requests: 2_000, ..workload.clone() };
+            let mut total = tracing_prof_examples::Summary::default();
+            while started.elapsed() < d {
+                let s = runtime.block_on(run(&app, &batch));
+                total.handled += s.handled;
+                total.cache_hits += s.cache_hits;
+                total.audited += s.audited;
+                total.leaked_bytes = s.leaked_bytes;
+            }
+            total
+        }
+    };
     drop(runtime);
     let elapsed = started.elapsed();
+    drop(http);
 
     let flush = Instant::now();
     drop(guard); // writes the final profiles

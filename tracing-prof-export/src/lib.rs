@@ -12,10 +12,12 @@
 
 pub mod files;
 pub mod flamegraph;
+pub mod http;
 pub mod pprof;
 
 pub use files::{FileError, FileExporter};
 pub use flamegraph::{FlamegraphError, flamegraph_svg, folded};
+pub use http::{HttpServer, PprofHandler};
 pub use pprof::{EncodeError, encode, to_proto};
 
 /// Which profile to encode.

@@ -1,0 +1,138 @@
+//! The real `go tool pprof` fetches `/debug/pprof/heap`, `/allocs`, `/spans` and a `-seconds 2`
+//! window from the running example service over HTTP, and finds the expected top span paths.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The example binary, built by `cargo test` next to this test's directory.
+fn example() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    deps.parent().unwrap().join("examples").join("service")
+}
+
+struct Service(Child);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(token: Option<&str>) -> (Service, String) {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-http-{}", std::process::id()));
+    let mut cmd = Command::new(example());
+    cmd.env("TRACING_PROF_HTTP_ADDR", "127.0.0.1:0")
+        .env("SERVICE_DURATION_SECS", "12")
+        .env("TRACING_PROF_DIR", &dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(t) = token {
+        cmd.env("TRACING_PROF_HTTP_TOKEN", t);
+    }
+    let mut child = cmd.spawn().expect("run the example (cargo test builds it)");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    // Keep reading what the service prints, so that it never writes into a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let base = line.trim().strip_prefix("serving ").unwrap_or_else(|| panic!("unexpected: {line}")).to_owned();
+    (Service(child), base.trim_end_matches('/').to_owned())
+}
+
+fn go_pprof(args: &[&str], url: &str) -> String {
+    let out = Command::new("go").args(["tool", "pprof"]).args(args).arg(url).output().unwrap();
+    assert!(out.status.success(), "go tool pprof {args:?} {url}:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The first function line of `-top` output.
+fn top_entry(top: &str) -> &str {
+    let mut lines = top.lines().skip_while(|l| !l.trim_start().starts_with("flat"));
+    lines.nth(1).unwrap_or_else(|| panic!("no entries:\n{top}")).split_whitespace().last().unwrap()
+}
+
+/// A raw GET, returning the status line and the body.
+fn get(base: &str, path: &str, headers: &str) -> (String, String) {
+    try_get(base, path, headers).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+fn try_get(base: &str, path: &str, headers: &str) -> std::io::Result<(String, String)> {
+    let host = base.trim_start_matches("http://").split('/').next().unwrap();
+    let mut s = TcpStream::connect(host)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    Ok((head.lines().next().unwrap_or("").to_owned(), body.to_owned()))
+}
+
+#[test]
+fn go_tool_pprof_reads_the_live_endpoint() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
+    let (_service, base) = start(None);
+    std::thread::sleep(Duration::from_secs(2)); // let it handle some requests
+
+    let (status, index) = get(&base, "/debug/pprof/", "");
+    assert!(status.contains("200") && index.contains("heap") && index.contains("spans"), "{status}\n{index}");
+    let (status, table) = get(&base, "/debug/pprof/heap?debug=1", "");
+    assert!(status.contains("200") && table.contains("request -> cache_lookup -> cache_fill"), "{table}");
+    let (status, _) = get(&base, "/debug/pprof/heap?seconds=999", "");
+    assert!(status.contains("400"), "{status}");
+    let (status, _) = get(&base, "/nope", "");
+    assert!(status.contains("404"), "{status}");
+    if !have_go {
+        eprintln!("SKIPPED the go tool pprof half: go is not installed");
+        return;
+    }
+    let heap = go_pprof(&["-top"], &format!("{base}/heap"));
+    assert!(heap.contains("Type: inuse_space"), "{heap}");
+    assert_eq!(top_entry(&heap), "tracing_prof_examples::cache_fill", "{heap}");
+    let allocs = go_pprof(&["-top"], &format!("{base}/allocs"));
+    assert!(allocs.contains("Type: alloc_space"), "{allocs}");
+    let spans = go_pprof(&["-top"], &format!("{base}/spans"));
+    assert!(spans.contains("Type: cpu"), "{spans}");
+    assert_eq!(top_entry(&spans), "tracing_prof_examples::render", "{spans}");
+    // A 2 s window while the service works: the same hot path, over 2 s only.
+    let window = go_pprof(&["-top", "-seconds", "2"], &format!("{base}/spans"));
+    assert!(window.contains("Duration: 2"), "{window}");
+    assert_eq!(top_entry(&window), "tracing_prof_examples::render", "{window}");
+}
+
+#[test]
+fn a_token_protects_the_endpoint() {
+    let (_service, base) = start(Some("s3cret"));
+    let (status, body) = get(&base, "/debug/pprof/heap", "");
+    assert!(status.contains("401"), "{status}");
+    assert!(!body.contains("s3cret"));
+    let (status, _) = get(&base, "/debug/pprof/heap", "Authorization: Bearer wrong\r\n");
+    assert!(status.contains("401"), "{status}");
+    let (status, body) = get(&base, "/debug/pprof/heap?debug=1", "Authorization: Bearer s3cret\r\n");
+    assert!(status.contains("200") && body.contains("inuse_space"), "{status}\n{body}");
+}
+
+#[test]
+fn slow_and_oversized_clients_are_cut_off() {
+    let (_service, base) = start(None);
+    let host = base.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    // Connections that never send a request: they hold slots only until the read timeout.
+    let idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&host).unwrap()).collect();
+    // All slots are held: the answer is 503, or a reset when the server closes before reading
+    // (it never reads on the accept thread, so that a flood cannot slow accepting down).
+    match try_get(&base, "/debug/pprof/heap?debug=1", "") {
+        Ok((status, _)) => assert!(status.contains("503") || status.contains("200"), "{status}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    std::thread::sleep(Duration::from_secs(6)); // past READ_TIMEOUT: the idle ones are dropped
+    let (status, _) = get(&base, "/debug/pprof/heap?debug=1", "");
+    assert!(status.contains("200"), "the endpoint must recover once slow clients time out: {status}");
+    drop(idle);
+    let huge = format!("X-Junk: {}\r\n", "a".repeat(20_000));
+    let (status, _) = get(&base, "/debug/pprof/heap", &huge);
+    assert!(status.contains("431"), "{status}");
+}

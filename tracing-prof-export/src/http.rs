@@ -1,0 +1,430 @@
+//! A Go-compatible `/debug/pprof/*` endpoint, so that
+//! `go tool pprof http://127.0.0.1:6060/debug/pprof/heap` just works.
+//!
+//! | path | answers | default sample type |
+//! |---|---|---|
+//! | `/debug/pprof/` | an index of the endpoints | |
+//! | `/debug/pprof/heap` | memory per span path | `inuse_space` |
+//! | `/debug/pprof/allocs` | memory per span path | `alloc_space` |
+//! | `/debug/pprof/spans` | time per span path | `cpu` |
+//! | `/debug/pprof/profile` | time per span path over the next `seconds` (default 30) | `cpu` |
+//!
+//! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
+//! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
+//!
+//! [`PprofHandler`] answers requests and knows nothing of sockets: mount it in your own server
+//! (axum, hyper, actix...) to serve it on your port. [`HttpServer`] is a small standalone server
+//! for services that have none: GET only, bound to `127.0.0.1` by default, every connection on
+//! its own thread with read and write timeouts, at most [`MAX_CONNECTIONS`] at once, request heads
+//! capped at [`MAX_HEAD_BYTES`]. A slow or hostile client can tie up at most those connections
+//! for at most those timeouts; the application and the profiler never wait on it.
+
+use crate::{ProfileKind, encode};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tracing_prof_core::config::{ConfigError, env_var};
+use tracing_prof_core::{PathKind, Profile, Profiler};
+
+/// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
+/// loopback only, Go's customary port.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
+/// Longest `?seconds=` window accepted.
+pub const DEFAULT_MAX_SECONDS: u64 = 60;
+/// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
+pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
+/// Connections served at once; more are answered `503` and closed.
+pub const MAX_CONNECTIONS: usize = 8;
+/// Largest request head (request line and headers) read.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// Time a client has to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to take each write of the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Address to serve on (`host:port`, or `default` for [`DEFAULT_HTTP_ADDR`]); unset: no server.
+pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
+/// Bearer token the endpoint requires, if set.
+pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
+
+/// An answer, for whichever server carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// Other headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    fn text(status: u16, body: impl Into<String>) -> Self {
+        let body = body.into().into_bytes();
+        HttpResponse { status, content_type: "text/plain; charset=utf-8", headers: Vec::new(), body }
+    }
+}
+
+/// Answers `/debug/pprof/*` requests from a [`Profiler`]'s numbers.
+#[derive(Clone)]
+pub struct PprofHandler {
+    profiler: Profiler,
+    token: Option<Arc<str>>,
+    max_seconds: u64,
+}
+
+impl std::fmt::Debug for PprofHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PprofHandler")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_seconds", &self.max_seconds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PprofHandler {
+    /// Serves `profiler`'s numbers, without a token.
+    pub fn new(profiler: Profiler) -> Self {
+        PprofHandler { profiler, token: None, max_seconds: DEFAULT_MAX_SECONDS }
+    }
+
+    /// Requires `Authorization: Bearer TOKEN` on every request.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into().into());
+        self
+    }
+
+    /// Longest `?seconds=` window accepted (default [`DEFAULT_MAX_SECONDS`]).
+    pub fn max_seconds(mut self, seconds: u64) -> Self {
+        self.max_seconds = seconds.max(1);
+        self
+    }
+
+    /// Answers one request. `path_and_query` is the request target (`/debug/pprof/heap?debug=1`),
+    /// `authorization` the `Authorization` header if any. Blocks for `?seconds=N`: call it from a
+    /// thread that may wait (in async servers, `spawn_blocking`).
+    ///
+    /// # Examples
+    /// ```
+    /// # let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
+    /// let handler = tracing_prof_export::http::PprofHandler::new(guard.profiler().clone());
+    /// let answer = handler.handle("GET", "/debug/pprof/heap?debug=1", None);
+    /// assert_eq!(answer.status, 200);
+    /// ```
+    pub fn handle(&self, method: &str, path_and_query: &str, authorization: Option<&str>) -> HttpResponse {
+        if let Some(token) = &self.token {
+            let given = authorization.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+            if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+                let mut r = HttpResponse::text(401, "a valid `Authorization: Bearer` token is required\n");
+                r.headers.push(("WWW-Authenticate", "Bearer".into()));
+                return r;
+            }
+        }
+        if method != "GET" && method != "HEAD" {
+            let mut r = HttpResponse::text(405, "only GET is served\n");
+            r.headers.push(("Allow", "GET, HEAD".into()));
+            return r;
+        }
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let mut seconds = None;
+        let mut debug = false;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "seconds" => match v.parse::<u64>() {
+                    Ok(n) if (1..=self.max_seconds).contains(&n) => seconds = Some(n),
+                    _ => {
+                        let msg = format!("seconds must be a whole number from 1 to {}\n", self.max_seconds);
+                        return HttpResponse::text(400, msg);
+                    }
+                },
+                "debug" => debug = v != "0",
+                _ => {} // gc=, sample_index= and the like: accepted and ignored, as Go does
+            }
+        }
+        let kind = match path.trim_end_matches('/') {
+            "/debug/pprof" => return index(),
+            "/debug/pprof/heap" => ProfileKind::Heap,
+            "/debug/pprof/allocs" => ProfileKind::Allocs,
+            "/debug/pprof/spans" => ProfileKind::Spans,
+            "/debug/pprof/profile" => {
+                seconds = Some(seconds.unwrap_or(DEFAULT_PROFILE_SECONDS.min(self.max_seconds)));
+                ProfileKind::Spans
+            }
+            _ => return HttpResponse::text(404, "not found; see /debug/pprof/\n"),
+        };
+        let profile = match seconds {
+            Some(n) => {
+                let base = self.profiler.snapshot();
+                std::thread::sleep(Duration::from_secs(n));
+                self.profiler.snapshot().window_since(&base)
+            }
+            None => self.profiler.snapshot(),
+        };
+        if debug {
+            return HttpResponse::text(200, text_table(&profile, kind));
+        }
+        match encode(&profile, kind) {
+            Ok(body) => HttpResponse {
+                status: 200,
+                content_type: "application/octet-stream",
+                headers: vec![(
+                    "Content-Disposition",
+                    format!("attachment; filename=\"{}.pb.gz\"", kind.name()),
+                )],
+                body,
+            },
+            Err(e) => HttpResponse::text(500, format!("{e}\n")),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn index() -> HttpResponse {
+    let body = "<html><head><title>/debug/pprof/</title></head><body>\n\
+        <h1>tracing-prof: /debug/pprof/</h1>\n<table>\n\
+        <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, per span path (inuse_space by default)</td></tr>\n\
+        <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, per span path (alloc_space by default)</td></tr>\n\
+        <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU</td></tr>\n\
+        <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>time per span path over the next <code>seconds</code> (default 30)</td></tr>\n\
+        </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
+        Use: <code>go tool pprof http://HOST/debug/pprof/heap</code></p></body></html>\n";
+    HttpResponse { status: 200, content_type: "text/html; charset=utf-8", headers: Vec::new(), body: body.into() }
+}
+
+/// `?debug=1`: the kind's sample types per span path, largest default sample type first.
+fn text_table(profile: &Profile, kind: ProfileKind) -> String {
+    let types = kind.sample_types();
+    let main = types.iter().position(|(t, _)| *t == kind.default_sample_type()).unwrap_or(0);
+    let mut rows: Vec<(Vec<i64>, String)> = profile
+        .paths
+        .iter()
+        .filter(|p| p.kind != PathKind::Profiler || kind != ProfileKind::Spans)
+        .map(|p| (kind.values(p), p.display_path()))
+        .filter(|(v, _)| v.iter().any(|&x| x != 0))
+        .collect();
+    rows.sort_by(|a, b| b.0[main].cmp(&a.0[main]).then_with(|| a.1.cmp(&b.1)));
+    let mut out = format!(
+        "tracing-prof {} profile{}: {} span paths\n\n",
+        kind.name(),
+        if profile.window { format!(", last {:.1} s", profile.duration.as_secs_f64()) } else { String::new() },
+        rows.len()
+    );
+    for (t, u) in types {
+        let _ = write!(out, "{:>16} ", format!("{t}/{u}").chars().take(16).collect::<String>());
+    }
+    out.push_str(" span path\n");
+    for (values, path) in rows {
+        for v in values {
+            let _ = write!(out, "{v:>16} ");
+        }
+        let _ = writeln!(out, " {path}");
+    }
+    out
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The accept thread could not be spawned.
+    #[error("cannot spawn the tracing-prof HTTP thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// An environment variable is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A standalone `/debug/pprof` server; stops when dropped.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Serves `handler` on `addr` (e.g. `"127.0.0.1:6060"`; port 0 picks a free port).
+    pub fn start(handler: PprofHandler, addr: impl ToSocketAddrs + std::fmt::Display) -> Result<HttpServer, HttpError> {
+        let listener =
+            TcpListener::bind(&addr).map_err(|source| HttpError::Bind { addr: addr.to_string(), source })?;
+        let local = listener.local_addr().map_err(|source| HttpError::Bind { addr: addr.to_string(), source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("tracing-prof-http".into())
+                .spawn(move || accept_loop(&listener, &handler, &stop))
+                .map_err(HttpError::Spawn)?
+        };
+        Ok(HttpServer { addr: local, stop, thread: Some(thread) })
+    }
+
+    /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
+    /// [`DEFAULT_HTTP_ADDR`]), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is set.
+    pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
+        let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else { return Ok(None) };
+        let addr = if addr == "default" { DEFAULT_HTTP_ADDR.to_owned() } else { addr };
+        let mut handler = PprofHandler::new(profiler.clone());
+        if let Some(token) = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))? {
+            handler = handler.bearer_token(token);
+        }
+        HttpServer::start(handler, addr.as_str()).map(Some)
+    }
+
+    /// The address actually listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept with a connection of our own.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool) {
+    // This thread's and its connection threads' memory is the profiler's own.
+    tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let busy = HttpResponse::text(503, "too many requests at once; try again\n");
+            let _ = write_response(&mut stream, &busy, false);
+            continue;
+        }
+        let (handler, mine) = (handler.clone(), Arc::clone(&active));
+        let spawned = std::thread::Builder::new().name("tracing-prof-http-conn".into()).spawn(move || {
+            tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+            serve(stream, &handler);
+            mine.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One request on one connection, then close.
+fn serve(mut stream: TcpStream, handler: &PprofHandler) {
+    let response = match read_head(&mut stream) {
+        Ok(head) => match parse_head(&head) {
+            Some((method, target, auth)) => {
+                let head_only = method == "HEAD";
+                let r = handler.handle(method, target, auth);
+                let _ = write_response(&mut stream, &r, head_only);
+                return;
+            }
+            None => HttpResponse::text(400, "malformed request\n"),
+        },
+        Err(HeadError::TooLarge) => HttpResponse::text(431, "request head too large\n"),
+        Err(HeadError::Io) => return, // timed out or closed: nothing to answer
+    };
+    let _ = write_response(&mut stream, &response, false);
+    // Closing with unread input makes the kernel send a reset that can destroy the answer in
+    // flight: stop writing, then drain a bounded amount for a short while before closing.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
+}
+
+enum HeadError {
+    TooLarge,
+    Io,
+}
+
+/// Reads up to the blank line ending the head, within READ_TIMEOUT in total.
+fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, HeadError> {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > MAX_HEAD_BYTES {
+            return Err(HeadError::TooLarge);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Err(HeadError::Io);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return Err(HeadError::Io),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(head)
+}
+
+/// `(method, target, Authorization)` from a request head.
+fn parse_head(head: &[u8]) -> Option<(&str, &str, Option<&str>)> {
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut request = lines.next()?.split(' ');
+    let (method, target, version) = (request.next()?, request.next()?, request.next()?);
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return None;
+    }
+    let auth = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.trim());
+    Some((method, target, auth))
+}
+
+fn write_response(stream: &mut TcpStream, r: &HttpResponse, head_only: bool) -> std::io::Result<()> {
+    let reason = match r.status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    };
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        r.status,
+        r.content_type,
+        r.body.len()
+    );
+    for (k, v) in &r.headers {
+        let _ = write!(head, "{k}: {v}\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    if !head_only {
+        stream.write_all(&r.body)?;
+    }
+    stream.flush()
+}
