@@ -189,6 +189,8 @@ impl ProfilerBuilder {
             .name("tracing-prof".into())
             .spawn(move || {
                 aggregator.run(inbox);
+                // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
+                drop(aggregator);
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;

@@ -14,10 +14,12 @@ pub mod files;
 pub mod flamegraph;
 pub mod http;
 pub mod pprof;
+pub mod pyroscope;
 
 pub use files::{FileError, FileExporter};
 pub use flamegraph::{FlamegraphError, flamegraph_svg, folded};
 pub use http::{HttpServer, PprofHandler};
+pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 pub use pprof::{EncodeError, encode, to_proto};
 
 /// Which profile to encode.

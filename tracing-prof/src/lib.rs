@@ -14,8 +14,9 @@
 //! static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // 2. Settings from TRACING_PROF_* (defaults otherwise), files into ./profiles.
-//!     let (layer, guard) = tracing_prof::from_env()?.build()?;
+//!     // 2. Settings from TRACING_PROF_* (defaults otherwise), files into ./profiles, and
+//!     //    Pyroscope / `/debug/pprof` when PYROSCOPE_SERVER_ADDRESS / TRACING_PROF_HTTP_ADDR say so.
+//!     let (layer, guard) = tracing_prof::init_from_env()?;
 //!     // 3. Add the layer to your subscriber.
 //!     tracing_subscriber::registry().with(layer).init();
 //!
@@ -44,12 +45,72 @@ pub use tracing_prof_alloc::{ReallocMode, TaggingAllocator};
 pub use tracing_prof_core::{
     Config, ConfigError, Profile, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
 };
-pub use tracing_prof_export::{FileExporter, ProfileKind};
+pub use tracing_prof_export::{
+    FileExporter, HttpServer, PprofHandler, ProfileKind, PyroscopeConfig, PyroscopeExporter,
+};
 
-/// A [`ProfilerBuilder`] with settings from the `TRACING_PROF_*` environment variables and a
-/// [`FileExporter`] writing to `TRACING_PROF_DIR` (default `./profiles`).
+/// Why the profiler could not be set up from the environment.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A `TRACING_PROF_*` variable is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The Pyroscope settings are invalid.
+    #[error(transparent)]
+    Pyroscope(#[from] tracing_prof_export::pyroscope::PyroscopeError),
+    /// The profiler could not start.
+    #[error(transparent)]
+    Build(#[from] tracing_prof_core::BuildError),
+    /// The `/debug/pprof` server could not start.
+    #[error(transparent)]
+    Http(#[from] tracing_prof_export::http::HttpError),
+}
+
+/// A [`ProfilerBuilder`] set up from the environment: the `TRACING_PROF_*` settings, a
+/// [`FileExporter`] writing to `TRACING_PROF_DIR` (default `./profiles`), and a
+/// [`PyroscopeExporter`] when `PYROSCOPE_SERVER_ADDRESS` is set.
 ///
 /// A variable set to an invalid value is an error naming it.
-pub fn from_env() -> Result<ProfilerBuilder, ConfigError> {
-    Ok(Profiler::builder().from_env()?.sink(FileExporter::from_env()?))
+pub fn from_env() -> Result<ProfilerBuilder, Error> {
+    let mut builder = Profiler::builder().from_env()?.sink(FileExporter::from_env()?);
+    if let Some(config) = PyroscopeConfig::from_env()? {
+        builder = builder.sink(PyroscopeExporter::start(config)?);
+    }
+    Ok(builder)
+}
+
+/// Everything the environment asks for, started: [`from_env`]'s profiler, and a
+/// `/debug/pprof` server when `TRACING_PROF_HTTP_ADDR` is set. Keep the guard alive.
+pub fn init_from_env() -> Result<(ProfileLayer, Guard), Error> {
+    let (layer, profiler) = from_env()?.build()?;
+    let http = HttpServer::from_env(profiler.profiler())?;
+    Ok((layer, Guard { http, profiler }))
+}
+
+/// Keeps what [`init_from_env`] started; dropping it stops the HTTP server, then writes and
+/// pushes the final profiles.
+#[derive(Debug)]
+#[must_use = "dropping the guard stops the profiler"]
+pub struct Guard {
+    http: Option<HttpServer>,
+    profiler: ProfilerGuard,
+}
+
+impl Guard {
+    /// A handle for snapshots and stats.
+    pub fn profiler(&self) -> &Profiler {
+        self.profiler.profiler()
+    }
+
+    /// Where `/debug/pprof` is served, if it is.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(HttpServer::local_addr)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.http.take());
+    }
 }

@@ -1,0 +1,688 @@
+//! Pushing profiles to Pyroscope / Grafana Cloud Profiles.
+//!
+//! Every interval, [`PyroscopeExporter`] (a [`Sink`]) turns the profile into a window since the
+//! previous push (counters over the interval, in-use memory at its end), encodes the `spans` and
+//! `heap` kinds as pprof and hands them to its own sender thread through a bounded queue. The
+//! aggregator never waits on the network: when the queue is full the oldest batch is dropped and
+//! counted. The sender retries transport errors, `429` and `5xx` answers with exponential backoff,
+//! and gives up on other `4xx` answers (a configuration error) at once; every failure is counted
+//! and reported on stderr once per distinct error. Errors and `Debug` output never contain the
+//! URL's credentials, the token or the password.
+//!
+//! Two APIs:
+//! - [`PyroscopeApi::Push`] (default): `POST /push.v1.PusherService/Push`, a protobuf
+//!   `PushRequest` with one series per kind, labels `__name__` (`spans` or `memory`),
+//!   `service_name` and your tags.
+//! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&format=pprof`, a
+//!   multipart form with the pprof in `profile` and a `sample_type_config`.
+
+use crate::{ProfileKind, encode};
+use base64::Engine as _;
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing_prof_core::config::{ConfigError, env_var, parse_duration};
+use tracing_prof_core::{Profile, Sink, SinkError};
+
+/// Batches (one interval's profiles) waiting to be sent: 8.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
+/// Time one HTTP request may take: 10 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Retries of a batch after its first attempt: 3 (waits 1 s, 2 s, 4 s).
+pub const DEFAULT_RETRIES: u32 = 3;
+/// First retry wait, doubled for each further retry.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// How long dropping the exporter waits for queued batches to be sent: 3 s.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Server URL, e.g. `http://pyroscope:4040` (as Pyroscope's own clients name it). Unset: no push.
+pub const ENV_SERVER_ADDRESS: &str = "PYROSCOPE_SERVER_ADDRESS";
+/// Application name (`service_name`); default: the executable's name.
+pub const ENV_APPLICATION_NAME: &str = "PYROSCOPE_APPLICATION_NAME";
+/// Bearer token.
+pub const ENV_AUTH_TOKEN: &str = "PYROSCOPE_AUTH_TOKEN";
+/// Basic auth user (Grafana Cloud: the stack's user id).
+pub const ENV_BASIC_AUTH_USER: &str = "PYROSCOPE_BASIC_AUTH_USER";
+/// Basic auth password (Grafana Cloud: an access policy token).
+pub const ENV_BASIC_AUTH_PASSWORD: &str = "PYROSCOPE_BASIC_AUTH_PASSWORD";
+/// Tenant, sent as `X-Scope-OrgID`.
+pub const ENV_TENANT_ID: &str = "PYROSCOPE_TENANT_ID";
+/// Static tags, `key=value,key2=value2`.
+pub const ENV_LABELS: &str = "PYROSCOPE_LABELS";
+/// `push` (default) or `ingest`.
+pub const ENV_API: &str = "TRACING_PROF_PYROSCOPE_API";
+/// Request timeout, a duration like `10s`.
+pub const ENV_TIMEOUT: &str = "TRACING_PROF_PYROSCOPE_TIMEOUT";
+
+/// Which Pyroscope API to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PyroscopeApi {
+    /// `POST /push.v1.PusherService/Push` (Connect, protobuf).
+    #[default]
+    Push,
+    /// `POST /ingest` (multipart form).
+    Ingest,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Auth {
+    None,
+    Basic { user: String, password: String },
+    Bearer(String),
+}
+
+/// Where and how to push. Secrets are never shown by `Debug`.
+#[derive(Clone)]
+pub struct PyroscopeConfig {
+    url: String,
+    app: String,
+    api: PyroscopeApi,
+    auth: Auth,
+    tenant: Option<String>,
+    tags: Vec<(String, String)>,
+    timeout: Duration,
+    queue_capacity: usize,
+    retries: u32,
+    backoff: Duration,
+    flush_timeout: Duration,
+}
+
+impl fmt::Debug for PyroscopeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.auth {
+            Auth::None => "none",
+            Auth::Basic { .. } => "basic <redacted>",
+            Auth::Bearer(_) => "bearer <redacted>",
+        };
+        f.debug_struct("PyroscopeConfig")
+            .field("url", &redact_url(&self.url))
+            .field("app", &self.app)
+            .field("api", &self.api)
+            .field("auth", &auth)
+            .field("tenant", &self.tenant)
+            .field("tags", &self.tags)
+            .field("timeout", &self.timeout)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `scheme://host...` with any `user:password@` removed.
+fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.split_once('@').filter(|(cred, _)| !cred.contains('/')).map_or(rest, |(_, r)| r);
+            format!("{scheme}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PyroscopeError {
+    /// An environment variable is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Something else is invalid.
+    #[error("invalid Pyroscope setting: {0}")]
+    Invalid(String),
+    /// The sender thread could not be spawned.
+    #[error("cannot spawn the tracing-prof Pyroscope thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+impl PyroscopeConfig {
+    /// Pushes to `url` (e.g. `http://localhost:4040`) as application `app`.
+    pub fn new(url: impl Into<String>, app: impl Into<String>) -> Self {
+        PyroscopeConfig {
+            url: url.into().trim_end_matches('/').to_owned(),
+            app: app.into(),
+            api: PyroscopeApi::default(),
+            auth: Auth::None,
+            tenant: None,
+            tags: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            retries: DEFAULT_RETRIES,
+            backoff: DEFAULT_BACKOFF,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+        }
+    }
+
+    /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
+    /// `PYROSCOPE_SERVER_ADDRESS` is unset.
+    pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
+        let Some(url) = env_var(ENV_SERVER_ADDRESS, |s| Ok(s.to_owned()))? else { return Ok(None) };
+        let app = env_var(ENV_APPLICATION_NAME, |s| Ok(s.to_owned()))?.unwrap_or_else(default_app_name);
+        let mut c = PyroscopeConfig::new(url, app);
+        if let Some(token) = env_var(ENV_AUTH_TOKEN, |s| Ok(s.to_owned()))? {
+            c = c.bearer_token(token);
+        }
+        let user = env_var(ENV_BASIC_AUTH_USER, |s| Ok(s.to_owned()))?;
+        let password = env_var(ENV_BASIC_AUTH_PASSWORD, |s| Ok(s.to_owned()))?;
+        match (user, password) {
+            (Some(u), Some(p)) => c = c.basic_auth(u, p),
+            (None, None) => {}
+            _ => {
+                return Err(PyroscopeError::Invalid(format!(
+                    "set both {ENV_BASIC_AUTH_USER} and {ENV_BASIC_AUTH_PASSWORD}, or neither"
+                )));
+            }
+        }
+        if let Some(t) = env_var(ENV_TENANT_ID, |s| Ok(s.to_owned()))? {
+            c = c.tenant(t);
+        }
+        if let Some(tags) = env_var(ENV_LABELS, parse_tags)? {
+            for (k, v) in tags {
+                c = c.tag(k, v);
+            }
+        }
+        if let Some(api) = env_var(ENV_API, |s| match s {
+            "push" => Ok(PyroscopeApi::Push),
+            "ingest" => Ok(PyroscopeApi::Ingest),
+            _ => Err(format!("expected push or ingest, got {s:?}")),
+        })? {
+            c = c.api(api);
+        }
+        if let Some(t) = env_var(ENV_TIMEOUT, parse_duration)? {
+            c = c.timeout(t);
+        }
+        Ok(Some(c))
+    }
+
+    /// Which API (default [`PyroscopeApi::Push`]).
+    pub fn api(mut self, api: PyroscopeApi) -> Self {
+        self.api = api;
+        self
+    }
+    /// `Authorization: Basic` (Grafana Cloud: user id and access policy token).
+    pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Auth::Basic { user: user.into(), password: password.into() };
+        self
+    }
+    /// `Authorization: Bearer`.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.auth = Auth::Bearer(token.into());
+        self
+    }
+    /// Tenant, sent as `X-Scope-OrgID` (multi-tenant Pyroscope).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+    /// A static tag on every profile (`env=prod`, `region=eu-west-1`...).
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.tags.push((key.into(), value.into()));
+        self
+    }
+    /// Time one request may take (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Batches that may wait to be sent (default [`DEFAULT_QUEUE_CAPACITY`], at least 1).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+    /// Retries per batch and the first wait (doubled each time).
+    pub fn retries(mut self, retries: u32, first_backoff: Duration) -> Self {
+        self.retries = retries;
+        self.backoff = first_backoff;
+        self
+    }
+    /// How long dropping the exporter waits for queued batches (default [`DEFAULT_FLUSH_TIMEOUT`]).
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    fn validate(&self) -> Result<(), PyroscopeError> {
+        let invalid = |m: String| Err(PyroscopeError::Invalid(m));
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return invalid(format!("the server address must start with http:// or https://, got {}", redact_url(&self.url)));
+        }
+        if self.url.starts_with("https://") && !cfg!(feature = "tls") {
+            return invalid("https needs the `tls` feature of tracing-prof-export".into());
+        }
+        if self.url[self.url.find("://").map_or(0, |i| i + 3)..].split('/').next().is_some_and(|h| h.contains('@')) {
+            return invalid("put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into());
+        }
+        if self.app.is_empty() || self.app.contains(['{', '}', ',', '=', '"']) {
+            return invalid(format!("application name {:?} is empty or has one of {{ }} , = \"", self.app));
+        }
+        for (k, v) in &self.tags {
+            let key_ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            if !key_ok || v.contains(['{', '}', ',', '=', '"']) || k == "__name__" || k == "service_name" {
+                return invalid(format!("tag {k}={v:?}: keys are [A-Za-z_][A-Za-z0-9_.]* (not __name__ or service_name), values have none of {{ }} , = \""));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn default_app_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "rust-app".into())
+}
+
+fn parse_tags(s: &str) -> Result<Vec<(String, String)>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| format!("expected key=value pairs separated by commas, got {pair:?}"))
+        })
+        .collect()
+}
+
+/// Counters of a [`PyroscopeExporter`], readable from anywhere.
+#[derive(Debug, Default)]
+pub struct PushStats {
+    sent: AtomicU64,
+    failed_attempts: AtomicU64,
+    dropped: AtomicU64,
+    queued: AtomicU64,
+}
+
+impl PushStats {
+    /// Batches delivered.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+    /// Requests that failed (each retry counts).
+    pub fn failed_attempts(&self) -> u64 {
+        self.failed_attempts.load(Ordering::Relaxed)
+    }
+    /// Batches given up: queue full (the oldest goes), retries exhausted, or rejected by the server.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+    /// Batches waiting now (at most the queue capacity).
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
+
+/// One interval's profiles, ready to send.
+struct Batch {
+    from: SystemTime,
+    until: SystemTime,
+    profiles: Vec<(ProfileKind, Vec<u8>)>,
+}
+
+/// A [`Sink`] pushing to Pyroscope; see the module docs.
+pub struct PyroscopeExporter {
+    queue: Option<Sender<Batch>>,
+    /// A receiver of the same queue, to drop the oldest batch when it is full.
+    oldest: Receiver<Batch>,
+    stats: Arc<PushStats>,
+    previous: Option<Profile>,
+    closing: Arc<AtomicBool>,
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+    flush_timeout: Duration,
+}
+
+impl fmt::Debug for PyroscopeExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PyroscopeExporter").field("stats", &self.stats).finish_non_exhaustive()
+    }
+}
+
+impl PyroscopeExporter {
+    /// Validates `config` and starts the sender thread.
+    pub fn start(config: PyroscopeConfig) -> Result<Self, PyroscopeError> {
+        config.validate()?;
+        let (queue, inbox) = bounded::<Batch>(config.queue_capacity);
+        let (done_tx, done) = bounded::<()>(1);
+        let stats = Arc::new(PushStats::default());
+        let closing = Arc::new(AtomicBool::new(false));
+        let flush_timeout = config.flush_timeout;
+        let sender = Pusher {
+            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
+            config,
+            stats: Arc::clone(&stats),
+            closing: Arc::clone(&closing),
+            reported: None,
+        };
+        let oldest = inbox.clone();
+        let thread = std::thread::Builder::new()
+            .name("tracing-prof-pyroscope".into())
+            .spawn(move || {
+                tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+                sender.run(&inbox);
+                let _ = done_tx.send(());
+            })
+            .map_err(PyroscopeError::Spawn)?;
+        Ok(PyroscopeExporter {
+            queue: Some(queue),
+            oldest,
+            stats,
+            previous: None,
+            closing,
+            done,
+            thread: Some(thread),
+            flush_timeout,
+        })
+    }
+
+    /// The exporter's counters; the handle stays valid after the exporter is moved into a
+    /// profiler.
+    pub fn stats(&self) -> Arc<PushStats> {
+        Arc::clone(&self.stats)
+    }
+}
+
+impl Sink for PyroscopeExporter {
+    fn name(&self) -> &str {
+        "pyroscope"
+    }
+
+    /// Encodes and queues; never waits on the network.
+    fn export(&mut self, profile: &Profile) -> Result<(), SinkError> {
+        let window = match &self.previous {
+            Some(previous) => profile.window_since(previous),
+            None => profile.clone(), // the first push covers everything since the start
+        };
+        let from = window.time.checked_sub(window.duration).unwrap_or(window.time);
+        let profiles = [ProfileKind::Spans, ProfileKind::Heap]
+            .into_iter()
+            .map(|k| encode(&window, k).map(|bytes| (k, bytes)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.previous = Some(profile.clone());
+        let Some(queue) = &self.queue else { return Ok(()) };
+        let mut batch = Batch { from, until: window.time, profiles };
+        loop {
+            match queue.try_send(batch) {
+                Ok(()) => {
+                    self.stats.queued.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(TrySendError::Full(b)) => {
+                    // Keep the newest: drop the oldest waiting batch and try again.
+                    if self.oldest.try_recv().is_ok() {
+                        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    batch = b;
+                }
+                Err(TrySendError::Disconnected(_)) => return Err("the Pyroscope sender thread is gone".into()),
+            }
+        }
+    }
+}
+
+impl Drop for PyroscopeExporter {
+    /// Lets the sender deliver what is queued, without retries, for at most the flush timeout.
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        drop(self.queue.take());
+        if self.done.recv_timeout(self.flush_timeout).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The sender thread's state.
+struct Pusher {
+    agent: ureq::Agent,
+    config: PyroscopeConfig,
+    stats: Arc<PushStats>,
+    closing: Arc<AtomicBool>,
+    /// Last error reported, to report each distinct one once.
+    reported: Option<String>,
+}
+
+/// A failed request, described without URL or credentials.
+struct Failure {
+    message: String,
+    retry: bool,
+}
+
+impl Pusher {
+    fn run(mut self, inbox: &Receiver<Batch>) {
+        for batch in inbox {
+            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            self.deliver(&batch);
+        }
+    }
+
+    fn deliver(&mut self, batch: &Batch) {
+        let mut wait = self.config.backoff;
+        for attempt in 0..=self.config.retries {
+            match self.send(batch) {
+                Ok(()) => {
+                    self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                    if self.reported.take().is_some() {
+                        eprintln!("tracing-prof: pyroscope: pushing works again");
+                    }
+                    return;
+                }
+                Err(f) => {
+                    self.stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                    if self.reported.as_deref() != Some(f.message.as_str()) {
+                        eprintln!(
+                            "tracing-prof: pyroscope: push failed: {} (retrying with backoff, dropping \
+                             when the queue is full; this error is reported once)",
+                            f.message
+                        );
+                        self.reported = Some(f.message.clone());
+                    }
+                    let closing = self.closing.load(Ordering::SeqCst);
+                    if !f.retry || closing || attempt == self.config.retries || !self.sleep(wait) {
+                        break;
+                    }
+                    wait = wait.saturating_mul(2);
+                }
+            }
+        }
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sleeps `d` unless closing begins; returns whether it slept the whole time.
+    fn sleep(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            if self.closing.load(Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())));
+        }
+        true
+    }
+
+    fn request(&self, path: &str) -> ureq::Request {
+        let mut r = self.agent.post(&format!("{}{path}", self.config.url)).set("User-Agent", "tracing-prof");
+        match &self.config.auth {
+            Auth::None => {}
+            Auth::Basic { user, password } => {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                r = r.set("Authorization", &format!("Basic {b64}"));
+            }
+            Auth::Bearer(token) => r = r.set("Authorization", &format!("Bearer {token}")),
+        }
+        if let Some(t) = &self.config.tenant {
+            r = r.set("X-Scope-OrgID", t);
+        }
+        r
+    }
+
+    fn send(&self, batch: &Batch) -> Result<(), Failure> {
+        match self.config.api {
+            PyroscopeApi::Push => {
+                let body = prost::Message::encode_to_vec(&self.push_request(batch));
+                let r = self
+                    .request("/push.v1.PusherService/Push")
+                    .set("Content-Type", "application/proto")
+                    .set("Connect-Protocol-Version", "1");
+                outcome(r.send_bytes(&body))
+            }
+            PyroscopeApi::Ingest => {
+                for (kind, bytes) in &batch.profiles {
+                    let boundary = format!("tracing-prof-{:016x}", nanos(SystemTime::now()));
+                    let body = multipart(&boundary, bytes, *kind);
+                    let r = self
+                        .request("/ingest")
+                        .query("name", &self.ingest_name())
+                        .query("from", &(nanos(batch.from) / 1_000_000_000).to_string())
+                        .query("until", &(nanos(batch.until) / 1_000_000_000).to_string())
+                        .query("format", "pprof")
+                        .query("spyName", "tracing-prof")
+                        .set("Content-Type", &format!("multipart/form-data; boundary={boundary}"));
+                    outcome(r.send_bytes(&body))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `APP{tag=value,...}` for the ingest API.
+    fn ingest_name(&self) -> String {
+        let tags: Vec<String> = self.config.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{}{{{}}}", self.config.app, tags.join(","))
+    }
+
+    fn push_request(&self, batch: &Batch) -> push::PushRequest {
+        let series = batch
+            .profiles
+            .iter()
+            .map(|(kind, bytes)| {
+                let name = match kind {
+                    ProfileKind::Spans => "spans",
+                    ProfileKind::Heap | ProfileKind::Allocs => "memory",
+                };
+                let mut labels = vec![
+                    push::LabelPair { name: "__name__".into(), value: name.into() },
+                    push::LabelPair { name: "service_name".into(), value: self.config.app.clone() },
+                ];
+                labels.extend(self.config.tags.iter().map(|(k, v)| push::LabelPair { name: k.clone(), value: v.clone() }));
+                push::RawProfileSeries {
+                    labels,
+                    samples: vec![push::RawSample { raw_profile: bytes.clone(), id: String::new() }],
+                }
+            })
+            .collect();
+        push::PushRequest { series }
+    }
+}
+
+fn nanos(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
+}
+
+fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(ureq::Error::Status(code, _)) => Err(Failure {
+            message: format!("the server answered HTTP {code}"),
+            retry: code == 429 || code >= 500,
+        }),
+        // The transport error's kind only: its Display would include the URL.
+        Err(ureq::Error::Transport(t)) => Err(Failure { message: format!("transport error: {}", t.kind()), retry: true }),
+    }
+}
+
+/// The `/ingest` form: the pprof in `profile`, units and aggregation in `sample_type_config`.
+fn multipart(boundary: &str, pprof: &[u8], kind: ProfileKind) -> Vec<u8> {
+    let config: Vec<String> = kind
+        .sample_types()
+        .iter()
+        .map(|(t, unit)| {
+            let (units, aggregation) = match *unit {
+                "bytes" => ("bytes", if t.starts_with("inuse") { "average" } else { "sum" }),
+                "count" if t.ends_with("objects") => ("objects", if t.starts_with("inuse") { "average" } else { "sum" }),
+                _ => ("samples", "sum"),
+            };
+            format!("\"{t}\":{{\"units\":\"{units}\",\"aggregation\":\"{aggregation}\",\"display-name\":\"{t}\"}}")
+        })
+        .collect();
+    let json = format!("{{{}}}", config.join(","));
+    let mut body = Vec::with_capacity(pprof.len() + json.len() + 512);
+    for (name, file, bytes) in [("profile", "profile.pprof", pprof), ("sample_type_config", "sample_type_config.json", json.as_bytes())] {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\n\
+                 Content-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// Pyroscope's `push.v1` messages (`api/push/v1/push.proto`, `types/v1` `LabelPair`), as prost
+/// types, for the push API and for tests that play the server.
+pub mod push {
+    #![allow(missing_docs, reason = "mirrors push.proto field for field")]
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PushRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub series: Vec<RawProfileSeries>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RawProfileSeries {
+        #[prost(message, repeated, tag = "1")]
+        pub labels: Vec<LabelPair>,
+        #[prost(message, repeated, tag = "2")]
+        pub samples: Vec<RawSample>,
+    }
+
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct LabelPair {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub value: String,
+    }
+
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct RawSample {
+        #[prost(bytes = "vec", tag = "1")]
+        pub raw_profile: Vec<u8>,
+        #[prost(string, tag = "2")]
+        pub id: String,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_debug_and_errors() {
+        let c = PyroscopeConfig::new("https://user:pw@host:4040", "app").basic_auth("u", "hunter2");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("pw@"), "{shown}");
+        let e = PyroscopeConfig::new("https://user:pw@host:4040", "app").validate().unwrap_err().to_string();
+        assert!(!e.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_a_reason() {
+        assert!(PyroscopeConfig::new("ftp://x", "a").validate().is_err());
+        assert!(PyroscopeConfig::new("http://x", "a{b}").validate().is_err());
+        assert!(PyroscopeConfig::new("http://x", "a").tag("9x", "v").validate().is_err());
+        assert!(PyroscopeConfig::new("http://x", "a").tag("env", "a,b").validate().is_err());
+        assert!(PyroscopeConfig::new("http://x", "a").tag("env", "prod").validate().is_ok());
+        assert_eq!(parse_tags("env=prod, region=eu").unwrap().len(), 2);
+        assert!(parse_tags("env").is_err());
+    }
+}
