@@ -9,8 +9,8 @@
 //! cargo run --release --example service
 //! ```
 //! Settings: the `TRACING_PROF_*` variables (see the README; `TRACING_PROF_HTTP_ADDR=default`
-//! serves `/debug/pprof` on 127.0.0.1:6060), `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to
-//! keep serving requests for that long instead.
+//! serves `/debug/pprof` on 127.0.0.1:6060; `PYROSCOPE_SERVER_ADDRESS` pushes to Pyroscope),
+//! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof::core::{PathKind, PathProfile, Profile};
 use tracing_prof::export::HttpServer;
-use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
+use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
 
@@ -38,12 +38,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let exporter = FileExporter::from_env()?;
     let dir = exporter.dir().to_owned();
-    // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise.
-    let (layer, guard) = Profiler::builder()
-        .interval(Duration::from_secs(2))
-        .from_env()?
-        .sink(exporter)
-        .build()?;
+    // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise; it pushes to
+    // Pyroscope when PYROSCOPE_SERVER_ADDRESS is set.
+    let mut builder = Profiler::builder().interval(Duration::from_secs(2)).from_env()?.sink(exporter);
+    if let Some(config) = PyroscopeConfig::from_env()? {
+        builder = builder.sink(PyroscopeExporter::start(config)?);
+    }
+    let (layer, guard) = builder.build()?;
     tracing_subscriber::registry().with(layer).init();
     let profiler = guard.profiler().clone();
     let http = HttpServer::from_env(&profiler)?;

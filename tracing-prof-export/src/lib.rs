@@ -1,8 +1,12 @@
-//! Exporters for tracing-prof profiles: pprof encoding and files.
+//! Exporters for tracing-prof profiles.
 //!
-//! [`encode`] turns a [`Profile`](tracing_prof_core::Profile) into a gzip'd pprof
-//! `profile.proto` that `go tool pprof`, Pyroscope, Grafana and every pprof viewer open.
-//! [`FileExporter`] is a [`Sink`](tracing_prof_core::Sink) writing them to a directory.
+//! - [`encode`] turns a [`Profile`](tracing_prof_core::Profile) into a gzip'd pprof
+//!   `profile.proto` that `go tool pprof`, Pyroscope, Grafana and every pprof viewer open.
+//! - [`FileExporter`]: a [`Sink`](tracing_prof_core::Sink) writing them to a directory, with
+//!   optional delta files and flame graph SVGs.
+//! - [`flamegraph`]: folded stacks and SVG flame graphs (inferno) of any kind and sample type.
+//! - [`http`]: a Go-compatible `/debug/pprof` handler and a small standalone server.
+//! - [`pyroscope`]: pushes to Pyroscope / Grafana Cloud, never blocking the application.
 //!
 //! | kind | sample types (Go's names) | default |
 //! |------|---------------------------|---------|
