@@ -93,7 +93,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         summary.leaked_bytes / 1024,
         flush.as_secs_f64() * 1e3,
     );
-    print_top("Top span paths by CPU time (self: not in child spans)", &profile, |p| p.time.cpu_ns());
+    print_top("Top span paths by CPU time (self: not in child spans)", &profile, |p| p.time.cpu_ns);
     print_top("Top span paths by in-use memory (held now)", &profile, |p| p.memory.inuse_bytes);
     let total = profile.total_memory();
     println!(
@@ -128,8 +128,8 @@ fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) 
         let (total, _) = profile.cumulative(p);
         println!(
             "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  {}",
-            ms(p.time.cpu_ns()),
-            ms(total.cpu_ns()),
+            ms(p.time.cpu_ns),
+            ms(total.cpu_ns),
             ms(p.time.busy_ns),
             p.time.spans,
             bytes(p.memory.alloc_bytes),

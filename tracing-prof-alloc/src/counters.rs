@@ -35,6 +35,7 @@ pub(crate) struct Slot {
     wall_ns: AtomicU64,
     busy_ns: AtomicU64,
     idle_ns: AtomicU64,
+    cpu_ns: AtomicU64,
     cpu_user_ns: AtomicU64,
     cpu_sys_ns: AtomicU64,
 }
@@ -50,6 +51,7 @@ impl Slot {
             wall_ns: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             idle_ns: AtomicU64::new(0),
+            cpu_ns: AtomicU64::new(0),
             cpu_user_ns: AtomicU64::new(0),
             cpu_sys_ns: AtomicU64::new(0),
         }
@@ -241,13 +243,15 @@ pub(crate) fn record_resize(tag: u32, old: usize, new: usize) {
     });
 }
 
-/// Adds one enter..exit interval of a span of `tag`: busy wall time and CPU time.
+/// Adds one enter..exit interval of a span of `tag`: busy wall time, CPU time, and the part of
+/// the CPU time known to be user and system time (both 0 when the CPU clock does not split).
 ///
 /// Called by the span layer on exit; no allocation, lock or syscall.
 #[inline]
-pub fn record_interval(tag: crate::Tag, busy_ns: u64, cpu_user_ns: u64, cpu_sys_ns: u64) {
+pub fn record_interval(tag: crate::Tag, busy_ns: u64, cpu_ns: u64, cpu_user_ns: u64, cpu_sys_ns: u64) {
     with_slot(tag.get(), |s, w| {
         w.add(&s.busy_ns, busy_ns);
+        w.add(&s.cpu_ns, cpu_ns);
         w.add(&s.cpu_user_ns, cpu_user_ns);
         w.add(&s.cpu_sys_ns, cpu_sys_ns);
     });
@@ -285,6 +289,8 @@ pub struct TagTotals {
     pub busy_ns: u64,
     /// Sum of closed spans' time alive but not entered, nanoseconds.
     pub idle_ns: u64,
+    /// CPU time over enter..exit intervals, nanoseconds.
+    pub cpu_ns: u64,
     /// User CPU time over enter..exit intervals, nanoseconds.
     pub cpu_user_ns: u64,
     /// System CPU time over enter..exit intervals, nanoseconds.
@@ -339,6 +345,7 @@ pub fn read_totals(out: &mut [TagTotals]) {
             t.wall_ns += load(&s.wall_ns);
             t.busy_ns += load(&s.busy_ns);
             t.idle_ns += load(&s.idle_ns);
+            t.cpu_ns += load(&s.cpu_ns);
             t.cpu_user_ns += load(&s.cpu_user_ns);
             t.cpu_sys_ns += load(&s.cpu_sys_ns);
         }

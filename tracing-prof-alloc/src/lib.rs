@@ -25,7 +25,7 @@
 //!   larger alignment (the header sits in the padding that keeps the user pointer aligned).
 //! - Time: a thread-local read and two plain stores into this thread's own counter table. No
 //!   lock, no syscall, no allocation, no panic; no cache line is written by two threads.
-//! - Per thread: one counter table of `MAX_TAGS` slots (80 bytes each, 320 KiB of address space,
+//! - Per thread: one counter table of `MAX_TAGS` slots (88 bytes each, 352 KiB of address space,
 //!   touched only for the tags the thread uses), allocated from the system allocator on the
 //!   thread's first allocation and reused by later threads once it exits.
 //!

@@ -1,13 +1,17 @@
 //! Settings, their documented defaults, and the `TRACING_PROF_*` environment variables.
 
+use crate::CpuClock;
 use std::time::Duration;
 
 /// How often the aggregator exports a profile: 10 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
 pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
-/// Whether CPU time is measured with `getrusage(RUSAGE_THREAD)` on every enter and exit: yes.
+/// Whether CPU time is measured on every enter and exit (see [`DEFAULT_CPU_CLOCK`]): yes.
 pub const DEFAULT_CPU_TIME: bool = true;
+/// Which CPU clock: [`CpuClock::Thread`], exact per span; see [`crate::CpuClock`] for why not
+/// `getrusage` by default.
+pub const DEFAULT_CPU_CLOCK: CpuClock = CpuClock::Thread;
 /// How long dropping the guard waits for the final export: 5 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -17,6 +21,8 @@ pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
 pub const ENV_MAX_SPAN_PATHS: &str = "TRACING_PROF_MAX_SPAN_PATHS";
 /// CPU time on or off: `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no`.
 pub const ENV_CPU_TIME: &str = "TRACING_PROF_CPU_TIME";
+/// CPU clock: `rusage` or `thread`.
+pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
 
@@ -54,6 +60,8 @@ pub struct Config {
     pub max_span_paths: usize,
     /// See [`DEFAULT_CPU_TIME`].
     pub cpu_time: bool,
+    /// See [`DEFAULT_CPU_CLOCK`].
+    pub cpu_clock: CpuClock,
     /// See [`DEFAULT_SHUTDOWN_TIMEOUT`].
     pub shutdown_timeout: Duration,
 }
@@ -64,6 +72,7 @@ impl Default for Config {
             interval: DEFAULT_INTERVAL,
             max_span_paths: DEFAULT_MAX_SPAN_PATHS,
             cpu_time: DEFAULT_CPU_TIME,
+            cpu_clock: DEFAULT_CPU_CLOCK,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
@@ -88,6 +97,13 @@ impl Config {
         }
         if let Some(b) = env_var(ENV_CPU_TIME, parse_bool)? {
             self.cpu_time = b;
+        }
+        if let Some(c) = env_var(ENV_CPU_CLOCK, |s| match s {
+            "rusage" => Ok(CpuClock::Rusage),
+            "thread" => Ok(CpuClock::Thread),
+            _ => Err(format!("expected rusage or thread, got {s:?}")),
+        })? {
+            self.cpu_clock = c;
         }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;

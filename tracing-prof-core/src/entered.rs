@@ -9,7 +9,7 @@
 //! A fixed-size array in a thread-local, so enter and exit never allocate. Deeper nesting than
 //! [`MAX_DEPTH`] still switches allocation tags correctly (for LIFO nesting) but is not timed.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, CpuSample};
 use crate::layer::SpanState;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -25,14 +25,12 @@ struct Entered {
     /// Tag current before this span was entered, restored on exit.
     prev_tag: Tag,
     start_ns: u64,
-    cpu_user_ns: u64,
-    cpu_sys_ns: u64,
+    start_cpu: CpuSample,
     /// Already entered further down this stack: the outer interval measures it.
     reentry: bool,
     /// Time of child spans' intervals nested in this one, to subtract from it.
     child_busy_ns: u64,
-    child_user_ns: u64,
-    child_sys_ns: u64,
+    child_cpu: CpuSample,
 }
 
 struct Stack {
@@ -61,19 +59,17 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
             return;
         }
         let reentry = s.frames[..s.len].iter().flatten().any(|e| e.id == id);
-        let (cpu_user_ns, cpu_sys_ns) = if cpu && !reentry { clock.thread_cpu_ns() } else { (0, 0) };
+        let start_cpu = if cpu && !reentry { clock.thread_cpu() } else { CpuSample::default() };
         let len = s.len;
         s.frames[len] = Some(Entered {
             id,
             state,
             prev_tag,
             start_ns: if reentry { 0 } else { clock.now_ns() },
-            cpu_user_ns,
-            cpu_sys_ns,
+            start_cpu,
             reentry,
             child_busy_ns: 0,
-            child_user_ns: 0,
-            child_sys_ns: 0,
+            child_cpu: CpuSample::default(),
         });
         s.len += 1;
     });
@@ -111,22 +107,22 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             return;
         }
         let busy = clock.now_ns().saturating_sub(e.start_ns);
-        let (user, sys) = if cpu { clock.thread_cpu_ns() } else { (e.cpu_user_ns, e.cpu_sys_ns) };
-        let (user, sys) = (user.saturating_sub(e.cpu_user_ns), sys.saturating_sub(e.cpu_sys_ns));
+        let used = if cpu { clock.thread_cpu().since(e.start_cpu) } else { CpuSample::default() };
         if let Some(Some(below)) = pos.checked_sub(1).map(|i| s.frames[i].as_mut())
             && below.state.tag == e.state.parent
         {
             below.child_busy_ns += busy;
-            below.child_user_ns += user;
-            below.child_sys_ns += sys;
+            below.child_cpu.add(used);
         }
         drop(s);
         e.state.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        let own = used.since(e.child_cpu);
         tracing_prof_alloc::record_interval(
             e.state.tag,
             busy.saturating_sub(e.child_busy_ns),
-            user.saturating_sub(e.child_user_ns),
-            sys.saturating_sub(e.child_sys_ns),
+            own.total_ns,
+            own.user_ns,
+            own.sys_ns,
         );
     });
 }

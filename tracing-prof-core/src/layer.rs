@@ -33,7 +33,7 @@ pub(crate) struct SpanState {
 /// Per enter: a span lookup (the registry's lock-free slab and the span's extensions read lock,
 /// uncontended unless another layer writes that span's extensions at the same instant), one
 /// reference count increment, two thread-local writes, one monotonic clock read, and with CPU
-/// time on one `getrusage(RUSAGE_THREAD)` syscall. Per exit the same less the lookup, plus four
+/// time on one per-thread CPU clock read (a syscall; see [`CpuClock`](crate::CpuClock)). Per exit the same less the lookup, plus four
 /// stores to this thread's own counters. No allocation, no global lock.
 #[derive(Debug, Clone)]
 pub struct ProfileLayer<C = SystemClock> {
@@ -44,7 +44,7 @@ pub struct ProfileLayer<C = SystemClock> {
 impl ProfileLayer {
     /// A layer with the real clock and CPU time on.
     pub fn new() -> Self {
-        ProfileLayer { clock: SystemClock, cpu_time: crate::config::DEFAULT_CPU_TIME }
+        ProfileLayer { clock: SystemClock::default(), cpu_time: crate::config::DEFAULT_CPU_TIME }
     }
 }
 
@@ -55,7 +55,7 @@ impl Default for ProfileLayer {
 }
 
 impl<C: Clock> ProfileLayer<C> {
-    /// Whether to measure CPU time (two `getrusage` syscalls per enter..exit interval).
+    /// Whether to measure CPU time (two CPU clock syscalls per enter..exit interval).
     pub fn with_cpu_time(mut self, on: bool) -> Self {
         self.cpu_time = on;
         self

@@ -12,7 +12,9 @@
 //! the thread that ran it (an instrumented future polled on several worker threads adds each
 //! poll once); a span entered again while already entered on the same thread is not counted
 //! twice. `wall` is creation to close, `idle` is `wall - busy` of each closed span. CPU time is
-//! the `getrusage(RUSAGE_THREAD)` delta over each interval (microsecond resolution).
+//! the per-thread CPU clock's delta over each interval: `CLOCK_THREAD_CPUTIME_ID` by default
+//! (exact), or `getrusage(RUSAGE_THREAD)` (user and system apart, inexact per interval); see
+//! [`CpuClock`] for which to pick.
 //!
 //! # How memory is counted
 //! By the allocator, per path tag, exactly; see `tracing-prof-alloc`. Without the tagging
@@ -34,7 +36,7 @@ mod profile;
 mod profiler;
 mod span_path;
 
-pub use clock::{Clock, SystemClock};
+pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;

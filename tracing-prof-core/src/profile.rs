@@ -59,9 +59,11 @@ pub struct TimeStats {
     pub busy_ns: u64,
     /// Alive but not entered, summed over closed spans (`wall - busy`, at least 0, per span).
     pub idle_ns: u64,
-    /// User CPU time of the entering threads over the entered intervals, self time like `busy_ns`.
+    /// CPU time of the entering threads over the entered intervals, self time like `busy_ns`.
+    pub cpu_ns: u64,
+    /// The user part of `cpu_ns`, with [`CpuClock::Rusage`](crate::CpuClock) (else 0).
     pub cpu_user_ns: u64,
-    /// System CPU time of the entering threads over the entered intervals, self time like `busy_ns`.
+    /// The system part of `cpu_ns`, with [`CpuClock::Rusage`](crate::CpuClock) (else 0).
     pub cpu_sys_ns: u64,
 }
 
@@ -71,15 +73,9 @@ impl TimeStats {
         self.wall_ns += o.wall_ns;
         self.busy_ns += o.busy_ns;
         self.idle_ns += o.idle_ns;
+        self.cpu_ns += o.cpu_ns;
         self.cpu_user_ns += o.cpu_user_ns;
         self.cpu_sys_ns += o.cpu_sys_ns;
-    }
-}
-
-impl TimeStats {
-    /// User plus system CPU time.
-    pub fn cpu_ns(&self) -> u64 {
-        self.cpu_user_ns + self.cpu_sys_ns
     }
 }
 
@@ -218,6 +214,7 @@ impl Profile {
                     wall_ns: d(p.time.wall_ns, t0.wall_ns),
                     busy_ns: d(p.time.busy_ns, t0.busy_ns),
                     idle_ns: d(p.time.idle_ns, t0.idle_ns),
+                    cpu_ns: d(p.time.cpu_ns, t0.cpu_ns),
                     cpu_user_ns: d(p.time.cpu_user_ns, t0.cpu_user_ns),
                     cpu_sys_ns: d(p.time.cpu_sys_ns, t0.cpu_sys_ns),
                 };
@@ -279,6 +276,7 @@ fn time_of(t: &TagTotals) -> TimeStats {
         wall_ns: t.wall_ns,
         busy_ns: t.busy_ns,
         idle_ns: t.idle_ns,
+        cpu_ns: t.cpu_ns,
         cpu_user_ns: t.cpu_user_ns,
         cpu_sys_ns: t.cpu_sys_ns,
     }

@@ -150,6 +150,13 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Which CPU clock. Default [`DEFAULT_CPU_CLOCK`](crate::config::DEFAULT_CPU_CLOCK); see
+    /// [`CpuClock`](crate::CpuClock).
+    pub fn cpu_clock(mut self, clock: crate::CpuClock) -> Self {
+        self.config.cpu_clock = clock;
+        self
+    }
+
     /// How long the guard's drop waits for the final export. Default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
@@ -194,7 +201,9 @@ impl ProfilerBuilder {
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;
-        let layer = ProfileLayer::new().with_cpu_time(self.config.cpu_time);
+        let layer = ProfileLayer::new()
+            .with_cpu_time(self.config.cpu_time)
+            .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         let guard = ProfilerGuard {
             profiler: Profiler { shared },
             commands,

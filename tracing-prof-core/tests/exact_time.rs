@@ -1,7 +1,7 @@
 //! Span time with a fake clock: every number exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_prof_core::{Clock, Profile, ProfileLayer};
+use tracing_prof_core::{Clock, CpuSample, Profile, ProfileLayer};
 use tracing_subscriber::prelude::*;
 
 static NOW: AtomicU64 = AtomicU64::new(1_000);
@@ -16,8 +16,9 @@ impl Clock for FakeClock {
     fn now_ns(&self) -> u64 {
         NOW.load(Ordering::SeqCst)
     }
-    fn thread_cpu_ns(&self) -> (u64, u64) {
-        (CPU_USER.load(Ordering::SeqCst), CPU_SYS.load(Ordering::SeqCst))
+    fn thread_cpu(&self) -> CpuSample {
+        let (user_ns, sys_ns) = (CPU_USER.load(Ordering::SeqCst), CPU_SYS.load(Ordering::SeqCst));
+        CpuSample { total_ns: user_ns + sys_ns, user_ns, sys_ns }
     }
 }
 
@@ -65,11 +66,11 @@ fn busy_idle_wall_and_cpu_are_exact() {
     // 110 user, 5 sys): busy 1260, user 280 - 110 + 900, sys 15 - 5 + 100.
     let t = root.time;
     assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 2_270, 2 * 1_260, 2 * 870));
-    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_070, 2 * 110));
+    assert_eq!((t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_180, 2 * 1_070, 2 * 110));
     // Per child: created, busy 140 (100 + 40 while root re-entered inside it), idle 60.
     let t = child.time;
     assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 200, 2 * 140, 2 * 60));
-    assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (2 * 110, 2 * 5));
+    assert_eq!((t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns), (2 * 115, 2 * 110, 2 * 5));
     let t = p.path(&["exact_root", "exact_spawned"]).expect("spawned path").time;
     assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns), (2, 140, 140, 0, 120));
     // Cumulative (pprof's cum): root's inclusive time plus the spawned child's.

@@ -69,7 +69,7 @@ impl ProfileKind {
                 i(t.wall_ns),
                 i(t.busy_ns),
                 i(t.idle_ns),
-                i(t.cpu_ns()),
+                i(t.cpu_ns),
                 i(t.cpu_user_ns),
                 i(t.cpu_sys_ns),
             ],
