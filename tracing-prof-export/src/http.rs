@@ -314,7 +314,11 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(mut stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // Out of file descriptors, say: back off instead of spinning on accept.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
         let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
