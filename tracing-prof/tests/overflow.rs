@@ -11,11 +11,16 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
     tracing_prof::TaggingAllocator::new(std::alloc::System);
 
+/// One callsite for `ov_1`, used before and after the profiler shuts down.
+fn ov_1() -> tracing::Span {
+    tracing::info_span!("ov_1")
+}
+
 #[test]
 fn paths_beyond_the_cap_are_counted_not_lost() {
     let (layer, guard) = Profiler::builder().max_span_paths(3).build().unwrap();
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-        tracing::info_span!("ov_1").in_scope(|| {
+        ov_1().in_scope(|| {
             tracing::info_span!("ov_2").in_scope(|| std::hint::black_box(vec![0u8; 100]));
         });
         tracing::info_span!("ov_3").in_scope(|| ());
@@ -42,4 +47,14 @@ fn paths_beyond_the_cap_are_counted_not_lost() {
         assert_eq!(common::raw(&file).value(&[OVERFLOW_FRAME], "alloc_space"), 4000);
     }
     drop(guard);
+
+    // After the profiler has shut down, the layer and the allocator go on counting exactly.
+    let before = tracing_prof::Profile::capture(Default::default());
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(tracing_prof::ProfileLayer::new()));
+    tracing::dispatcher::with_default(&dispatch, || {
+        ov_1().in_scope(|| std::mem::forget(std::hint::black_box(vec![0u8; 777])));
+    });
+    let after = tracing_prof::Profile::capture(Default::default());
+    let bytes = |p: &tracing_prof::Profile| p.path(&["ov_1"]).unwrap().memory.inuse_bytes;
+    assert_eq!(bytes(&after) - bytes(&before), 777);
 }
