@@ -104,6 +104,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         total.inuse_objects
     );
 
+    let leaks = profiler.suspected_leaks();
+    if leaks.is_empty() {
+        println!("No suspected leaks (a path is suspected after its in-use memory grows in 5 captures in a row;");
+        println!("run longer, e.g. SERVICE_DURATION_SECS=20, to see the deliberate one found).\n");
+    } else {
+        println!("Suspected leaks (in-use memory grew in each of the last captures):");
+        for l in &leaks {
+            println!("  {}: +{} over {} captures, {} in use now", l.path, bytes(l.growth_bytes), l.snapshots, bytes(l.inuse_bytes));
+        }
+        println!();
+    }
+
     let (spans, heap) = (newest(&dir, "spans"), newest(&dir, "heap"));
     if let (Some(spans), Some(heap)) = (spans, heap) {
         println!("Profiles are in {}/. To look further:", dir.display());

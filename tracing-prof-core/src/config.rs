@@ -15,6 +15,10 @@ pub const DEFAULT_CPU_CLOCK: CpuClock = CpuClock::Thread;
 /// How long dropping the guard waits for the final export: 5 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Level of the event logged when a span path becomes a suspected leak: WARN.
+pub const DEFAULT_LEAK_LEVEL: tracing::Level = tracing::Level::WARN;
+pub use crate::leak::{DEFAULT_LEAK_MIN_BYTES, DEFAULT_LEAK_SNAPSHOTS};
+
 /// Export interval, e.g. `10s`, `500ms`, `2m`.
 pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
 /// Cap on distinct span paths, `1..=MAX_SPAN_PATHS`.
@@ -23,6 +27,12 @@ pub const ENV_MAX_SPAN_PATHS: &str = "TRACING_PROF_MAX_SPAN_PATHS";
 pub const ENV_CPU_TIME: &str = "TRACING_PROF_CPU_TIME";
 /// CPU clock: `rusage` or `thread`.
 pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
+/// Consecutive growing captures before a path is a suspected leak; `0` turns detection off.
+pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
+/// Least growth, in bytes, over those captures.
+pub const ENV_LEAK_MIN_BYTES: &str = "TRACING_PROF_LEAK_MIN_BYTES";
+/// Level of the leak event: `error`, `warn`, `info`, `debug` or `trace`.
+pub const ENV_LEAK_LEVEL: &str = "TRACING_PROF_LEAK_LEVEL";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
 
@@ -64,6 +74,12 @@ pub struct Config {
     pub cpu_clock: CpuClock,
     /// See [`DEFAULT_SHUTDOWN_TIMEOUT`].
     pub shutdown_timeout: Duration,
+    /// See [`DEFAULT_LEAK_SNAPSHOTS`]; `0` turns leak detection off.
+    pub leak_snapshots: usize,
+    /// See [`DEFAULT_LEAK_MIN_BYTES`].
+    pub leak_min_bytes: u64,
+    /// See [`DEFAULT_LEAK_LEVEL`].
+    pub leak_level: tracing::Level,
 }
 
 impl Default for Config {
@@ -74,6 +90,9 @@ impl Default for Config {
             cpu_time: DEFAULT_CPU_TIME,
             cpu_clock: DEFAULT_CPU_CLOCK,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            leak_snapshots: DEFAULT_LEAK_SNAPSHOTS,
+            leak_min_bytes: DEFAULT_LEAK_MIN_BYTES,
+            leak_level: DEFAULT_LEAK_LEVEL,
         }
     }
 }
@@ -104,6 +123,21 @@ impl Config {
             _ => Err(format!("expected rusage or thread, got {s:?}")),
         })? {
             self.cpu_clock = c;
+        }
+        if let Some(n) = env_var(ENV_LEAK_SNAPSHOTS, |s| {
+            s.parse::<usize>().map_err(|_| format!("expected a whole number (0 turns detection off), got {s:?}"))
+        })? {
+            self.leak_snapshots = n;
+        }
+        if let Some(n) = env_var(ENV_LEAK_MIN_BYTES, |s| {
+            s.parse::<u64>().map_err(|_| format!("expected a number of bytes, got {s:?}"))
+        })? {
+            self.leak_min_bytes = n;
+        }
+        if let Some(level) = env_var(ENV_LEAK_LEVEL, |s| {
+            s.parse::<tracing::Level>().map_err(|_| format!("expected error, warn, info, debug or trace, got {s:?}"))
+        })? {
+            self.leak_level = level;
         }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;

@@ -32,6 +32,7 @@ mod clock;
 pub mod config;
 mod entered;
 mod layer;
+pub mod leak;
 mod profile;
 mod profiler;
 mod span_path;
@@ -40,6 +41,7 @@ pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
+pub use leak::SuspectedLeak;
 pub use profile::{
     Frame, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile,
     Profile, TimeStats,

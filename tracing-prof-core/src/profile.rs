@@ -159,6 +159,9 @@ pub struct Profile {
     pub paths: Vec<PathProfile>,
     /// Spans that were counted under [`OVERFLOW_FRAME`] because the path cap was reached.
     pub overflowed_spans: u64,
+    /// Paths whose in-use memory keeps growing, as the aggregator's leak detection last saw
+    /// them (empty when it is off); see [`crate::leak`].
+    pub suspected_leaks: Vec<crate::leak::SuspectedLeak>,
 }
 
 impl Profile {
@@ -189,6 +192,7 @@ impl Profile {
             window: false,
             paths,
             overflowed_spans: crate::span_path::overflowed_spans(),
+            suspected_leaks: Vec::new(),
         }
     }
 
@@ -234,12 +238,18 @@ impl Profile {
             window: true,
             paths,
             overflowed_spans: self.overflowed_spans.saturating_sub(base.overflowed_spans),
+            suspected_leaks: self.suspected_leaks.clone(),
         }
     }
 
     /// The span path whose span names, root first, are `names`.
     pub fn path(&self, names: &[&str]) -> Option<&PathProfile> {
         self.paths.iter().find(|p| p.is(names))
+    }
+
+    /// Whether `path` is among [`Profile::suspected_leaks`].
+    pub fn is_suspected_leak(&self, path: &PathProfile) -> bool {
+        self.suspected_leaks.iter().any(|l| l.kind == path.kind && l.frames == path.frames)
     }
 
     /// Memory summed over every path except the profiler's own.

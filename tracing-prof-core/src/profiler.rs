@@ -3,6 +3,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::layer::ProfileLayer;
+use crate::leak::{LeakDetector, SuspectedLeak};
 use crate::profile::Profile;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use std::collections::HashMap;
@@ -60,6 +61,8 @@ struct Shared {
     started: Instant,
     exports: AtomicU64,
     export_errors: AtomicU64,
+    /// What the aggregator's leak detection last found.
+    leaks: std::sync::Mutex<Vec<SuspectedLeak>>,
 }
 
 /// A handle to read the profiler's numbers from any thread.
@@ -74,9 +77,19 @@ impl Profiler {
         ProfilerBuilder::default()
     }
 
-    /// Everything counted so far, read now on the calling thread.
+    /// Everything counted so far, read now on the calling thread, with the suspected leaks the
+    /// aggregator last found.
     pub fn snapshot(&self) -> Profile {
-        Profile::capture(self.shared.started.elapsed())
+        let mut p = Profile::capture(self.shared.started.elapsed());
+        p.suspected_leaks = self.suspected_leaks();
+        p
+    }
+
+    /// Span paths whose in-use memory grew in each of the last captures (see [`crate::leak`]),
+    /// as of the aggregator's last capture.
+    pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared.leaks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Counters about the profiler itself.
@@ -157,6 +170,23 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Leak detection: a span path is a suspected leak once its in-use memory grew in `snapshots`
+    /// consecutive captures by at least `min_bytes` in all; `snapshots == 0` turns it off.
+    /// Defaults [`DEFAULT_LEAK_SNAPSHOTS`](crate::config::DEFAULT_LEAK_SNAPSHOTS) and
+    /// [`DEFAULT_LEAK_MIN_BYTES`](crate::config::DEFAULT_LEAK_MIN_BYTES).
+    pub fn leak_detection(mut self, snapshots: usize, min_bytes: u64) -> Self {
+        self.config.leak_snapshots = snapshots;
+        self.config.leak_min_bytes = min_bytes;
+        self
+    }
+
+    /// Level of the event logged when a path becomes a suspected leak. Default
+    /// [`DEFAULT_LEAK_LEVEL`](crate::config::DEFAULT_LEAK_LEVEL).
+    pub fn leak_level(mut self, level: tracing::Level) -> Self {
+        self.config.leak_level = level;
+        self
+    }
+
     /// How long the guard's drop waits for the final export. Default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
@@ -183,6 +213,7 @@ impl ProfilerBuilder {
             started: Instant::now(),
             exports: AtomicU64::new(0),
             export_errors: AtomicU64::new(0),
+            leaks: std::sync::Mutex::new(Vec::new()),
         });
         let (commands, inbox) = bounded::<Command>(4);
         let (done_tx, done) = bounded::<()>(1);
@@ -191,6 +222,9 @@ impl ProfilerBuilder {
             sinks: self.sinks,
             interval: self.config.interval,
             reported: HashMap::new(),
+            leaks: (self.config.leak_snapshots > 0)
+                .then(|| LeakDetector::new(self.config.leak_snapshots, self.config.leak_min_bytes)),
+            leak_level: self.config.leak_level,
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
@@ -226,40 +260,58 @@ struct Aggregator {
     interval: Duration,
     /// Last error reported per sink, to report each distinct failure once.
     reported: HashMap<String, String>,
+    leaks: Option<LeakDetector>,
+    leak_level: tracing::Level,
 }
 
 impl Aggregator {
     fn run(&mut self, inbox: Receiver<Command>) {
         // Everything this thread allocates is the profiler's own; its events reach no layer.
         set_current_tag(Tag::PROFILER);
-        let _no_events = tracing::dispatcher::set_default(&tracing::Dispatch::none());
+        let mut no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
         let mut next = Instant::now() + self.interval;
         loop {
             match inbox.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {
-                    self.export();
+                    self.export(&mut no_events);
                     next += self.interval;
                     if next < Instant::now() {
                         next = Instant::now() + self.interval; // fell behind: skip, don't burst
                     }
                 }
                 Ok(Command::Flush(reply)) => {
-                    self.export();
+                    self.export(&mut no_events);
                     let _ = reply.send(());
                 }
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    self.export();
+                    self.export(&mut no_events);
                     return;
                 }
             }
         }
     }
 
-    fn export(&mut self) {
-        if self.sinks.is_empty() {
+    /// Captures, runs leak detection, and hands the profile to every sink.
+    ///
+    /// `no_events` is this thread's no-op dispatcher guard: its own work never reaches the
+    /// application's subscriber, except the leak events, which are meant for it.
+    fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
+        if self.sinks.is_empty() && self.leaks.is_none() {
             return;
         }
-        let profile = Profile::capture(self.shared.started.elapsed());
+        let mut profile = Profile::capture(self.shared.started.elapsed());
+        if let Some(detector) = &mut self.leaks {
+            let (now, new) = detector.observe(&profile);
+            profile.suspected_leaks = now.clone();
+            *self.shared.leaks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+            if !new.is_empty() {
+                drop(no_events.take());
+                for leak in &new {
+                    log_leak(self.leak_level, leak);
+                }
+                *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+            }
+        }
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
             // A panicking sink is a failed export, not the end of profiling.
@@ -292,6 +344,34 @@ impl Aggregator {
                 }
             }
         }
+    }
+}
+
+fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {
+    macro_rules! at {
+        ($lvl:expr) => {
+            tracing::event!(
+                target: "tracing_prof::leak",
+                $lvl,
+                span_path = %leak.path,
+                in_use_bytes = leak.inuse_bytes,
+                growth_bytes = leak.growth_bytes,
+                snapshots = leak.snapshots,
+                "suspected memory leak: the in-use memory of span path `{}` grew in each of the last {} \
+                 captures, by {} bytes, to {} bytes",
+                leak.path,
+                leak.snapshots,
+                leak.growth_bytes,
+                leak.inuse_bytes
+            )
+        };
+    }
+    match level {
+        tracing::Level::ERROR => at!(tracing::Level::ERROR),
+        tracing::Level::WARN => at!(tracing::Level::WARN),
+        tracing::Level::INFO => at!(tracing::Level::INFO),
+        tracing::Level::DEBUG => at!(tracing::Level::DEBUG),
+        _ => at!(tracing::Level::TRACE),
     }
 }
 

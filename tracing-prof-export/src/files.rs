@@ -302,7 +302,14 @@ mod tests {
     fn names_stay_unique_and_ordered_within_one_microsecond() {
         let dir = std::env::temp_dir().join(format!("tracing-prof-names-{}", std::process::id()));
         let mut e = FileExporter::new(&dir).keep(0).kinds([ProfileKind::Heap]);
-        let profile = Profile { time: SystemTime::now(), duration: Duration::ZERO, window: false, paths: vec![], overflowed_spans: 0 };
+        let profile = Profile {
+            time: SystemTime::now(),
+            duration: Duration::ZERO,
+            window: false,
+            paths: vec![],
+            overflowed_spans: 0,
+            suspected_leaks: vec![],
+        };
         let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
         let mut sorted = names.clone();
         sorted.sort();

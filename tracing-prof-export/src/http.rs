@@ -208,7 +208,10 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
         .paths
         .iter()
         .filter(|p| p.kind != PathKind::Profiler || kind != ProfileKind::Spans)
-        .map(|p| (kind.values(p), p.display_path()))
+        .map(|p| {
+            let leak = if profile.is_suspected_leak(p) { "  (suspected leak)" } else { "" };
+            (kind.values(p), format!("{}{leak}", p.display_path()))
+        })
         .filter(|(v, _)| v.iter().any(|&x| x != 0))
         .collect();
     rows.sort_by(|a, b| b.0[main].cmp(&a.0[main]).then_with(|| a.1.cmp(&b.1)));

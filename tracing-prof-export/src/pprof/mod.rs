@@ -154,7 +154,19 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
             });
             location_id.push(id);
         }
-        out.sample.push(proto::Sample { location_id, value: values, label: Vec::new() });
+        let label = if profile.is_suspected_leak(path) {
+            vec![proto::Label { key: strings.get("leak"), str: strings.get("suspected"), ..Default::default() }]
+        } else {
+            Vec::new()
+        };
+        out.sample.push(proto::Sample { location_id, value: values, label });
+    }
+    for leak in &profile.suspected_leaks {
+        let note = format!(
+            "tracing-prof: suspected leak: {}: in-use grew in each of the last {} captures, by {} bytes, to {} bytes",
+            leak.path, leak.snapshots, leak.growth_bytes, leak.inuse_bytes
+        );
+        out.comment.push(strings.get(&note));
     }
     if profile.window {
         let note = format!(
@@ -214,6 +226,7 @@ mod tests {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             duration: Duration::from_secs(10),
             window: false,
+            suspected_leaks: Vec::new(),
             paths: vec![
                 path(vec![frame("request", 10)]),
                 path(vec![frame("request", 10), frame("query", 20)]),
