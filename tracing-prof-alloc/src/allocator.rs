@@ -1,7 +1,9 @@
 //! The `GlobalAlloc` wrapper.
 
 use crate::counters::{record_alloc_current, record_free, record_resize};
+use crate::giant;
 use crate::header::{self, Header};
+use crate::tag::current_tag;
 use std::alloc::{GlobalAlloc, Layout};
 
 /// How `realloc` is counted.
@@ -75,11 +77,29 @@ impl<A> TaggingAllocator<A> {
 }
 
 impl<A: GlobalAlloc> TaggingAllocator<A> {
+    /// The outer layout of a request at or above the cold-path limit: reports a giant request,
+    /// refuses it if so configured (before the inner allocator is asked, so nothing leaks), and
+    /// checks the header arithmetic for overflow. `None`: return null.
+    #[cold]
+    #[inline(never)]
+    fn cold_outer(size: usize, align: usize) -> Option<Layout> {
+        if giant::is_giant(size) && giant::record(size, current_tag().get()) {
+            return None;
+        }
+        header::outer_layout(size, align)
+    }
+
     /// `alloc` and `alloc_zeroed`: asks `get` for the outer block, then writes the header.
     #[inline(always)]
     fn alloc_with(&self, layout: Layout, get: impl FnOnce(&A, Layout) -> *mut u8) -> *mut u8 {
-        let Some(outer) = header::outer_layout(layout.size(), layout.align()) else {
-            return std::ptr::null_mut();
+        let outer = if giant::needs_cold_path(layout.size(), layout.align()) {
+            match Self::cold_outer(layout.size(), layout.align()) {
+                Some(outer) => outer,
+                None => return std::ptr::null_mut(),
+            }
+        } else {
+            // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
+            unsafe { header::outer_layout_small(layout.size(), layout.align()) }
         };
         let base = get(&self.inner, outer);
         if base.is_null() {
@@ -137,8 +157,17 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let offset = header::offset_for(layout.align());
-        let Some(new_outer) = header::outer_layout(new_size, layout.align()) else {
-            return std::ptr::null_mut();
+        let new_outer = if giant::needs_cold_path(new_size, layout.align()) {
+            // A giant growth may be refused: the old block then stays valid and counted.
+            let shrinking = new_size <= layout.size();
+            let outer = if shrinking { header::outer_layout(new_size, layout.align()) } else { Self::cold_outer(new_size, layout.align()) };
+            match outer {
+                Some(outer) => outer,
+                None => return std::ptr::null_mut(),
+            }
+        } else {
+            // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
+            unsafe { header::outer_layout_small(new_size, layout.align()) }
         };
         // SAFETY: `ptr` is ours and live, so its header is readable.
         let old = unsafe { header::read(ptr) };

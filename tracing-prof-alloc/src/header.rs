@@ -83,6 +83,19 @@ pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
     Some(unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) })
 }
 
+/// [`outer_layout`] without its overflow check, for requests below the cold-path limit.
+///
+/// # Safety
+/// `size` and `align` must both be below `giant::SAFE_LIMIT`, and `align` a power of two.
+#[inline(always)]
+pub(crate) unsafe fn outer_layout_small(size: usize, align: usize) -> Layout {
+    debug_assert!(size < crate::giant::SAFE_LIMIT && align < crate::giant::SAFE_LIMIT);
+    let outer_align = if align > HEADER_ALIGN { align } else { HEADER_ALIGN };
+    // SAFETY: `outer_align` is a power of two; `size + offset` < 2 * SAFE_LIMIT, and rounding it
+    // up to `outer_align` (< SAFE_LIMIT) stays below isize::MAX.
+    unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) }
+}
+
 /// Writes the header in front of `user`.
 ///
 /// # Safety

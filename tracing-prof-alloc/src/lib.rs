@@ -29,6 +29,12 @@
 //!   touched only for the tags the thread uses), allocated from the system allocator on the
 //!   thread's first allocation and reused by later threads once it exits.
 //!
+//! # Giant allocations
+//! [`set_giant_policy`] makes requests at or above a size be recorded (read them with
+//! [`giant_allocations_since`]) and, optionally, refused: null is returned before the inner
+//! allocator is asked, so nothing leaks. Off by default; when off or not triggered it costs one
+//! relaxed load and one compare per allocation.
+//!
 //! # Guarantees
 //! - Safe before `main`, during thread exit and TLS teardown (such late calls are counted in a
 //!   shared fallback table), and with or without a profiler running.
@@ -45,10 +51,12 @@ pub mod header;
 
 mod allocator;
 mod counters;
+mod giant;
 mod tag;
 
 pub use allocator::{ReallocMode, TaggingAllocator};
 pub use counters::{TagTotals, read_totals, record_interval, record_span_closed, thread_tables};
+pub use giant::{GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy};
 pub use header::HEADER_SIZE;
 pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
 

@@ -19,6 +19,9 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_LEAK_LEVEL: tracing::Level = tracing::Level::WARN;
 pub use crate::leak::{DEFAULT_LEAK_MIN_BYTES, DEFAULT_LEAK_SNAPSHOTS};
 
+/// Size at or above which an allocation is reported as giant: none (off).
+pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
+
 /// Export interval, e.g. `10s`, `500ms`, `2m`.
 pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
 /// Cap on distinct span paths, `1..=MAX_SPAN_PATHS`.
@@ -33,6 +36,10 @@ pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
 pub const ENV_LEAK_MIN_BYTES: &str = "TRACING_PROF_LEAK_MIN_BYTES";
 /// Level of the leak event: `error`, `warn`, `info`, `debug` or `trace`.
 pub const ENV_LEAK_LEVEL: &str = "TRACING_PROF_LEAK_LEVEL";
+/// Giant allocation threshold in bytes (`0`: off).
+pub const ENV_GIANT_BYTES: &str = "TRACING_PROF_GIANT_BYTES";
+/// Refuse giant allocations (return null): `1`/`0`, `true`/`false`, ...
+pub const ENV_GIANT_REFUSE: &str = "TRACING_PROF_GIANT_REFUSE";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
 
@@ -80,6 +87,10 @@ pub struct Config {
     pub leak_min_bytes: u64,
     /// See [`DEFAULT_LEAK_LEVEL`].
     pub leak_level: tracing::Level,
+    /// See [`DEFAULT_GIANT_BYTES`].
+    pub giant_bytes: Option<usize>,
+    /// Whether giant allocations are refused (null returned) rather than only reported.
+    pub giant_refuse: bool,
 }
 
 impl Default for Config {
@@ -93,6 +104,8 @@ impl Default for Config {
             leak_snapshots: DEFAULT_LEAK_SNAPSHOTS,
             leak_min_bytes: DEFAULT_LEAK_MIN_BYTES,
             leak_level: DEFAULT_LEAK_LEVEL,
+            giant_bytes: DEFAULT_GIANT_BYTES,
+            giant_refuse: false,
         }
     }
 }
@@ -138,6 +151,14 @@ impl Config {
             s.parse::<tracing::Level>().map_err(|_| format!("expected error, warn, info, debug or trace, got {s:?}"))
         })? {
             self.leak_level = level;
+        }
+        if let Some(n) = env_var(ENV_GIANT_BYTES, |s| {
+            s.parse::<usize>().map_err(|_| format!("expected a number of bytes (0 turns it off), got {s:?}"))
+        })? {
+            self.giant_bytes = (n > 0).then_some(n);
+        }
+        if let Some(b) = env_var(ENV_GIANT_REFUSE, parse_bool)? {
+            self.giant_refuse = b;
         }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;

@@ -47,6 +47,6 @@ pub use profile::{
     Profile, TimeStats,
 };
 pub use profiler::{
-    BuildError, FlushTimeout, Profiler, ProfilerBuilder, ProfilerGuard, Sink, SinkError, Stats,
+    BuildError, GiantReport, FlushTimeout, Profiler, ProfilerBuilder, ProfilerGuard, Sink, SinkError, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;

@@ -52,6 +52,8 @@ pub struct Stats {
     pub export_errors: u64,
     /// Spans counted under `(other span paths)` because the path cap was reached.
     pub overflowed_spans: u64,
+    /// Giant allocations overwritten in their ring before the aggregator read them.
+    pub giant_allocations_missed: u64,
     /// Per-thread counter tables made (threads seen; exited threads' tables are reused).
     pub thread_tables: usize,
 }
@@ -63,6 +65,21 @@ struct Shared {
     export_errors: AtomicU64,
     /// What the aggregator's leak detection last found.
     leaks: std::sync::Mutex<Vec<SuspectedLeak>>,
+    /// The most recent giant allocations, at most GIANT_RING.
+    giants: std::sync::Mutex<std::collections::VecDeque<GiantReport>>,
+    giants_missed: AtomicU64,
+}
+
+/// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GiantReport {
+    /// Bytes requested.
+    pub size: usize,
+    /// The span path it was requested in.
+    pub span_path: String,
+    /// Whether it was refused.
+    pub refused: bool,
 }
 
 /// A handle to read the profiler's numbers from any thread.
@@ -85,6 +102,14 @@ impl Profiler {
         p
     }
 
+    /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
+    /// capture; see [`ProfilerBuilder::giant_allocations`].
+    pub fn giant_allocations(&self) -> Vec<GiantReport> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let g = self.shared.giants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.iter().cloned().collect()
+    }
+
     /// Span paths whose in-use memory grew in each of the last captures (see [`crate::leak`]),
     /// as of the aggregator's last capture.
     pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
@@ -98,6 +123,7 @@ impl Profiler {
             exports: self.shared.exports.load(Ordering::Relaxed),
             export_errors: self.shared.export_errors.load(Ordering::Relaxed),
             overflowed_spans: crate::span_path::overflowed_spans(),
+            giant_allocations_missed: self.shared.giants_missed.load(Ordering::Relaxed),
             thread_tables: tracing_prof_alloc::thread_tables(),
         }
     }
@@ -187,6 +213,17 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Reports allocations of at least `bytes` (with their span path: [`Profiler::giant_allocations`]
+    /// and a WARN event, target `tracing_prof::giant`), and refuses them if `refuse`: null is
+    /// returned before the inner allocator is asked, so the program's allocation-error handling
+    /// runs and nothing leaks. Needs the tagging allocator. Off by default. Process-wide: the last
+    /// profiler built sets it.
+    pub fn giant_allocations(mut self, bytes: usize, refuse: bool) -> Self {
+        self.config.giant_bytes = Some(bytes);
+        self.config.giant_refuse = refuse;
+        self
+    }
+
     /// How long the guard's drop waits for the final export. Default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
@@ -209,11 +246,14 @@ impl ProfilerBuilder {
     pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
         self.config.validate()?;
         crate::span_path::set_cap(self.config.max_span_paths);
+        tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
         let shared = Arc::new(Shared {
             started: Instant::now(),
             exports: AtomicU64::new(0),
             export_errors: AtomicU64::new(0),
             leaks: std::sync::Mutex::new(Vec::new()),
+            giants: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            giants_missed: AtomicU64::new(0),
         });
         let (commands, inbox) = bounded::<Command>(4);
         let (done_tx, done) = bounded::<()>(1);
@@ -225,6 +265,9 @@ impl ProfilerBuilder {
             leaks: (self.config.leak_snapshots > 0)
                 .then(|| LeakDetector::new(self.config.leak_snapshots, self.config.leak_min_bytes)),
             leak_level: self.config.leak_level,
+            giants: self.config.giant_bytes.is_some(),
+            // Only records made from now on: older ones belong to an earlier profiler.
+            last_giant: tracing_prof_alloc::giant_allocations_since(None).0.last().map(|g| g.seq),
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
@@ -262,6 +305,9 @@ struct Aggregator {
     reported: HashMap<String, String>,
     leaks: Option<LeakDetector>,
     leak_level: tracing::Level,
+    giants: bool,
+    /// `seq` of the last giant allocation read.
+    last_giant: Option<u64>,
 }
 
 impl Aggregator {
@@ -296,21 +342,48 @@ impl Aggregator {
     /// `no_events` is this thread's no-op dispatcher guard: its own work never reaches the
     /// application's subscriber, except the leak events, which are meant for it.
     fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
-        if self.sinks.is_empty() && self.leaks.is_none() {
+        if self.sinks.is_empty() && self.leaks.is_none() && !self.giants {
             return;
+        }
+        let mut events: Vec<Box<dyn Fn()>> = Vec::new();
+        if self.giants {
+            let (new, missed) = tracing_prof_alloc::giant_allocations_since(self.last_giant);
+            self.shared.giants_missed.fetch_add(missed, Ordering::Relaxed);
+            let mut kept = self.shared.giants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for g in new {
+                self.last_giant = Some(g.seq);
+                let report = GiantReport {
+                    size: g.size,
+                    span_path: crate::span_path::display(g.tag),
+                    refused: g.refused,
+                };
+                events.push(Box::new({
+                    let r = report.clone();
+                    move || log_giant(&r)
+                }));
+                if kept.len() == tracing_prof_alloc::GIANT_RING {
+                    kept.pop_front();
+                }
+                kept.push_back(report);
+            }
         }
         let mut profile = Profile::capture(self.shared.started.elapsed());
         if let Some(detector) = &mut self.leaks {
             let (now, new) = detector.observe(&profile);
             profile.suspected_leaks = now.clone();
             *self.shared.leaks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
-            if !new.is_empty() {
-                drop(no_events.take());
-                for leak in &new {
-                    log_leak(self.leak_level, leak);
-                }
-                *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+            let level = self.leak_level;
+            for leak in new {
+                events.push(Box::new(move || log_leak(level, &leak)));
             }
+        }
+        if !events.is_empty() {
+            // These events are meant for the application's subscriber: leave the no-op one.
+            drop(no_events.take());
+            for emit in &events {
+                emit();
+            }
+            *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
         }
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
@@ -345,6 +418,19 @@ impl Aggregator {
             }
         }
     }
+}
+
+fn log_giant(g: &GiantReport) {
+    tracing::warn!(
+        target: "tracing_prof::giant",
+        size = g.size,
+        span_path = %g.span_path,
+        refused = g.refused,
+        "giant allocation of {} bytes in span path `{}`{}",
+        g.size,
+        g.span_path,
+        if g.refused { ", refused" } else { "" }
+    );
 }
 
 fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {

@@ -138,3 +138,24 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
         .map(|i| (Tag::new(Tag::FIRST_PATH + i), frames_of(Tag::FIRST_PATH + i)))
         .collect()
 }
+
+/// The span names of the path of `tag`, joined by ` -> ` (or its synthetic frame's name).
+pub(crate) fn display(tag: Tag) -> String {
+    match tag {
+        Tag::NO_SPAN => return crate::profile::NO_SPAN_FRAME.to_owned(),
+        Tag::PROFILER => return crate::profile::PROFILER_FRAME.to_owned(),
+        Tag::OVERFLOW => return crate::profile::OVERFLOW_FRAME.to_owned(),
+        _ => {}
+    }
+    let guard = table();
+    let Some(table) = guard.as_ref() else { return crate::profile::OVERFLOW_FRAME.to_owned() };
+    let mut names = Vec::new();
+    let mut raw = tag.get();
+    while raw >= Tag::FIRST_PATH {
+        let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else { break };
+        names.push(e.metadata.name());
+        raw = e.parent;
+    }
+    names.reverse();
+    names.join(" -> ")
+}

@@ -1,0 +1,124 @@
+//! Giant allocations: requests at or above a threshold, reported and optionally refused.
+//!
+//! The hot path pays one relaxed load and one compare. A giant request takes a cold path that
+//! writes a record into a fixed ring of [`GIANT_RING`] slots (no allocation, no lock; each slot
+//! carries a sequence number so a reader can tell a finished record from one being written) and,
+//! when refusal is on, returns null *before* the inner allocator is asked, so nothing can leak
+//! and the program's allocation-error handling runs (`try_reserve` returns an error, `Vec::new`
+//! and friends call `handle_alloc_error`). The profiler's own requests and requests made while
+//! the thread is panicking are reported but never refused.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Records kept between two reads; older ones are overwritten and counted as missed.
+pub const GIANT_RING: usize = 64;
+
+/// Requests at or above this size or alignment take the cold path: the giant threshold, or
+/// [`SAFE_LIMIT`] when that is lower. Below it, the header arithmetic cannot overflow.
+static LIMIT: AtomicUsize = AtomicUsize::new(SAFE_LIMIT);
+/// The giant threshold itself (`usize::MAX`: off).
+static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Below this size and alignment, `size + offset` rounded up to the alignment fits a `Layout`.
+pub(crate) const SAFE_LIMIT: usize = isize::MAX as usize / 4;
+static REFUSE: AtomicBool = AtomicBool::new(false);
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+struct Slot {
+    /// `2 * n + 1` while record `n` is written, `2 * n + 2` once it is complete.
+    seq: AtomicU64,
+    size: AtomicU64,
+    tag: AtomicU64,
+    refused: AtomicBool,
+}
+
+static RING: [Slot; GIANT_RING] = [const {
+    Slot { seq: AtomicU64::new(0), size: AtomicU64::new(0), tag: AtomicU64::new(0), refused: AtomicBool::new(false) }
+}; GIANT_RING];
+
+/// Reports requests of at least `threshold` bytes (`None`: never), refusing them if `refuse`.
+///
+/// Process-wide; takes effect for the next allocation on every thread.
+pub fn set_giant_policy(threshold: Option<usize>, refuse: bool) {
+    let threshold = threshold.unwrap_or(usize::MAX).max(1);
+    REFUSE.store(refuse, Ordering::Relaxed);
+    THRESHOLD.store(threshold, Ordering::Relaxed);
+    LIMIT.store(threshold.min(SAFE_LIMIT), Ordering::Relaxed);
+}
+
+/// Whether a request must take the cold path (giant, or large enough to need overflow checks):
+/// the hot path's only check, one load and one compare.
+#[inline(always)]
+pub(crate) fn needs_cold_path(size: usize, align: usize) -> bool {
+    // `size | align` is at least the larger of the two: nothing at or above the limit slips by.
+    (size | align) >= LIMIT.load(Ordering::Relaxed)
+}
+
+/// Whether `size` is at or above the giant threshold.
+pub(crate) fn is_giant(size: usize) -> bool {
+    size >= THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// Records a giant request of `size` bytes by `tag`; returns whether to refuse it.
+///
+/// Never refused, only reported: the profiler's own requests, and requests made while the
+/// thread is panicking. A panic's backtrace symbolization allocates large buffers; refusing them
+/// would run the allocation-error handler inside the panic, which deadlocks on the backtrace lock.
+#[cold]
+#[inline(never)]
+pub(crate) fn record(size: usize, tag: u32) -> bool {
+    let refused = REFUSE.load(Ordering::Relaxed)
+        && tag != crate::Tag::PROFILER.get()
+        && !std::thread::panicking();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let slot = &RING[(n % GIANT_RING as u64) as usize];
+    slot.seq.store(2 * n + 1, Ordering::Release);
+    slot.size.store(size as u64, Ordering::Relaxed);
+    slot.tag.store(u64::from(tag), Ordering::Relaxed);
+    slot.refused.store(refused, Ordering::Relaxed);
+    slot.seq.store(2 * n + 2, Ordering::Release);
+    refused
+}
+
+/// One giant request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GiantAllocation {
+    /// Its position among all giant requests of the process, from 0.
+    pub seq: u64,
+    /// Bytes requested (for `realloc`, the new size).
+    pub size: usize,
+    /// The tag current when it was requested: the span path that asked (for `realloc` too).
+    pub tag: crate::Tag,
+    /// Whether it was refused (null returned).
+    pub refused: bool,
+}
+
+/// Giant requests recorded since `after` (a `seq`, or `None` for all still in the ring), oldest
+/// first, and how many were overwritten before they could be read.
+pub fn giant_allocations_since(after: Option<u64>) -> (Vec<GiantAllocation>, u64) {
+    let end = NEXT.load(Ordering::Acquire);
+    let from = after.map_or(0, |a| a + 1);
+    let oldest_kept = end.saturating_sub(GIANT_RING as u64);
+    let mut missed = oldest_kept.saturating_sub(from);
+    let mut out = Vec::new();
+    for n in from.max(oldest_kept)..end {
+        let slot = &RING[(n % GIANT_RING as u64) as usize];
+        if slot.seq.load(Ordering::Acquire) != 2 * n + 2 {
+            missed += 1; // overwritten meanwhile, or still being written
+            continue;
+        }
+        let record = GiantAllocation {
+            seq: n,
+            size: slot.size.load(Ordering::Relaxed) as usize,
+            tag: crate::Tag::new(slot.tag.load(Ordering::Relaxed) as u32),
+            refused: slot.refused.load(Ordering::Relaxed),
+        };
+        if slot.seq.load(Ordering::Acquire) == 2 * n + 2 {
+            out.push(record);
+        } else {
+            missed += 1;
+        }
+    }
+    (out, missed)
+}
