@@ -352,6 +352,28 @@ pub fn read_totals(out: &mut [TagTotals]) {
     });
 }
 
+/// Like [`read_totals`], for the calling thread's own counters only: what this thread allocated
+/// (and freed) per tag, whatever other threads do at the same time. All zero before the thread's
+/// first allocation.
+pub fn read_thread_totals(out: &mut [TagTotals]) {
+    let n = out.len().min(MAX_TAGS);
+    let out = &mut out[..n];
+    out.fill(TagTotals::default());
+    let table = STATE.try_with(|s| s.table.get()).unwrap_or(NO_TABLE);
+    if table.is_null() || table == NO_TABLE {
+        return;
+    }
+    // SAFETY: a real table pointer from `acquire`; tables are never freed.
+    let table = unsafe { &*table };
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    for (t, s) in out.iter_mut().zip(&table.slots) {
+        t.alloc_objects = load(&s.alloc_objects);
+        t.alloc_bytes = load(&s.alloc_bytes);
+        t.free_objects = load(&s.free_objects);
+        t.free_bytes = load(&s.free_bytes);
+    }
+}
+
 /// Number of thread tables made so far (live threads plus free tables for reuse).
 pub fn thread_tables() -> usize {
     let mut n = 0;

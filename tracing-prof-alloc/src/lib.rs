@@ -55,7 +55,9 @@ mod giant;
 mod tag;
 
 pub use allocator::{ReallocMode, TaggingAllocator};
-pub use counters::{TagTotals, read_totals, record_interval, record_span_closed, thread_tables};
+pub use counters::{
+    TagTotals, read_thread_totals, read_totals, record_interval, record_span_closed, thread_tables,
+};
 pub use giant::{GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy};
 pub use header::HEADER_SIZE;
 pub use tag::{Tag, TagGuard, current_tag, set_current_tag};

@@ -28,6 +28,7 @@
 //!   `(other span paths)` and counted in [`Stats::overflowed_spans`].
 //! - CPU time is Linux-only (zero elsewhere).
 
+pub mod budget;
 mod clock;
 pub mod config;
 mod entered;
@@ -37,6 +38,7 @@ mod profile;
 mod profiler;
 mod span_path;
 
+pub use budget::{Budget, BudgetError, BudgetReport};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError};
 pub use entered::MAX_DEPTH;

@@ -43,7 +43,8 @@ pub use tracing_prof_export as export;
 
 pub use tracing_prof_alloc::{ReallocMode, TaggingAllocator};
 pub use tracing_prof_core::{
-    Config, ConfigError, Profile, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
+    Budget, Config, ConfigError, Profile, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard,
+    Sink,
 };
 pub use tracing_prof_export::{
     FileExporter, HttpServer, PprofHandler, ProfileKind, PyroscopeConfig, PyroscopeExporter,

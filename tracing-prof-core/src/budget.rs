@@ -1,0 +1,172 @@
+//! Allocation budgets for tests: "this code makes at most N allocations and M bytes".
+//!
+//! ```
+//! use tracing_prof_core::{Budget, ProfileLayer};
+//! use tracing_subscriber::prelude::*;
+//! # #[global_allocator]
+//! # static A: tracing_prof_alloc::TaggingAllocator<std::alloc::System> =
+//! #     tracing_prof_alloc::TaggingAllocator::new(std::alloc::System);
+//! tracing::subscriber::with_default(tracing_subscriber::registry().with(ProfileLayer::new()), || {
+//!     let v = Budget::new().max_allocations(1).max_bytes(1024).assert(|| vec![0u8; 512]);
+//!     assert!(Budget::new().max_bytes(100).check(|| vec![0u8; 512]).is_err());
+//! #   drop(v);
+//! });
+//! ```
+//!
+//! The closure runs inside a span named `budget`; spans the code enters become its children, so
+//! everything allocated on this thread under it counts, and a failure lists those span paths,
+//! most bytes first. Only the calling thread's allocations count, so tests running in parallel
+//! never see each other's. Needs the tagging allocator as global allocator and a
+//! [`ProfileLayer`](crate::ProfileLayer) in the current subscriber (as the example shows).
+//!
+//! Limitations: allocations on threads the closure spawns are not counted; the report names span
+//! paths, not yet code locations (that needs sampled stacks).
+
+use crate::span_path;
+use std::fmt;
+use tracing_prof_alloc::{Tag, TagGuard, TagTotals, current_tag, read_thread_totals};
+
+/// Limits on what a closure may allocate; see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    max_allocations: Option<u64>,
+    max_bytes: Option<u64>,
+}
+
+/// What a closure allocated on its thread, per span path under the budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BudgetReport {
+    /// The budget checked.
+    pub budget: Budget,
+    /// Allocations made (realloc growth adds bytes, not allocations).
+    pub allocations: u64,
+    /// Bytes requested.
+    pub bytes: u64,
+    /// `(span path, allocations, bytes)`, most bytes first; paths start at `budget`.
+    pub by_path: Vec<(String, u64, u64)>,
+}
+
+/// Why a budget check failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// The closure allocated more than the budget allows.
+    #[error("{0}")]
+    Exceeded(BudgetReport),
+    /// Entering a span did not switch the allocation tag: no `ProfileLayer` in the current
+    /// subscriber (or the tagging allocator is not installed).
+    #[error(
+        "allocation budgets need a tracing_prof ProfileLayer in the current subscriber and the \
+         TaggingAllocator as global allocator"
+    )]
+    NoProfiler,
+}
+
+impl Budget {
+    /// No limits yet.
+    pub fn new() -> Self {
+        Budget::default()
+    }
+
+    /// At most `n` allocations.
+    pub fn max_allocations(mut self, n: u64) -> Self {
+        self.max_allocations = Some(n);
+        self
+    }
+
+    /// At most `n` bytes allocated (realloc growth included).
+    pub fn max_bytes(mut self, n: u64) -> Self {
+        self.max_bytes = Some(n);
+        self
+    }
+
+    /// Runs `f` and returns its value, or what it allocated if that exceeds the budget.
+    pub fn check<T>(&self, f: impl FnOnce() -> T) -> Result<T, BudgetError> {
+        let (value, report) = self.measure(f)?;
+        let over = |limit: Option<u64>, used: u64| limit.is_some_and(|l| used > l);
+        if over(self.max_allocations, report.allocations) || over(self.max_bytes, report.bytes) {
+            Err(BudgetError::Exceeded(report))
+        } else {
+            Ok(value)
+        }
+    }
+
+    /// Like [`Budget::check`], panicking with the report when the budget is exceeded.
+    #[track_caller]
+    pub fn assert<T>(&self, f: impl FnOnce() -> T) -> T {
+        match self.check(f) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Runs `f` inside a `budget` span and reports what it allocated on this thread.
+    pub fn measure<T>(&self, f: impl FnOnce() -> T) -> Result<(T, BudgetReport), BudgetError> {
+        let span = tracing::info_span!("budget");
+        let outer = current_tag();
+        let entered = span.enter();
+        let tag = current_tag();
+        if tag == outer || tag == Tag::OVERFLOW {
+            return Err(BudgetError::NoProfiler);
+        }
+        let before = thread_totals();
+        let value = f();
+        let after = thread_totals();
+        drop(entered);
+        let _profiler = TagGuard::new(Tag::PROFILER);
+        let paths = span_path::all_paths();
+        let Some(root) = paths.iter().find(|(t, _)| *t == tag).map(|(_, f)| f.clone()) else {
+            return Err(BudgetError::NoProfiler);
+        };
+        let mut by_path: Vec<(String, u64, u64)> = paths
+            .iter()
+            .filter(|(_, frames)| frames.starts_with(&root))
+            .filter_map(|(t, frames)| {
+                let i = t.get() as usize;
+                let (b, a) = (before.get(i).copied().unwrap_or_default(), after.get(i).copied().unwrap_or_default());
+                let allocs = a.alloc_objects.saturating_sub(b.alloc_objects);
+                let bytes = a.alloc_bytes.saturating_sub(b.alloc_bytes);
+                let names: Vec<&str> = frames[root.len() - 1..].iter().map(|f| f.name).collect();
+                (allocs > 0 || bytes > 0).then(|| (names.join(" -> "), allocs, bytes))
+            })
+            .collect();
+        by_path.sort_by(|x, y| y.2.cmp(&x.2).then_with(|| x.0.cmp(&y.0)));
+        let report = BudgetReport {
+            budget: *self,
+            allocations: by_path.iter().map(|p| p.1).sum(),
+            bytes: by_path.iter().map(|p| p.2).sum(),
+            by_path,
+        };
+        Ok((value, report))
+    }
+}
+
+fn thread_totals() -> Vec<TagTotals> {
+    let _profiler = TagGuard::new(Tag::PROFILER);
+    let mut t = vec![TagTotals::default(); tracing_prof_alloc::MAX_TAGS];
+    read_thread_totals(&mut t);
+    t
+}
+
+impl fmt::Display for BudgetReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = |l: Option<u64>| l.map_or_else(|| "no limit".to_owned(), |l| l.to_string());
+        writeln!(
+            f,
+            "allocation budget exceeded: {} allocations (budget: {}), {} bytes (budget: {})",
+            self.allocations,
+            limit(self.budget.max_allocations),
+            self.bytes,
+            limit(self.budget.max_bytes)
+        )?;
+        writeln!(f, "where they were allocated (span paths, most bytes first):")?;
+        for (path, allocs, bytes) in self.by_path.iter().take(10) {
+            writeln!(f, "  {bytes:>12} bytes in {allocs:>6} allocations  {path}")?;
+        }
+        if self.by_path.len() > 10 {
+            writeln!(f, "  ... and {} more span paths", self.by_path.len() - 10)?;
+        }
+        Ok(())
+    }
+}
