@@ -6,7 +6,11 @@
 //! interquartile range of the per-round ratios. Ratios taken within a round share the machine's
 //! state of that moment, which is what makes them stable when absolute times drift.
 
-#![allow(dead_code, unreachable_pub, reason = "each bench uses a part of this module")]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each bench uses a part of this module"
+)]
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +23,10 @@ pub struct Variant<'a> {
 }
 
 pub fn variant<'a>(name: &'a str, run: impl FnMut(u64) + 'a) -> Variant<'a> {
-    Variant { name, run: Box::new(run) }
+    Variant {
+        name,
+        run: Box::new(run),
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -61,7 +68,10 @@ pub fn compare(title: &str, rounds: usize, mut variants: Vec<Variant<'_>>) -> Ve
     }
     println!("\n### {title}\n");
     println!("{rounds} alternating rounds of {n} operations per variant.\n");
-    println!("| variant | median ns/op | ratio to {} (median) | ratio IQR |", variants[0].name);
+    println!(
+        "| variant | median ns/op | ratio to {} (median) | ratio IQR |",
+        variants[0].name
+    );
     println!("|---|---:|---:|---:|");
     let medians: Vec<f64> = ns.iter().map(|v| median(&mut v.clone())).collect();
     for i in 0..k {
@@ -81,6 +91,9 @@ pub fn compare(title: &str, rounds: usize, mut variants: Vec<Variant<'_>>) -> Ve
 
 /// Whether `cargo bench -- NAME` asked for this benchmark (no filter: all).
 pub fn wanted(name: &str) -> bool {
-    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }

@@ -28,19 +28,24 @@ static GLOBAL: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
 fn main() -> Result<(), Box<dyn Error>> {
     let mut workload = Workload::default();
     if let Ok(n) = std::env::var("SERVICE_REQUESTS") {
-        workload.requests = n.parse().map_err(|_| format!("SERVICE_REQUESTS={n:?} is not a number"))?;
+        workload.requests = n
+            .parse()
+            .map_err(|_| format!("SERVICE_REQUESTS={n:?} is not a number"))?;
     }
     let duration = match std::env::var("SERVICE_DURATION_SECS") {
-        Ok(s) => Some(Duration::from_secs(
-            s.parse().map_err(|_| format!("SERVICE_DURATION_SECS={s:?} is not a number"))?,
-        )),
+        Ok(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
+            format!("SERVICE_DURATION_SECS={s:?} is not a number")
+        })?)),
         Err(_) => None,
     };
     let exporter = FileExporter::from_env()?;
     let dir = exporter.dir().to_owned();
     // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise; it pushes to
     // Pyroscope when PYROSCOPE_SERVER_ADDRESS is set.
-    let mut builder = Profiler::builder().interval(Duration::from_secs(2)).from_env()?.sink(exporter);
+    let mut builder = Profiler::builder()
+        .interval(Duration::from_secs(2))
+        .from_env()?
+        .sink(exporter);
     if let Some(config) = PyroscopeConfig::from_env()? {
         builder = builder.sink(PyroscopeExporter::start(config)?);
     }
@@ -53,16 +58,29 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
     let app = App::new(workload.cache_capacity);
     let summary = match duration {
         None => {
-            println!("handling {} requests, {} at a time...", workload.requests, workload.concurrency);
+            println!(
+                "handling {} requests, {} at a time...",
+                workload.requests, workload.concurrency
+            );
             runtime.block_on(run(&app, &workload))
         }
         Some(d) => {
-            println!("handling requests for {} s, {} at a time...", d.as_secs(), workload.concurrency);
-            let batch = Workload { requests: 2_000, ..workload.clone() };
+            println!(
+                "handling requests for {} s, {} at a time...",
+                d.as_secs(),
+                workload.concurrency
+            );
+            let batch = Workload {
+                requests: 2_000,
+                ..workload.clone()
+            };
             let mut total = tracing_prof_examples::Summary::default();
             while started.elapsed() < d {
                 let s = runtime.block_on(run(&app, &batch));
@@ -93,8 +111,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         summary.leaked_bytes / 1024,
         flush.as_secs_f64() * 1e3,
     );
-    print_top("Top span paths by CPU time (self: not in child spans)", &profile, |p| p.time.cpu_ns);
-    print_top("Top span paths by in-use memory (held now)", &profile, |p| p.memory.inuse_bytes);
+    print_top(
+        "Top span paths by CPU time (self: not in child spans)",
+        &profile,
+        |p| p.time.cpu_ns,
+    );
+    print_top(
+        "Top span paths by in-use memory (held now)",
+        &profile,
+        |p| p.memory.inuse_bytes,
+    );
     let total = profile.total_memory();
     println!(
         "All paths: {} allocated in {} blocks; {} in use in {} blocks.\n",
@@ -106,12 +132,20 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let leaks = profiler.suspected_leaks();
     if leaks.is_empty() {
-        println!("No suspected leaks (a path is suspected after its in-use memory grows in 5 captures in a row;");
+        println!(
+            "No suspected leaks (a path is suspected after its in-use memory grows in 5 captures in a row;"
+        );
         println!("run longer, e.g. SERVICE_DURATION_SECS=20, to see the deliberate one found).\n");
     } else {
         println!("Suspected leaks (in-use memory grew in each of the last captures):");
         for l in &leaks {
-            println!("  {}: +{} over {} captures, {} in use now", l.path, bytes(l.growth_bytes), l.snapshots, bytes(l.inuse_bytes));
+            println!(
+                "  {}: +{} over {} captures, {} in use now",
+                l.path,
+                bytes(l.growth_bytes),
+                l.snapshots,
+                bytes(l.inuse_bytes)
+            );
         }
         println!();
     }
@@ -120,12 +154,24 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let (Some(spans), Some(heap)) = (spans, heap) {
         println!("Profiles are in {}/. To look further:", dir.display());
         println!("  go tool pprof -top {}", spans.display());
-        println!("  go tool pprof -top -sample_index=wall_busy {}", spans.display());
-        println!("  go tool pprof -top -sample_index=inuse_space {}", heap.display());
-        println!("  go tool pprof -traces -sample_index=alloc_space {}", heap.display());
+        println!(
+            "  go tool pprof -top -sample_index=wall_busy {}",
+            spans.display()
+        );
+        println!(
+            "  go tool pprof -top -sample_index=inuse_space {}",
+            heap.display()
+        );
+        println!(
+            "  go tool pprof -traces -sample_index=alloc_space {}",
+            heap.display()
+        );
         println!("  go tool pprof -http=:8080 {}", heap.display());
     } else {
-        println!("No profile files were written to {} (see the error above).", dir.display());
+        println!(
+            "No profile files were written to {} (see the error above).",
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -136,7 +182,12 @@ fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) 
         "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  span path",
         "self cpu", "total cpu", "self busy", "spans", "alloc", "in use"
     );
-    for p in profile.top_by(&key).into_iter().filter(|p| p.kind != PathKind::Profiler).take(8) {
+    for p in profile
+        .top_by(&key)
+        .into_iter()
+        .filter(|p| p.kind != PathKind::Profiler)
+        .take(8)
+    {
         let (total, _) = profile.cumulative(p);
         println!(
             "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  {}",
@@ -171,7 +222,11 @@ fn newest(dir: &Path, kind: &str) -> Option<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
         .collect();
     files.sort();
     files.pop()

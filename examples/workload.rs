@@ -66,7 +66,12 @@ static SESSIONS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 /// Bytes leaked so far by the deliberate leak.
 pub fn leaked_bytes() -> u64 {
-    SESSIONS.lock().unwrap().iter().map(|v| v.len() as u64).sum()
+    SESSIONS
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|v| v.len() as u64)
+        .sum()
 }
 
 /// The service's long-lived state: the cache keeps its entries after a run, as a server would.
@@ -83,9 +88,15 @@ impl App {
     pub fn new(capacity: usize) -> Arc<App> {
         let shard = || {
             let capacity = capacity.div_ceil(SHARDS);
-            Mutex::new(Cache { map: HashMap::new(), order: VecDeque::new(), capacity })
+            Mutex::new(Cache {
+                map: HashMap::new(),
+                order: VecDeque::new(),
+                capacity,
+            })
         };
-        Arc::new(App { cache: (0..SHARDS).map(|_| shard()).collect() })
+        Arc::new(App {
+            cache: (0..SHARDS).map(|_| shard()).collect(),
+        })
     }
 }
 
@@ -140,7 +151,10 @@ pub async fn run(app: &Arc<App>, w: &Workload) -> Summary {
     let semaphore = Arc::new(tokio::sync::Semaphore::new(w.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for id in 0..w.requests {
-        let permit = Arc::clone(&semaphore).acquire_owned().await.expect("semaphore open");
+        let permit = Arc::clone(&semaphore)
+            .acquire_owned()
+            .await
+            .expect("semaphore open");
         let (app, audit_tx, w) = (Arc::clone(app), audit_tx.clone(), w.clone());
         let route = ["/users", "/orders", "/search"][(id % 3) as usize];
         tasks.spawn(
@@ -172,27 +186,36 @@ async fn handle(
 ) -> (u64, bool) {
     let mut rng = Rng::new(id);
     let fields = info_span!("parse").in_scope(|| parse(&mut rng));
-    let rows = query(&mut rng, &fields, w.query_latency).instrument(info_span!("db_query")).await;
+    let rows = query(&mut rng, &fields, w.query_latency)
+        .instrument(info_span!("db_query"))
+        .await;
     let key = rng.range(0, 4 * w.cache_capacity as u64);
     let shard = &cache[(key as usize) % cache.len()];
     let (entry, hit) = info_span!("cache_lookup").in_scope(|| lookup(shard, key, &rows));
     let body = info_span!("render").in_scope(|| render(&rows, &entry));
     let _ = audit.send(body.as_bytes().to_vec()).await;
     if w.leak_every > 0 && id % w.leak_every == 0 {
-        info_span!("session_store").in_scope(|| SESSIONS.lock().unwrap().push(vec![id as u8; 1024]));
+        info_span!("session_store")
+            .in_scope(|| SESSIONS.lock().unwrap().push(vec![id as u8; 1024]));
     }
     (body.len() as u64, hit)
 }
 
 fn parse(rng: &mut Rng) -> Vec<String> {
-    let raw: Vec<u8> = (0..rng.range(512, 4096)).map(|_| b'a' + (rng.next_u64() % 26) as u8).collect();
-    raw.chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect()
+    let raw: Vec<u8> = (0..rng.range(512, 4096))
+        .map(|_| b'a' + (rng.next_u64() % 26) as u8)
+        .collect();
+    raw.chunks(64)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect()
 }
 
 async fn query(rng: &mut Rng, fields: &[String], latency: Duration) -> Vec<(u64, String)> {
     tokio::time::sleep(latency).await; // waiting on the database: idle, not CPU
     let n = rng.range(8, 64) as usize;
-    (0..n).map(|i| (rng.next_u64(), fields[i % fields.len()].repeat(2))).collect()
+    (0..n)
+        .map(|i| (rng.next_u64(), fields[i % fields.len()].repeat(2)))
+        .collect()
 }
 
 fn lookup(cache: &Mutex<Cache>, key: u64, rows: &[(u64, String)]) -> (Arc<Vec<u8>>, bool) {
@@ -201,7 +224,11 @@ fn lookup(cache: &Mutex<Cache>, key: u64, rows: &[(u64, String)]) -> (Arc<Vec<u8
         return (Arc::clone(e), true);
     }
     let entry = info_span!("cache_fill").in_scope(|| {
-        Arc::new(rows.iter().flat_map(|(k, v)| k.to_le_bytes().into_iter().chain(v.bytes())).collect())
+        Arc::new(
+            rows.iter()
+                .flat_map(|(k, v)| k.to_le_bytes().into_iter().chain(v.bytes()))
+                .collect(),
+        )
     });
     c.map.insert(key, Arc::clone(&entry));
     c.order.push_back(key);
@@ -224,7 +251,11 @@ fn render(rows: &[(u64, String)], entry: &[u8]) -> String {
                 h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
             }
         }
-        let _ = write!(out, "{{\"id\":{k},\"hash\":\"{h:016x}\",\"name\":\"{}\"}},", &v[..v.len().min(24)]);
+        let _ = write!(
+            out,
+            "{{\"id\":{k},\"hash\":\"{h:016x}\",\"name\":\"{}\"}},",
+            &v[..v.len().min(24)]
+        );
     }
     out.push(']');
     out

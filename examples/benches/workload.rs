@@ -37,8 +37,12 @@ fn tagged() -> bool {
     if m == 0 {
         // SAFETY: getenv with a NUL-terminated name; it allocates nothing. The result is only read.
         let v = unsafe { libc::getenv(c"TRACING_PROF_BENCH_CHILD".as_ptr()) };
-        // SAFETY: a non-null result points to a NUL-terminated string.
-        let mode = if v.is_null() { &b""[..] } else { unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes() };
+        let mode = if v.is_null() {
+            &b""[..]
+        } else {
+            // SAFETY: a non-null result points to a NUL-terminated string.
+            unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()
+        };
         let on = mode == b"on" || mode == b"alloc";
         m = if on { 1 } else { 2 };
         MODE.store(m, Ordering::Relaxed);
@@ -51,19 +55,43 @@ fn tagged() -> bool {
 unsafe impl GlobalAlloc for Switch {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         // SAFETY: forwarded contract.
-        unsafe { if tagged() { TAGGED.alloc(l) } else { Jemalloc.alloc(l) } }
+        unsafe {
+            if tagged() {
+                TAGGED.alloc(l)
+            } else {
+                Jemalloc.alloc(l)
+            }
+        }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         // SAFETY: forwarded contract.
-        unsafe { if tagged() { TAGGED.alloc_zeroed(l) } else { Jemalloc.alloc_zeroed(l) } }
+        unsafe {
+            if tagged() {
+                TAGGED.alloc_zeroed(l)
+            } else {
+                Jemalloc.alloc_zeroed(l)
+            }
+        }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         // SAFETY: forwarded contract; same allocator as the allocation.
-        unsafe { if tagged() { TAGGED.dealloc(p, l) } else { Jemalloc.dealloc(p, l) } }
+        unsafe {
+            if tagged() {
+                TAGGED.dealloc(p, l)
+            } else {
+                Jemalloc.dealloc(p, l)
+            }
+        }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         // SAFETY: forwarded contract; same allocator as the allocation.
-        unsafe { if tagged() { TAGGED.realloc(p, l, n) } else { Jemalloc.realloc(p, l, n) } }
+        unsafe {
+            if tagged() {
+                TAGGED.realloc(p, l, n)
+            } else {
+                Jemalloc.realloc(p, l, n)
+            }
+        }
     }
 }
 
@@ -85,7 +113,11 @@ fn child(on: bool) {
         None
     };
     let start = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
     let app = App::new(2_000);
     let summary = rt.block_on(run(&app, &Workload::default()));
     drop(rt);
@@ -106,7 +138,10 @@ struct Run {
 }
 
 fn spawn(mode: &str) -> Run {
-    #[allow(clippy::zombie_processes, reason = "reaped below by wait4, which also returns its rusage")]
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, which also returns its rusage"
+    )]
     let mut c = Command::new(std::env::current_exe().unwrap())
         .env(ENV, mode)
         .stdout(Stdio::piped())
@@ -119,9 +154,15 @@ fn spawn(mode: &str) -> Run {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: the pid is our child's; status and ru are valid, writable locals.
     let pid = unsafe { libc::wait4(c.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    assert!(pid > 0 && status == 0, "child {mode} failed (status {status}): {out}");
+    assert!(
+        pid > 0 && status == 0,
+        "child {mode} failed (status {status}): {out}"
+    );
     let field = |k: &str| -> f64 {
-        out.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap()
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
     };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Run {
@@ -141,7 +182,10 @@ fn main() {
     if let Ok(mode) = std::env::var(ENV) {
         return child(mode == "on");
     }
-    if std::env::args().skip(1).any(|a| !a.starts_with("--") && !"workload".contains(a.as_str())) {
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"workload".contains(a.as_str()))
+    {
         return; // filtered out by `cargo bench -- NAME`
     }
     let modes = ["off", "alloc", "on"];
@@ -157,18 +201,29 @@ fn main() {
     let ratio = |runs: &[Run], f: &dyn Fn(&Run) -> f64| {
         median(runs.iter().zip(off).map(|(a, b)| f(a) / f(b)).collect())
     };
-    println!("\n### Example workload (20 000 requests, 4 workers): everything on vs everything off\n");
-    println!("{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n");
+    println!(
+        "\n### Example workload (20 000 requests, 4 workers): everything on vs everything off\n"
+    );
+    println!(
+        "{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
+    );
     println!("| | off | tagging allocator only | ratio | everything on | ratio |");
     println!("|---|---:|---:|---:|---:|---:|");
     let row = |name: &str, unit: &str, f: &dyn Fn(&Run) -> f64| {
         println!(
             "| {name} | {:.3} {unit} | {:.3} {unit} | {:.3} | {:.3} {unit} | {:.3} |",
-            med(off, f), med(alloc, f), ratio(alloc, f), med(on, f), ratio(on, f)
+            med(off, f),
+            med(alloc, f),
+            ratio(alloc, f),
+            med(on, f),
+            ratio(on, f)
         );
     };
     row("wall time", "s", &|r| r.wall_s);
     row("CPU time (user+sys)", "s", &|r| r.cpu_s);
     row("peak RSS", "MiB", &|r| r.maxrss_mib);
-    println!("| final flush at shutdown | | | | {:.2} ms | |", med(on, &|r| r.flush_ms));
+    println!(
+        "| final flush at shutdown | | | | {:.2} ms | |",
+        med(on, &|r| r.flush_ms)
+    );
 }

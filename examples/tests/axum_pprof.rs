@@ -15,7 +15,11 @@ static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std:
 fn get(addr: &str, path: &str, headers: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n"
+    )
+    .unwrap();
     let mut bytes = Vec::new();
     s.read_to_end(&mut bytes).unwrap();
     let text = String::from_utf8_lossy(&bytes); // a pprof body is gzip, not text
@@ -27,37 +31,75 @@ fn get(addr: &str, path: &str, headers: &str) -> (String, String) {
 fn axum_router_serves_pprof_on_the_services_own_port() {
     let (layer, guard) = Profiler::builder().build().unwrap();
     tracing_subscriber::registry().with(layer).init();
-    tracing::info_span!("axum_work").in_scope(|| std::mem::forget(std::hint::black_box(vec![1u8; 100_000])));
+    tracing::info_span!("axum_work")
+        .in_scope(|| std::mem::forget(std::hint::black_box(vec![1u8; 100_000])));
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let open = axum::Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
         .merge(axum_router(PprofHandler::new(guard.profiler().clone())));
-    let locked = axum::Router::new().merge(axum_router(PprofHandler::new(guard.profiler().clone()).bearer_token("t0k")));
+    let locked = axum::Router::new().merge(axum_router(
+        PprofHandler::new(guard.profiler().clone()).bearer_token("t0k"),
+    ));
     let (open_addr, locked_addr) = rt.block_on(async {
         let a = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let b = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addrs = (a.local_addr().unwrap().to_string(), b.local_addr().unwrap().to_string());
+        let addrs = (
+            a.local_addr().unwrap().to_string(),
+            b.local_addr().unwrap().to_string(),
+        );
         tokio::spawn(async move { axum::serve(a, open).await.unwrap() });
         tokio::spawn(async move { axum::serve(b, locked).await.unwrap() });
         addrs
     });
 
     let (head, body) = get(&open_addr, "/health", "");
-    assert!(head.starts_with("HTTP/1.1 200") && body == "ok", "the service's own routes still work: {head}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && body == "ok",
+        "the service's own routes still work: {head}"
+    );
     let (head, body) = get(&open_addr, "/debug/pprof/", "");
-    assert!(head.starts_with("HTTP/1.1 200") && body.contains("allocs"), "{head}\n{body}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && body.contains("allocs"),
+        "{head}\n{body}"
+    );
     let (head, body) = get(&open_addr, "/debug/pprof/heap?debug=1", "");
-    assert!(head.starts_with("HTTP/1.1 200") && body.contains("axum_work"), "{head}\n{body}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && body.contains("axum_work"),
+        "{head}\n{body}"
+    );
     let (head, _) = get(&open_addr, "/debug/pprof/nope", "");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     let (head, _) = get(&locked_addr, "/debug/pprof/heap", "");
-    assert!(head.starts_with("HTTP/1.1 401") && head.to_ascii_lowercase().contains("www-authenticate: bearer"), "{head}");
-    let (head, _) = get(&locked_addr, "/debug/pprof/heap", "Authorization: Bearer t0k\r\n");
-    assert!(head.starts_with("HTTP/1.1 200") && head.contains("application/octet-stream"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 401")
+            && head
+                .to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+        "{head}"
+    );
+    let (head, _) = get(
+        &locked_addr,
+        "/debug/pprof/heap",
+        "Authorization: Bearer t0k\r\n",
+    );
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("application/octet-stream"),
+        "{head}"
+    );
 
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
+    let have_go = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        have_go || std::env::var("CI").as_deref() != Ok("true"),
+        "go is required under CI=true"
+    );
     if have_go {
         let out = Command::new("go")
             .args(["tool", "pprof", "-top", "-nodefraction=0"])
@@ -65,7 +107,11 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
             .output()
             .unwrap();
         let top = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && top.contains("axum_pprof::axum_work"), "{top}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && top.contains("axum_pprof::axum_work"),
+            "{top}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     drop(rt);
 }

@@ -27,10 +27,24 @@ fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
 
 /// `spans` of the sample whose leaf is `leaf`, per `go tool pprof -raw`.
 fn spans_of(file: &Path, leaf: &str) -> Option<u64> {
-    let out = Command::new("go").args(["tool", "pprof", "-raw"]).arg(file).output().ok()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(file)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    let loc = text.lines().find(|l| l.contains(&format!(" {leaf} ")))?.split(':').next()?.trim().to_owned();
+    let loc = text
+        .lines()
+        .find(|l| l.contains(&format!(" {leaf} ")))?
+        .split(':')
+        .next()?
+        .trim()
+        .to_owned();
     let samples = text.lines().skip_while(|l| l.trim() != "Samples:").skip(2);
     samples
         .take_while(|l| l.trim() != "Locations")
@@ -49,11 +63,27 @@ fn flamegraphs_folded_and_deltas() {
         .build()
         .unwrap();
     tracing_subscriber::registry().with(layer).init();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let app = App::new(500);
-    rt.block_on(run(&app, &Workload { requests: 600, ..Workload::default() }));
+    rt.block_on(run(
+        &app,
+        &Workload {
+            requests: 600,
+            ..Workload::default()
+        },
+    ));
     guard.flush(Duration::from_secs(30)).unwrap();
-    rt.block_on(run(&app, &Workload { requests: 250, ..Workload::default() }));
+    rt.block_on(run(
+        &app,
+        &Workload {
+            requests: 250,
+            ..Workload::default()
+        },
+    ));
     guard.flush(Duration::from_secs(30)).unwrap();
 
     // Flame graphs: one SVG per default sample type per export, with the span names in them.
@@ -61,8 +91,14 @@ fn flamegraphs_folded_and_deltas() {
     assert_eq!(svgs.len(), 2, "{svgs:?}");
     let svg = std::fs::read_to_string(&svgs[1]).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("</svg>"));
-    for name in ["tracing_prof_examples::request", "tracing_prof_examples::render"] {
-        assert!(svg.contains(name), "{name} missing from the CPU flame graph");
+    for name in [
+        "tracing_prof_examples::request",
+        "tracing_prof_examples::render",
+    ] {
+        assert!(
+            svg.contains(name),
+            "{name} missing from the CPU flame graph"
+        );
     }
     let heap_svg = std::fs::read_to_string(&files(&dir, "heap.", ".inuse_space.svg")[1]).unwrap();
     assert!(heap_svg.contains("tracing_prof_examples::cache_fill"));
@@ -77,23 +113,48 @@ fn flamegraphs_folded_and_deltas() {
         assert!(!stack.is_empty() && !stack.contains('\n'));
         total += count.parse::<u64>().expect("numeric count");
     }
-    assert!(text.contains("tracing_prof_examples::request;tracing_prof_examples::render "), "{text}");
+    assert!(
+        text.contains("tracing_prof_examples::request;tracing_prof_examples::render "),
+        "{text}"
+    );
     let mut options = inferno::flamegraph::Options::default();
     let mut out = Vec::new();
-    inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut out).expect("inferno accepts it");
-    let svg = String::from_utf8(flamegraph_svg(&profile, ProfileKind::Heap, "alloc_space").unwrap()).unwrap();
-    assert!(svg.contains(&format!("all ({} bytes, 100%)", thousands(total))), "total {total} not in the SVG");
+    inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut out)
+        .expect("inferno accepts it");
+    let svg =
+        String::from_utf8(flamegraph_svg(&profile, ProfileKind::Heap, "alloc_space").unwrap())
+            .unwrap();
+    assert!(
+        svg.contains(&format!("all ({} bytes, 100%)", thousands(total))),
+        "total {total} not in the SVG"
+    );
     assert!(flamegraph_svg(&profile, ProfileKind::Heap, "no_such_type").is_err());
 
     // Deltas: the second export's delta holds the second run alone, exactly.
     let deltas = files(&dir, "spans-delta.", ".pb.gz");
-    assert_eq!(deltas.len(), 1, "the first export has no base, the second has one delta");
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
+    assert_eq!(
+        deltas.len(),
+        1,
+        "the first export has no base, the second has one delta"
+    );
+    let have_go = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        have_go || std::env::var("CI").as_deref() != Ok("true"),
+        "go is required under CI=true"
+    );
     if have_go {
-        assert_eq!(spans_of(&deltas[0], "tracing_prof_examples::request"), Some(250));
+        assert_eq!(
+            spans_of(&deltas[0], "tracing_prof_examples::request"),
+            Some(250)
+        );
         let cumulative = files(&dir, "spans.", ".pb.gz");
-        assert_eq!(spans_of(&cumulative[1], "tracing_prof_examples::request"), Some(850));
+        assert_eq!(
+            spans_of(&cumulative[1], "tracing_prof_examples::request"),
+            Some(850)
+        );
     }
     drop(guard);
 }

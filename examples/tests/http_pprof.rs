@@ -9,7 +9,11 @@ use std::time::Duration;
 
 /// The example binary, built by `cargo test` next to this test's directory.
 fn example() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
     deps.parent().unwrap().join("examples").join("service")
 }
 
@@ -39,19 +43,35 @@ fn start(token: Option<&str>) -> (Service, String) {
     stdout.read_line(&mut line).unwrap();
     // Keep reading what the service prints, so that it never writes into a closed pipe.
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let base = line.trim().strip_prefix("serving ").unwrap_or_else(|| panic!("unexpected: {line}")).to_owned();
+    let base = line
+        .trim()
+        .strip_prefix("serving ")
+        .unwrap_or_else(|| panic!("unexpected: {line}"))
+        .to_owned();
     (Service(child), base.trim_end_matches('/').to_owned())
 }
 
 fn go_pprof(args: &[&str], url: &str) -> String {
-    let out = Command::new("go").args(["tool", "pprof"]).args(args).arg(url).output().unwrap();
-    assert!(out.status.success(), "go tool pprof {args:?} {url}:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} {url}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
 /// The function names of `-top` output, in its order.
 fn entries(top: &str) -> Vec<&str> {
-    let lines = top.lines().skip_while(|l| !l.trim_start().starts_with("flat")).skip(1);
+    let lines = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1);
     let names: Vec<&str> = lines.filter_map(|l| l.split_whitespace().last()).collect();
     assert!(!names.is_empty(), "no entries:\n{top}");
     names
@@ -64,14 +84,24 @@ fn top_entry(top: &str) -> &str {
 /// Which span leads in *self* CPU in a short window of a loaded machine varies between `render`
 /// and `request`; the root leads by cumulative time, and `render` is in the top two by self time.
 fn assert_cpu_shape(base: &str, extra: &[&str]) {
-    let by_cum = go_pprof(&[&["-top", "-cum"], extra].concat(), &format!("{base}/spans"));
+    let by_cum = go_pprof(
+        &[&["-top", "-cum"], extra].concat(),
+        &format!("{base}/spans"),
+    );
     assert!(by_cum.contains("Type: cpu"), "{by_cum}");
     if extra.contains(&"-seconds") {
         assert!(by_cum.contains("Duration: 2"), "a 2 s window: {by_cum}");
     }
-    assert_eq!(top_entry(&by_cum), "tracing_prof_examples::request", "{by_cum}");
+    assert_eq!(
+        top_entry(&by_cum),
+        "tracing_prof_examples::request",
+        "{by_cum}"
+    );
     let by_self = go_pprof(&[&["-top"], extra].concat(), &format!("{base}/spans"));
-    assert!(entries(&by_self)[..2].contains(&"tracing_prof_examples::render"), "{by_self}");
+    assert!(
+        entries(&by_self)[..2].contains(&"tracing_prof_examples::render"),
+        "{by_self}"
+    );
 }
 
 /// A raw GET, returning the status line and the body.
@@ -80,27 +110,46 @@ fn get(base: &str, path: &str, headers: &str) -> (String, String) {
 }
 
 fn try_get(base: &str, path: &str, headers: &str) -> std::io::Result<(String, String)> {
-    let host = base.trim_start_matches("http://").split('/').next().unwrap();
+    let host = base
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n")?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
-    Ok((head.lines().next().unwrap_or("").to_owned(), body.to_owned()))
+    Ok((
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    ))
 }
 
 #[test]
 fn go_tool_pprof_reads_the_live_endpoint() {
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
+    let have_go = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        have_go || std::env::var("CI").as_deref() != Ok("true"),
+        "go is required under CI=true"
+    );
     let (_service, base) = start(None);
     std::thread::sleep(Duration::from_secs(2)); // let it handle some requests
 
     let (status, index) = get(&base, "/debug/pprof/", "");
-    assert!(status.contains("200") && index.contains("heap") && index.contains("spans"), "{status}\n{index}");
+    assert!(
+        status.contains("200") && index.contains("heap") && index.contains("spans"),
+        "{status}\n{index}"
+    );
     let (status, table) = get(&base, "/debug/pprof/heap?debug=1", "");
-    assert!(status.contains("200") && table.contains("request -> cache_lookup -> cache_fill"), "{table}");
+    assert!(
+        status.contains("200") && table.contains("request -> cache_lookup -> cache_fill"),
+        "{table}"
+    );
     let (status, _) = get(&base, "/debug/pprof/heap?seconds=999", "");
     assert!(status.contains("400"), "{status}");
     let (status, _) = get(&base, "/nope", "");
@@ -111,7 +160,11 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     }
     let heap = go_pprof(&["-top"], &format!("{base}/heap"));
     assert!(heap.contains("Type: inuse_space"), "{heap}");
-    assert_eq!(top_entry(&heap), "tracing_prof_examples::cache_fill", "{heap}");
+    assert_eq!(
+        top_entry(&heap),
+        "tracing_prof_examples::cache_fill",
+        "{heap}"
+    );
     let allocs = go_pprof(&["-top"], &format!("{base}/allocs"));
     assert!(allocs.contains("Type: alloc_space"), "{allocs}");
     assert_cpu_shape(&base, &[]);
@@ -125,18 +178,36 @@ fn a_token_protects_the_endpoint() {
     let (status, body) = get(&base, "/debug/pprof/heap", "");
     assert!(status.contains("401"), "{status}");
     assert!(!body.contains("s3cret"));
-    let (status, _) = get(&base, "/debug/pprof/heap", "Authorization: Bearer wrong\r\n");
+    let (status, _) = get(
+        &base,
+        "/debug/pprof/heap",
+        "Authorization: Bearer wrong\r\n",
+    );
     assert!(status.contains("401"), "{status}");
-    let (status, body) = get(&base, "/debug/pprof/heap?debug=1", "Authorization: Bearer s3cret\r\n");
-    assert!(status.contains("200") && body.contains("inuse_space"), "{status}\n{body}");
+    let (status, body) = get(
+        &base,
+        "/debug/pprof/heap?debug=1",
+        "Authorization: Bearer s3cret\r\n",
+    );
+    assert!(
+        status.contains("200") && body.contains("inuse_space"),
+        "{status}\n{body}"
+    );
 }
 
 #[test]
 fn slow_and_oversized_clients_are_cut_off() {
     let (_service, base) = start(None);
-    let host = base.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let host = base
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
     // Connections that never send a request: they hold slots only until the read timeout.
-    let idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&host).unwrap()).collect();
+    let idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(&host).unwrap())
+        .collect();
     // All slots are held: the answer is 503, or a reset when the server closes before reading
     // (it never reads on the accept thread, so that a flood cannot slow accepting down).
     match try_get(&base, "/debug/pprof/heap?debug=1", "") {
@@ -145,7 +216,10 @@ fn slow_and_oversized_clients_are_cut_off() {
     }
     std::thread::sleep(Duration::from_secs(6)); // past READ_TIMEOUT: the idle ones are dropped
     let (status, _) = get(&base, "/debug/pprof/heap?debug=1", "");
-    assert!(status.contains("200"), "the endpoint must recover once slow clients time out: {status}");
+    assert!(
+        status.contains("200"),
+        "the endpoint must recover once slow clients time out: {status}"
+    );
     drop(idle);
     let huge = format!("X-Junk: {}\r\n", "a".repeat(20_000));
     let (status, _) = get(&base, "/debug/pprof/heap", &huge);

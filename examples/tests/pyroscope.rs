@@ -29,7 +29,10 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
     )
     .unwrap();
     let ingester = PyroscopeExporter::start(
-        PyroscopeConfig::new(ingest.url(), "shop").api(PyroscopeApi::Ingest).bearer_token("tok3n").tag("env", "test"),
+        PyroscopeConfig::new(ingest.url(), "shop")
+            .api(PyroscopeApi::Ingest)
+            .bearer_token("tok3n")
+            .tag("env", "test"),
     )
     .unwrap();
     let (push_stats, ingest_stats) = (pusher.stats(), ingester.stats());
@@ -40,11 +43,27 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         .build()
         .unwrap();
     tracing_subscriber::registry().with(layer).init();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let app = App::new(200);
-    rt.block_on(run(&app, &Workload { requests: 300, ..Workload::default() }));
+    rt.block_on(run(
+        &app,
+        &Workload {
+            requests: 300,
+            ..Workload::default()
+        },
+    ));
     guard.flush(Duration::from_secs(30)).unwrap();
-    rt.block_on(run(&app, &Workload { requests: 200, ..Workload::default() }));
+    rt.block_on(run(
+        &app,
+        &Workload {
+            requests: 200,
+            ..Workload::default()
+        },
+    ));
     drop(guard); // the final export, pushed before the guard returns
     assert_eq!((push_stats.sent(), push_stats.dropped()), (2, 0));
     assert_eq!((ingest_stats.sent(), ingest_stats.dropped()), (2, 0));
@@ -54,25 +73,46 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
     assert_eq!(pushed.len(), 2);
     let mut requests = 0;
     for r in &pushed {
-        assert_eq!((r.method.as_str(), r.target.as_str()), ("POST", "/push.v1.PusherService/Push"));
+        assert_eq!(
+            (r.method.as_str(), r.target.as_str()),
+            ("POST", "/push.v1.PusherService/Push")
+        );
         assert_eq!(r.header("content-type"), Some("application/proto"));
         assert_eq!(r.header("authorization"), Some("Basic YWxpY2U6czNjcmV0"));
         assert_eq!(r.header("x-scope-orgid"), Some("team-a"));
         let req = PushRequest::decode(&r.body[..]).unwrap();
-        let names: Vec<&str> = req.series.iter().map(|s| label(&s.labels, "__name__")).collect();
+        let names: Vec<&str> = req
+            .series
+            .iter()
+            .map(|s| label(&s.labels, "__name__"))
+            .collect();
         assert_eq!(names, ["spans", "memory"]);
         for s in &req.series {
             assert_eq!(label(&s.labels, "service_name"), "shop");
-            assert_eq!((label(&s.labels, "env"), label(&s.labels, "region")), ("test", "eu"));
+            assert_eq!(
+                (label(&s.labels, "env"), label(&s.labels, "region")),
+                ("test", "eu")
+            );
         }
         let spans = pprof(&req.series[0].samples[0].raw_profile);
         assert_eq!(sample_types(&spans)[..2], ["spans", "wall"]);
         requests += value(&spans, REQUEST, "spans");
         let memory = pprof(&req.series[1].samples[0].raw_profile);
-        assert_eq!(sample_types(&memory), ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]);
+        assert_eq!(
+            sample_types(&memory),
+            [
+                "alloc_objects",
+                "alloc_space",
+                "inuse_objects",
+                "inuse_space"
+            ]
+        );
         assert!(value(&memory, "tracing_prof_examples::render", "alloc_space") > 0);
     }
-    assert_eq!(requests, 500, "each push holds its own interval: together, every request once");
+    assert_eq!(
+        requests, 500,
+        "each push holds its own interval: together, every request once"
+    );
 
     // /ingest: one request per kind per interval.
     let ingested = ingest.taken();
@@ -84,20 +124,38 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         assert_eq!(r.header("x-scope-orgid"), None);
         assert_eq!(r.query("name").as_deref(), Some("shop{env=test}"));
         assert_eq!(r.query("format").as_deref(), Some("pprof"));
-        let (from, until): (u64, u64) = (r.query("from").unwrap().parse().unwrap(), r.query("until").unwrap().parse().unwrap());
-        assert!(from <= until && until > 1_700_000_000 && until < 10_000_000_000, "seconds: {from}..{until}");
+        let (from, until): (u64, u64) = (
+            r.query("from").unwrap().parse().unwrap(),
+            r.query("until").unwrap().parse().unwrap(),
+        );
+        assert!(
+            from <= until && until > 1_700_000_000 && until < 10_000_000_000,
+            "seconds: {from}..{until}"
+        );
         let config = String::from_utf8(r.form_field("sample_type_config").unwrap()).unwrap();
-        assert!(config.starts_with('{') && config.contains("\"units\""), "{config}");
+        assert!(
+            config.starts_with('{') && config.contains("\"units\""),
+            "{config}"
+        );
         let p = pprof(&r.form_field("profile").expect("a profile part"));
         if sample_types(&p)[0] == "spans" {
             requests += value(&p, REQUEST, "spans");
         } else {
-            assert!(config.contains("\"inuse_space\":{\"units\":\"bytes\",\"aggregation\":\"average\""), "{config}");
+            assert!(
+                config.contains("\"inuse_space\":{\"units\":\"bytes\",\"aggregation\":\"average\""),
+                "{config}"
+            );
         }
     }
     assert_eq!(requests, 500);
 }
 
-fn label<'a>(labels: &'a [tracing_prof::export::pyroscope::push::LabelPair], name: &str) -> &'a str {
-    labels.iter().find(|l| l.name == name).map_or("", |l| l.value.as_str())
+fn label<'a>(
+    labels: &'a [tracing_prof::export::pyroscope::push::LabelPair],
+    name: &str,
+) -> &'a str {
+    labels
+        .iter()
+        .find(|l| l.name == name)
+        .map_or("", |l| l.value.as_str())
 }

@@ -63,27 +63,53 @@ static GLOBAL: Counting<TaggingAllocator<System>> = Counting(TaggingAllocator::n
 
 #[test]
 fn exported_totals_equal_what_the_program_requested() {
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    assert!(have_go || std::env::var("CI").as_deref() != Ok("true"), "go is required under CI=true");
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ProfileLayer::new()))
-        .unwrap();
+    let have_go = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        have_go || std::env::var("CI").as_deref() != Ok("true"),
+        "go is required under CI=true"
+    );
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(ProfileLayer::new()),
+    )
+    .unwrap();
     let app = App::new(500);
-    let workload = Workload { requests: 3_000, concurrency: 32, ..Workload::default() };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let workload = Workload {
+        requests: 3_000,
+        concurrency: 32,
+        ..Workload::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let summary = rt.block_on(run(&app, &workload));
     drop(rt); // joins the workers: the program is quiescent from here
     assert_eq!(summary.handled, 3_000);
 
     let (objects, bytes) = (OBJECTS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
     let profile = Profile::capture(std::time::Duration::from_secs(1));
-    let not_profiler = |p: &&tracing_prof::core::PathProfile| p.kind != tracing_prof::core::PathKind::Profiler;
+    let not_profiler =
+        |p: &&tracing_prof::core::PathProfile| p.kind != tracing_prof::core::PathKind::Profiler;
     let model: (u64, u64) = profile
         .paths
         .iter()
         .filter(not_profiler)
-        .fold((0, 0), |(o, b), p| (o + p.memory.alloc_objects, b + p.memory.alloc_bytes));
-    assert_eq!(model, (objects, bytes), "the profile model disagrees with the counter");
-    assert!(bytes > 50 << 20, "the workload allocated only {bytes} bytes");
+        .fold((0, 0), |(o, b), p| {
+            (o + p.memory.alloc_objects, b + p.memory.alloc_bytes)
+        });
+    assert_eq!(
+        model,
+        (objects, bytes),
+        "the profile model disagrees with the counter"
+    );
+    assert!(
+        bytes > 50 << 20,
+        "the workload allocated only {bytes} bytes"
+    );
 
     if !have_go {
         eprintln!("SKIPPED the go tool pprof half: go is not installed");
@@ -92,26 +118,54 @@ fn exported_totals_equal_what_the_program_requested() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-totals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("heap.pb.gz");
-    std::fs::write(&file, tracing_prof::export::encode(&profile, ProfileKind::Heap).unwrap()).unwrap();
-    let (go_objects, go_bytes) = (pprof_total(&file, "alloc_objects"), pprof_total(&file, "alloc_space"));
-    assert_eq!((go_objects, go_bytes), (objects, bytes), "go tool pprof disagrees with the counter");
+    std::fs::write(
+        &file,
+        tracing_prof::export::encode(&profile, ProfileKind::Heap).unwrap(),
+    )
+    .unwrap();
+    let (go_objects, go_bytes) = (
+        pprof_total(&file, "alloc_objects"),
+        pprof_total(&file, "alloc_space"),
+    );
+    assert_eq!(
+        (go_objects, go_bytes),
+        (objects, bytes),
+        "go tool pprof disagrees with the counter"
+    );
 }
 
 /// Total of one sample type over every sample except the profiler's own, per `go tool pprof -raw`.
 fn pprof_total(file: &Path, sample_type: &str) -> u64 {
-    let out = Command::new("go").args(["tool", "pprof", "-raw"]).arg(file).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut lines = text.lines().skip_while(|l| l.trim() != "Samples:").skip(1);
     let types: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    let col = types.iter().position(|t| t.starts_with(&format!("{sample_type}/"))).unwrap();
+    let col = types
+        .iter()
+        .position(|t| t.starts_with(&format!("{sample_type}/")))
+        .unwrap();
     let samples: Vec<(u64, u64)> = lines
         .by_ref()
         .take_while(|l| l.trim() != "Locations")
         .filter_map(|l| l.split_once(':'))
         .map(|(vals, locs)| {
-            let v: Vec<u64> = vals.split_whitespace().map(|v| v.parse().unwrap()).collect();
-            (v[col], locs.split_whitespace().next().unwrap().parse().unwrap())
+            let v: Vec<u64> = vals
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            (
+                v[col],
+                locs.split_whitespace().next().unwrap().parse().unwrap(),
+            )
         })
         .collect();
     let profiler_location: Option<u64> = text
@@ -119,5 +173,9 @@ fn pprof_total(file: &Path, sample_type: &str) -> u64 {
         .find(|l| l.contains("(tracing-prof)"))
         .and_then(|l| l.split_once(':'))
         .map(|(id, _)| id.trim().parse().unwrap());
-    samples.iter().filter(|(_, leaf)| Some(*leaf) != profiler_location).map(|(v, _)| v).sum()
+    samples
+        .iter()
+        .filter(|(_, leaf)| Some(*leaf) != profiler_location)
+        .map(|(v, _)| v)
+        .sum()
 }

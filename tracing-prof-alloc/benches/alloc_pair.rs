@@ -47,7 +47,10 @@ fn main() {
         ab::compare(
             "alloc+free pair, 8..1024 B, 1 thread: System vs TaggingAllocator<System>",
             41,
-            vec![ab::variant("System", |n| pairs(&System, n)), ab::variant("Tagging<System>", |n| pairs(&TAG_SYSTEM, n))],
+            vec![
+                ab::variant("System", |n| pairs(&System, n)),
+                ab::variant("Tagging<System>", |n| pairs(&TAG_SYSTEM, n)),
+            ],
         );
         ab::compare(
             "alloc+free pair, 8..1024 B, 1 thread: Jemalloc vs TaggingAllocator<Jemalloc>",

@@ -50,7 +50,10 @@ pub struct TaggingAllocator<A> {
 impl<A> TaggingAllocator<A> {
     /// Wraps `inner`, counting `realloc` as [`ReallocMode::Resize`].
     pub const fn new(inner: A) -> Self {
-        TaggingAllocator { inner, realloc: ReallocMode::Resize }
+        TaggingAllocator {
+            inner,
+            realloc: ReallocMode::Resize,
+        }
     }
 
     /// Wraps `inner`, counting `realloc` as `mode` says.
@@ -62,7 +65,10 @@ impl<A> TaggingAllocator<A> {
     ///     TaggingAllocator::with_realloc_mode(std::alloc::System, ReallocMode::FreeAndAlloc);
     /// ```
     pub const fn with_realloc_mode(inner: A, mode: ReallocMode) -> Self {
-        TaggingAllocator { inner, realloc: mode }
+        TaggingAllocator {
+            inner,
+            realloc: mode,
+        }
     }
 
     /// The wrapped allocator.
@@ -160,7 +166,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         let new_outer = if giant::needs_cold_path(new_size, layout.align()) {
             // A giant growth may be refused: the old block then stays valid and counted.
             let shrinking = new_size <= layout.size();
-            let outer = if shrinking { header::outer_layout(new_size, layout.align()) } else { Self::cold_outer(new_size, layout.align()) };
+            let outer = if shrinking {
+                header::outer_layout(new_size, layout.align())
+            } else {
+                Self::cold_outer(new_size, layout.align())
+            };
             match outer {
                 Some(outer) => outer,
                 None => return std::ptr::null_mut(),
@@ -177,7 +187,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         // SAFETY: `ptr - offset` is the block `inner` returned with `old_outer`; `new_outer` keeps
         // its alignment and its size is valid for it. The inner realloc may grow in place, and on
         // a move copies the header along with the user bytes (they are the block's first bytes).
-        let base = unsafe { self.inner.realloc(ptr.sub(offset), old_outer, new_outer.size()) };
+        let base = unsafe {
+            self.inner
+                .realloc(ptr.sub(offset), old_outer, new_outer.size())
+        };
         if base.is_null() {
             // The old block is untouched and still counted as it was.
             return base;

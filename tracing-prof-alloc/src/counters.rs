@@ -91,9 +91,10 @@ impl Writer {
     #[inline(always)]
     fn add(self, counter: &AtomicU64, n: u64) {
         match self {
-            Writer::Owner => {
-                counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release)
-            }
+            Writer::Owner => counter.store(
+                counter.load(Ordering::Relaxed).wrapping_add(n),
+                Ordering::Release,
+            ),
             Writer::Shared => {
                 counter.fetch_add(n, Ordering::Release);
             }
@@ -215,7 +216,9 @@ thread_local! {
 /// for the block's header: one thread-local access for both.
 #[inline]
 pub(crate) fn record_alloc_current(bytes: usize) -> u32 {
-    let (tag, table) = STATE.try_with(|s| (s.tag.get(), table(s))).unwrap_or((0, NO_TABLE));
+    let (tag, table) = STATE
+        .try_with(|s| (s.tag.get(), table(s)))
+        .unwrap_or((0, NO_TABLE));
     with_slot_in(table, tag, |s, w| {
         w.add(&s.alloc_objects, 1);
         w.add(&s.alloc_bytes, bytes as u64);
@@ -248,7 +251,13 @@ pub(crate) fn record_resize(tag: u32, old: usize, new: usize) {
 ///
 /// Called by the span layer on exit; no allocation, lock or syscall.
 #[inline]
-pub fn record_interval(tag: crate::Tag, busy_ns: u64, cpu_ns: u64, cpu_user_ns: u64, cpu_sys_ns: u64) {
+pub fn record_interval(
+    tag: crate::Tag,
+    busy_ns: u64,
+    cpu_ns: u64,
+    cpu_user_ns: u64,
+    cpu_sys_ns: u64,
+) {
     with_slot(tag.get(), |s, w| {
         w.add(&s.busy_ns, busy_ns);
         w.add(&s.cpu_ns, cpu_ns);

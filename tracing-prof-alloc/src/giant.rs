@@ -33,7 +33,12 @@ struct Slot {
 }
 
 static RING: [Slot; GIANT_RING] = [const {
-    Slot { seq: AtomicU64::new(0), size: AtomicU64::new(0), tag: AtomicU64::new(0), refused: AtomicBool::new(false) }
+    Slot {
+        seq: AtomicU64::new(0),
+        size: AtomicU64::new(0),
+        tag: AtomicU64::new(0),
+        refused: AtomicBool::new(false),
+    }
 }; GIANT_RING];
 
 /// Reports requests of at least `threshold` bytes (`None`: never), refusing them if `refuse`.

@@ -63,7 +63,11 @@ impl Header {
 /// Distance from the inner block's start to the user pointer for a given alignment.
 #[inline]
 pub(crate) const fn offset_for(align: usize) -> usize {
-    if align > HEADER_SIZE { align } else { HEADER_SIZE }
+    if align > HEADER_SIZE {
+        align
+    } else {
+        HEADER_SIZE
+    }
 }
 
 /// The layout asked of the inner allocator for a user block of `size` bytes aligned to `align`,
@@ -73,7 +77,11 @@ pub(crate) const fn offset_for(align: usize) -> usize {
 #[inline]
 pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
     debug_assert!(align.is_power_of_two());
-    let outer_align = if align > HEADER_ALIGN { align } else { HEADER_ALIGN };
+    let outer_align = if align > HEADER_ALIGN {
+        align
+    } else {
+        HEADER_ALIGN
+    };
     // `Layout` needs size rounded up to the alignment to fit in isize; `offset <= outer_align`.
     if size > isize::MAX as usize - 2 * outer_align {
         return None;
@@ -90,7 +98,11 @@ pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
 #[inline(always)]
 pub(crate) unsafe fn outer_layout_small(size: usize, align: usize) -> Layout {
     debug_assert!(size < crate::giant::SAFE_LIMIT && align < crate::giant::SAFE_LIMIT);
-    let outer_align = if align > HEADER_ALIGN { align } else { HEADER_ALIGN };
+    let outer_align = if align > HEADER_ALIGN {
+        align
+    } else {
+        HEADER_ALIGN
+    };
     // SAFETY: `outer_align` is a power of two; `size + offset` < 2 * SAFE_LIMIT, and rounding it
     // up to `outer_align` (< SAFE_LIMIT) stays below isize::MAX.
     unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) }
@@ -116,7 +128,10 @@ pub(crate) unsafe fn write(user: *mut u8, header: Header) {
 pub(crate) unsafe fn read(user: *const u8) -> Header {
     // SAFETY: every live block of ours has an initialised, 8-aligned header right before it.
     let header = unsafe { user.sub(HEADER_SIZE).cast::<Header>().read() };
-    debug_assert!(header.is_ours(), "tracing-prof-alloc: freed pointer has no header of ours");
+    debug_assert!(
+        header.is_ours(),
+        "tracing-prof-alloc: freed pointer has no header of ours"
+    );
     header
 }
 

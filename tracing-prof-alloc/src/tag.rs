@@ -24,7 +24,11 @@ impl Tag {
     /// Makes a tag from a raw value; values `>= MAX_TAGS` become [`Tag::OVERFLOW`].
     #[inline]
     pub const fn new(raw: u32) -> Tag {
-        if (raw as usize) < MAX_TAGS { Tag(raw) } else { Tag::OVERFLOW }
+        if (raw as usize) < MAX_TAGS {
+            Tag(raw)
+        } else {
+            Tag::OVERFLOW
+        }
     }
 
     /// The raw value, always `< MAX_TAGS`.
@@ -92,7 +96,9 @@ impl TagGuard {
     /// Makes `tag` current on this thread.
     #[inline]
     pub fn new(tag: Tag) -> Self {
-        TagGuard { previous: set_current_tag(tag) }
+        TagGuard {
+            previous: set_current_tag(tag),
+        }
     }
 }
 

@@ -80,7 +80,10 @@ fn realloc_resize_keeps_the_first_tag_and_the_content() {
     });
     assert_eq!(ao2, 0);
     let t = totals(102);
-    assert_eq!((t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes), (1, 1090, 0, 990));
+    assert_eq!(
+        (t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes),
+        (1, 1090, 0, 990)
+    );
     assert_eq!(t.inuse_bytes(), 100);
     drop(v);
     let t = totals(102);
@@ -106,10 +109,17 @@ fn realloc_free_and_alloc_retags() {
     };
     assert_eq!(q as usize % 64, 0);
     // SAFETY: q has 4000 bytes, the first 64 copied from p.
-    assert!(unsafe { std::slice::from_raw_parts(q, 64) }.iter().all(|&b| b == 9));
+    let copied = unsafe { std::slice::from_raw_parts(q, 64) };
+    assert!(copied.iter().all(|&b| b == 9));
     let (a, b) = (totals(104), totals(105));
-    assert_eq!((a.alloc_objects, a.alloc_bytes, a.free_objects, a.free_bytes), (1, 64, 1, 64));
-    assert_eq!((b.alloc_objects, b.alloc_bytes, b.inuse_bytes()), (1, 4000, 4000));
+    assert_eq!(
+        (a.alloc_objects, a.alloc_bytes, a.free_objects, a.free_bytes),
+        (1, 64, 1, 64)
+    );
+    assert_eq!(
+        (b.alloc_objects, b.alloc_bytes, b.inuse_bytes()),
+        (1, 4000, 4000)
+    );
     // SAFETY: q is live with size 4000 and align 64.
     unsafe { FREE_AND_ALLOC.dealloc(q, Layout::from_size_align(4000, 64).unwrap()) };
     assert_eq!(totals(105).inuse_bytes(), 0);
@@ -137,7 +147,10 @@ fn frees_on_another_thread_credit_the_allocating_tag() {
     assert_eq!((t.free_objects, t.free_bytes), (1000, ab));
     // The freeing thread's tag is credited only with its own blocks (channel wake-up state).
     let other = totals(107);
-    assert!(other.free_bytes <= other.alloc_bytes && other.free_bytes < 1000, "{other:?}");
+    assert!(
+        other.free_bytes <= other.alloc_bytes && other.free_bytes < 1000,
+        "{other:?}"
+    );
 }
 
 #[test]
@@ -205,7 +218,12 @@ fn paired_alloc_free_is_not_miscounted() {
         alloc_write_free(64, 64);
     });
     // Either the optimizer removed both calls (nothing counted) or both are counted here.
-    assert_eq!((ao, ab), (fo, fb), "a free went elsewhere: tag 0 went from {before:?} to {:?}", totals(0));
+    assert_eq!(
+        (ao, ab),
+        (fo, fb),
+        "a free went elsewhere: tag 0 went from {before:?} to {:?}",
+        totals(0)
+    );
     assert!(ao == 0 || (ao, ab) == (2, 264));
 }
 
@@ -226,7 +244,8 @@ unsafe impl GlobalAlloc for InPlace {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        self.reallocs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reallocs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: same contract.
         unsafe { System.realloc(p, l, n) }
     }
@@ -234,7 +253,9 @@ unsafe impl GlobalAlloc for InPlace {
 
 #[test]
 fn realloc_reaches_the_inner_realloc_so_blocks_can_grow_in_place() {
-    let a = TaggingAllocator::new(InPlace { reallocs: Default::default() });
+    let a = TaggingAllocator::new(InPlace {
+        reallocs: Default::default(),
+    });
     let l = Layout::from_size_align(100, 8).unwrap();
     // SAFETY: valid layouts; each call passes the block's current layout.
     unsafe {
@@ -247,7 +268,12 @@ fn realloc_reaches_the_inner_realloc_so_blocks_can_grow_in_place() {
         assert!(std::slice::from_raw_parts(r, 100).iter().all(|&b| b == 3));
         a.dealloc(r, Layout::from_size_align(100_000, 8).unwrap());
     }
-    assert_eq!(a.inner().reallocs.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(
+        a.inner()
+            .reallocs
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
 }
 
 #[test]
@@ -312,5 +338,8 @@ fn allocations_during_tls_teardown_are_counted() {
         .unwrap();
     }
     let t = totals(112);
-    assert_eq!((t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes), (6, 3 * 77, 3, 3 * 44));
+    assert_eq!(
+        (t.alloc_objects, t.alloc_bytes, t.free_objects, t.free_bytes),
+        (6, 3 * 77, 3, 3 * 44)
+    );
 }

@@ -33,10 +33,13 @@ fn lifecycle(dispatch: &Dispatch, n: u64) {
 
 fn main() {
     let registry = Dispatch::new(tracing_subscriber::registry());
-    let wall = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(false)));
+    let wall = Dispatch::new(
+        tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(false)),
+    );
     let cpu = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new()));
     let rusage = Dispatch::new(
-        tracing_subscriber::registry().with(ProfileLayer::new().with_clock(SystemClock::new(CpuClock::Rusage))),
+        tracing_subscriber::registry()
+            .with(ProfileLayer::new().with_clock(SystemClock::new(CpuClock::Rusage))),
     );
     if ab::wanted("span/enter_exit") {
         ab::compare(

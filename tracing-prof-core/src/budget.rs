@@ -116,7 +116,11 @@ impl Budget {
         drop(entered);
         let _profiler = TagGuard::new(Tag::PROFILER);
         let paths = span_path::all_paths();
-        let Some(root) = paths.iter().find(|(t, _)| *t == tag).map(|(_, f)| f.clone()) else {
+        let Some(root) = paths
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map(|(_, f)| f.clone())
+        else {
             return Err(BudgetError::NoProfiler);
         };
         let mut by_path: Vec<(String, u64, u64)> = paths
@@ -124,7 +128,10 @@ impl Budget {
             .filter(|(_, frames)| frames.starts_with(&root))
             .filter_map(|(t, frames)| {
                 let i = t.get() as usize;
-                let (b, a) = (before.get(i).copied().unwrap_or_default(), after.get(i).copied().unwrap_or_default());
+                let (b, a) = (
+                    before.get(i).copied().unwrap_or_default(),
+                    after.get(i).copied().unwrap_or_default(),
+                );
                 let allocs = a.alloc_objects.saturating_sub(b.alloc_objects);
                 let bytes = a.alloc_bytes.saturating_sub(b.alloc_bytes);
                 let names: Vec<&str> = frames[root.len() - 1..].iter().map(|f| f.name).collect();
@@ -160,7 +167,10 @@ impl fmt::Display for BudgetReport {
             self.bytes,
             limit(self.budget.max_bytes)
         )?;
-        writeln!(f, "where they were allocated (span paths, most bytes first):")?;
+        writeln!(
+            f,
+            "where they were allocated (span paths, most bytes first):"
+        )?;
         for (path, allocs, bytes) in self.by_path.iter().take(10) {
             writeln!(f, "  {bytes:>12} bytes in {allocs:>6} allocations  {path}")?;
         }

@@ -84,11 +84,16 @@ impl SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now_ns(&self) -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on
         // Linux, and on failure `ts` stays zero, which is harmless.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+        (ts.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64)
     }
 
     #[inline]
@@ -96,18 +101,31 @@ impl Clock for SystemClock {
         match self.cpu {
             CpuClock::Rusage => {
                 let (user_ns, sys_ns) = thread_rusage_ns();
-                CpuSample { total_ns: user_ns + sys_ns, user_ns, sys_ns }
+                CpuSample {
+                    total_ns: user_ns + sys_ns,
+                    user_ns,
+                    sys_ns,
+                }
             }
-            CpuClock::Thread => CpuSample { total_ns: thread_cputime_ns(), user_ns: 0, sys_ns: 0 },
+            CpuClock::Thread => CpuSample {
+                total_ns: thread_cputime_ns(),
+                user_ns: 0,
+                sys_ns: 0,
+            },
         }
     }
 }
 
 fn thread_cputime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; on failure it stays zero, read as no CPU.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 #[cfg(target_os = "linux")]
@@ -142,7 +160,10 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
             let used = c.thread_cpu().since(before);
-            assert!(used.total_ns > 0, "{cpu:?}: 20 ms of spinning used no CPU time");
+            assert!(
+                used.total_ns > 0,
+                "{cpu:?}: 20 ms of spinning used no CPU time"
+            );
             assert_eq!(used.user_ns + used.sys_ns > 0, cpu == CpuClock::Rusage);
         }
     }

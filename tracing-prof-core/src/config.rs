@@ -138,22 +138,26 @@ impl Config {
             self.cpu_clock = c;
         }
         if let Some(n) = env_var(ENV_LEAK_SNAPSHOTS, |s| {
-            s.parse::<usize>().map_err(|_| format!("expected a whole number (0 turns detection off), got {s:?}"))
+            s.parse::<usize>()
+                .map_err(|_| format!("expected a whole number (0 turns detection off), got {s:?}"))
         })? {
             self.leak_snapshots = n;
         }
         if let Some(n) = env_var(ENV_LEAK_MIN_BYTES, |s| {
-            s.parse::<u64>().map_err(|_| format!("expected a number of bytes, got {s:?}"))
+            s.parse::<u64>()
+                .map_err(|_| format!("expected a number of bytes, got {s:?}"))
         })? {
             self.leak_min_bytes = n;
         }
         if let Some(level) = env_var(ENV_LEAK_LEVEL, |s| {
-            s.parse::<tracing::Level>().map_err(|_| format!("expected error, warn, info, debug or trace, got {s:?}"))
+            s.parse::<tracing::Level>()
+                .map_err(|_| format!("expected error, warn, info, debug or trace, got {s:?}"))
         })? {
             self.leak_level = level;
         }
         if let Some(n) = env_var(ENV_GIANT_BYTES, |s| {
-            s.parse::<usize>().map_err(|_| format!("expected a number of bytes (0 turns it off), got {s:?}"))
+            s.parse::<usize>()
+                .map_err(|_| format!("expected a number of bytes (0 turns it off), got {s:?}"))
         })? {
             self.giant_bytes = (n > 0).then_some(n);
         }
@@ -169,11 +173,17 @@ impl Config {
     /// Checks ranges the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.interval.is_zero() {
-            return Err(ConfigError::Value { setting: "interval", reason: "must be > 0".into() });
+            return Err(ConfigError::Value {
+                setting: "interval",
+                reason: "must be > 0".into(),
+            });
         }
         parse_max_paths(&self.max_span_paths.to_string())
             .map(drop)
-            .map_err(|reason| ConfigError::Value { setting: "max_span_paths", reason })
+            .map_err(|reason| ConfigError::Value {
+                setting: "max_span_paths",
+                reason,
+            })
     }
 }
 
@@ -182,15 +192,26 @@ pub fn env_var<T>(
     name: &'static str,
     parse: impl FnOnce(&str) -> Result<T, String>,
 ) -> Result<Option<T>, ConfigError> {
-    let Some(raw) = std::env::var_os(name) else { return Ok(None) };
-    let err = |value: String, reason: String| ConfigError::Env { name, value, reason };
+    let Some(raw) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    let err = |value: String, reason: String| ConfigError::Env {
+        name,
+        value,
+        reason,
+    };
     let Some(value) = raw.to_str() else {
-        return Err(err(raw.to_string_lossy().into_owned(), "not valid UTF-8".into()));
+        return Err(err(
+            raw.to_string_lossy().into_owned(),
+            "not valid UTF-8".into(),
+        ));
     };
     if value.trim().is_empty() {
         return Ok(None);
     }
-    parse(value.trim()).map(Some).map_err(|reason| err(value.to_owned(), reason))
+    parse(value.trim())
+        .map(Some)
+        .map_err(|reason| err(value.to_owned(), reason))
 }
 
 /// Parses `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
@@ -206,7 +227,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => Duration::from_secs(n.saturating_mul(3600)),
         _ => return Err(expected()),
     };
-    if d.is_zero() { Err("must be greater than zero".into()) } else { Ok(d) }
+    if d.is_zero() {
+        Err("must be greater than zero".into())
+    } else {
+        Ok(d)
+    }
 }
 
 /// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
@@ -214,7 +239,9 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(format!("expected 1/0, true/false, on/off or yes/no, got {s:?}")),
+        _ => Err(format!(
+            "expected 1/0, true/false, on/off or yes/no, got {s:?}"
+        )),
     }
 }
 
@@ -222,7 +249,9 @@ fn parse_max_paths(s: &str) -> Result<usize, String> {
     let max = crate::span_path::MAX_SPAN_PATHS;
     match s.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!("expected a whole number from 1 to {max}, got {s:?}")),
+        _ => Err(format!(
+            "expected a whole number from 1 to {max}, got {s:?}"
+        )),
     }
 }
 
@@ -264,7 +293,10 @@ mod tests {
             std::env::set_var(ENV_MAX_SPAN_PATHS, "");
         }
         let c = Config::from_env().unwrap();
-        assert_eq!((c.interval, c.cpu_time, c.max_span_paths), (Duration::from_secs(3), false, 1024));
+        assert_eq!(
+            (c.interval, c.cpu_time, c.max_span_paths),
+            (Duration::from_secs(3), false, 1024)
+        );
         // SAFETY: as above.
         unsafe {
             for v in [ENV_INTERVAL, ENV_CPU_TIME, ENV_MAX_SPAN_PATHS] {

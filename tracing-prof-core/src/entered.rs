@@ -52,14 +52,20 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
     // The tag is switched only where the exit can restore it: on a tracked frame, or as an
     // untracked level that exit restores from the frame below.
     let _ = STACK.try_with(|s| {
-        let Ok(mut s) = s.try_borrow_mut() else { return };
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
         let prev_tag = set_current_tag(state.tag);
         if s.len == MAX_DEPTH {
             s.untracked += 1;
             return;
         }
         let reentry = s.frames[..s.len].iter().flatten().any(|e| e.id == id);
-        let start_cpu = if cpu && !reentry { clock.thread_cpu() } else { CpuSample::default() };
+        let start_cpu = if cpu && !reentry {
+            clock.thread_cpu()
+        } else {
+            CpuSample::default()
+        };
         let len = s.len;
         s.frames[len] = Some(Entered {
             id,
@@ -79,19 +85,28 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
 #[inline]
 pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     let _ = STACK.try_with(|s| {
-        let Ok(mut s) = s.try_borrow_mut() else { return };
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
         if s.untracked > 0 {
             s.untracked -= 1;
-            let tag = s.frames[..s.len].last().and_then(|e| e.as_ref()).map(|e| e.state.tag);
+            let tag = s.frames[..s.len]
+                .last()
+                .and_then(|e| e.as_ref())
+                .map(|e| e.state.tag);
             set_current_tag(tag.unwrap_or(Tag::NO_SPAN));
             return;
         }
         let len = s.len;
-        let Some(pos) = s.frames[..len].iter().rposition(|e| e.as_ref().is_some_and(|e| e.id == id))
+        let Some(pos) = s.frames[..len]
+            .iter()
+            .rposition(|e| e.as_ref().is_some_and(|e| e.id == id))
         else {
             return; // exit without a matching enter on this thread: nothing to measure
         };
-        let Some(e) = s.frames[pos].take() else { return };
+        let Some(e) = s.frames[pos].take() else {
+            return;
+        };
         if pos + 1 == len {
             set_current_tag(e.prev_tag);
         } else {
@@ -107,7 +122,11 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             return;
         }
         let busy = clock.now_ns().saturating_sub(e.start_ns);
-        let used = if cpu { clock.thread_cpu().since(e.start_cpu) } else { CpuSample::default() };
+        let used = if cpu {
+            clock.thread_cpu().since(e.start_cpu)
+        } else {
+            CpuSample::default()
+        };
         if let Some(Some(below)) = pos.checked_sub(1).map(|i| s.frames[i].as_mut())
             && below.state.tag == e.state.parent
         {

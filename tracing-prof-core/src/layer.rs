@@ -4,12 +4,12 @@ use crate::clock::{Clock, SystemClock};
 use crate::{entered, span_path};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_core::span::{Attributes, Id};
 use tracing_core::Subscriber;
+use tracing_core::span::{Attributes, Id};
 use tracing_prof_alloc::{Tag, TagGuard};
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
 /// What the layer keeps per span instance, in the span's extensions.
 #[derive(Debug)]
@@ -44,7 +44,10 @@ pub struct ProfileLayer<C = SystemClock> {
 impl ProfileLayer {
     /// A layer with the real clock and CPU time on.
     pub fn new() -> Self {
-        ProfileLayer { clock: SystemClock::default(), cpu_time: crate::config::DEFAULT_CPU_TIME }
+        ProfileLayer {
+            clock: SystemClock::default(),
+            cpu_time: crate::config::DEFAULT_CPU_TIME,
+        }
     }
 }
 
@@ -63,7 +66,10 @@ impl<C: Clock> ProfileLayer<C> {
 
     /// Uses `clock` for wall and CPU time (tests use this to make durations exact).
     pub fn with_clock<C2: Clock>(self, clock: C2) -> ProfileLayer<C2> {
-        ProfileLayer { clock, cpu_time: self.cpu_time }
+        ProfileLayer {
+            clock,
+            cpu_time: self.cpu_time,
+        }
     }
 
     fn state<S>(id: &Id, ctx: &Context<'_, S>) -> Option<Arc<SpanState>>
@@ -109,7 +115,9 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let Some(state) = Self::state(&id, &ctx) else { return };
+        let Some(state) = Self::state(&id, &ctx) else {
+            return;
+        };
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
         let idle = wall.saturating_sub(state.busy_ns.load(Ordering::Relaxed));
         tracing_prof_alloc::record_span_closed(state.tag, wall, idle);

@@ -50,23 +50,44 @@ pub(crate) struct LeakDetector {
 
 impl LeakDetector {
     pub(crate) fn new(snapshots: usize, min_bytes: u64) -> Self {
-        LeakDetector { snapshots: snapshots.max(1), min_bytes, tracks: HashMap::new() }
+        LeakDetector {
+            snapshots: snapshots.max(1),
+            min_bytes,
+            tracks: HashMap::new(),
+        }
     }
 
     /// Takes in a capture; returns every suspected leak now, and separately the ones new since
     /// the previous capture.
-    pub(crate) fn observe(&mut self, profile: &Profile) -> (Vec<SuspectedLeak>, Vec<SuspectedLeak>) {
+    pub(crate) fn observe(
+        &mut self,
+        profile: &Profile,
+    ) -> (Vec<SuspectedLeak>, Vec<SuspectedLeak>) {
         let (mut now, mut new) = (Vec::new(), Vec::new());
         let mut seen = std::collections::HashSet::new();
-        for p in profile.paths.iter().filter(|p| p.kind != PathKind::Profiler) {
+        for p in profile
+            .paths
+            .iter()
+            .filter(|p| p.kind != PathKind::Profiler)
+        {
             let inuse = p.memory.inuse_bytes;
             let key = (p.kind, p.frames.clone());
             seen.insert(key.clone());
-            let t = self.tracks.entry(key).or_insert(Track { last: inuse, base: inuse, rises: 0, reported: false });
+            let t = self.tracks.entry(key).or_insert(Track {
+                last: inuse,
+                base: inuse,
+                rises: 0,
+                reported: false,
+            });
             if inuse > t.last {
                 t.rises += 1;
             } else if inuse < t.last || t.rises > 0 {
-                *t = Track { last: inuse, base: inuse, rises: 0, reported: false };
+                *t = Track {
+                    last: inuse,
+                    base: inuse,
+                    rises: 0,
+                    reported: false,
+                };
             }
             t.last = inuse;
             if t.rises >= self.snapshots && inuse - t.base >= self.min_bytes {

@@ -49,6 +49,7 @@ pub use profile::{
     Profile, TimeStats,
 };
 pub use profiler::{
-    BuildError, GiantReport, FlushTimeout, Profiler, ProfilerBuilder, ProfilerGuard, Sink, SinkError, Stats,
+    BuildError, FlushTimeout, GiantReport, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
+    SinkError, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;

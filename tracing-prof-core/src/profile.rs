@@ -28,12 +28,22 @@ pub struct Frame {
 impl Frame {
     /// The frame of a span callsite.
     pub fn from_metadata(m: &'static Metadata<'static>) -> Self {
-        Frame { target: m.target(), name: m.name(), file: m.file(), line: m.line() }
+        Frame {
+            target: m.target(),
+            name: m.name(),
+            file: m.file(),
+            line: m.line(),
+        }
     }
 
     /// A frame that stands for no callsite, such as [`NO_SPAN_FRAME`].
     pub const fn synthetic(name: &'static str) -> Self {
-        Frame { target: "", name, file: None, line: None }
+        Frame {
+            target: "",
+            name,
+            file: None,
+            line: None,
+        }
     }
 
     /// `target::name`, or just `name` for synthetic frames: the function name exporters show.
@@ -177,11 +187,18 @@ impl Profile {
             (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
         ]
         .map(|(tag, kind, name)| (tag, kind, vec![Frame::synthetic(name)]));
-        let all = special.into_iter().chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)));
+        let all = special
+            .into_iter()
+            .chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)));
         let paths = all
             .filter_map(|(tag, kind, frames)| {
                 let t = totals.get(tag.get() as usize)?;
-                let p = PathProfile { kind, frames, time: time_of(t), memory: memory_of(t) };
+                let p = PathProfile {
+                    kind,
+                    frames,
+                    time: time_of(t),
+                    memory: memory_of(t),
+                };
                 let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
                 (!empty).then_some(p)
             })
@@ -203,15 +220,20 @@ impl Profile {
     ///
     /// This is what each interval's dashboards and diffs want: what changed *now*.
     pub fn window_since(&self, base: &Profile) -> Profile {
-        let before: HashMap<(PathKind, &[Frame]), &PathProfile> =
-            base.paths.iter().map(|p| ((p.kind, p.frames.as_slice()), p)).collect();
+        let before: HashMap<(PathKind, &[Frame]), &PathProfile> = base
+            .paths
+            .iter()
+            .map(|p| ((p.kind, p.frames.as_slice()), p))
+            .collect();
         let paths = self
             .paths
             .iter()
             .filter_map(|p| {
                 let (t0, m0) = before
                     .get(&(p.kind, p.frames.as_slice()))
-                    .map_or((TimeStats::default(), MemoryStats::default()), |b| (b.time, b.memory));
+                    .map_or((TimeStats::default(), MemoryStats::default()), |b| {
+                        (b.time, b.memory)
+                    });
                 let d = |now: u64, then: u64| now.saturating_sub(then);
                 let time = TimeStats {
                     spans: d(p.time.spans, t0.spans),
@@ -227,9 +249,15 @@ impl Profile {
                     alloc_bytes: d(p.memory.alloc_bytes, m0.alloc_bytes),
                     ..p.memory
                 };
-                let active = time != TimeStats::default() || memory.alloc_objects > 0 || memory.alloc_bytes > 0;
-                (active || memory.inuse_bytes > 0)
-                    .then(|| PathProfile { kind: p.kind, frames: p.frames.clone(), time, memory })
+                let active = time != TimeStats::default()
+                    || memory.alloc_objects > 0
+                    || memory.alloc_bytes > 0;
+                (active || memory.inuse_bytes > 0).then(|| PathProfile {
+                    kind: p.kind,
+                    frames: p.frames.clone(),
+                    time,
+                    memory,
+                })
             })
             .collect();
         Profile {
@@ -249,7 +277,9 @@ impl Profile {
 
     /// Whether `path` is among [`Profile::suspected_leaks`].
     pub fn is_suspected_leak(&self, path: &PathProfile) -> bool {
-        self.suspected_leaks.iter().any(|l| l.kind == path.kind && l.frames == path.frames)
+        self.suspected_leaks
+            .iter()
+            .any(|l| l.kind == path.kind && l.frames == path.frames)
     }
 
     /// Memory summed over every path except the profiler's own.
@@ -265,7 +295,11 @@ impl Profile {
     /// time, the time spent in the span including its children.
     pub fn cumulative(&self, path: &PathProfile) -> (TimeStats, MemoryStats) {
         let (mut t, mut m) = (TimeStats::default(), MemoryStats::default());
-        for p in self.paths.iter().filter(|p| p.kind == path.kind && p.frames.starts_with(&path.frames)) {
+        for p in self
+            .paths
+            .iter()
+            .filter(|p| p.kind == path.kind && p.frames.starts_with(&path.frames))
+        {
             t.add(&p.time);
             m.add(&p.memory);
         }

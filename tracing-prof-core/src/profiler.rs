@@ -106,7 +106,11 @@ impl Profiler {
     /// capture; see [`ProfilerBuilder::giant_allocations`].
     pub fn giant_allocations(&self) -> Vec<GiantReport> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        let g = self.shared.giants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self
+            .shared
+            .giants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         g.iter().cloned().collect()
     }
 
@@ -114,7 +118,11 @@ impl Profiler {
     /// as of the aggregator's last capture.
     pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        self.shared.leaks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.shared
+            .leaks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Counters about the profiler itself.
@@ -154,7 +162,10 @@ pub struct ProfilerBuilder {
 impl fmt::Debug for ProfilerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sinks: Vec<&str> = self.sinks.iter().map(|s| s.name()).collect();
-        f.debug_struct("ProfilerBuilder").field("config", &self.config).field("sinks", &sinks).finish()
+        f.debug_struct("ProfilerBuilder")
+            .field("config", &self.config)
+            .field("sinks", &sinks)
+            .finish()
     }
 }
 
@@ -267,7 +278,10 @@ impl ProfilerBuilder {
             leak_level: self.config.leak_level,
             giants: self.config.giant_bytes.is_some(),
             // Only records made from now on: older ones belong to an earlier profiler.
-            last_giant: tracing_prof_alloc::giant_allocations_since(None).0.last().map(|g| g.seq),
+            last_giant: tracing_prof_alloc::giant_allocations_since(None)
+                .0
+                .last()
+                .map(|g| g.seq),
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
@@ -348,8 +362,14 @@ impl Aggregator {
         let mut events: Vec<Box<dyn Fn()>> = Vec::new();
         if self.giants {
             let (new, missed) = tracing_prof_alloc::giant_allocations_since(self.last_giant);
-            self.shared.giants_missed.fetch_add(missed, Ordering::Relaxed);
-            let mut kept = self.shared.giants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.shared
+                .giants_missed
+                .fetch_add(missed, Ordering::Relaxed);
+            let mut kept = self
+                .shared
+                .giants
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for g in new {
                 self.last_giant = Some(g.seq);
                 let report = GiantReport {
@@ -371,7 +391,11 @@ impl Aggregator {
         if let Some(detector) = &mut self.leaks {
             let (now, new) = detector.observe(&profile);
             profile.suspected_leaks = now.clone();
-            *self.shared.leaks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+            *self
+                .shared
+                .leaks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = now;
             let level = self.leak_level;
             for leak in new {
                 events.push(Box::new(move || log_leak(level, &leak)));
@@ -388,15 +412,16 @@ impl Aggregator {
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
             // A panicking sink is a failed export, not the end of profiling.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.export(&profile)))
-                .unwrap_or_else(|panic| {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a non-string payload".into());
-                    Err(format!("the sink panicked: {what}").into())
-                });
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.export(&profile)))
+                    .unwrap_or_else(|panic| {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a non-string payload".into());
+                        Err(format!("the sink panicked: {what}").into())
+                    });
             match result {
                 Ok(()) => {
                     self.shared.exports.fetch_add(1, Ordering::Relaxed);
@@ -499,8 +524,11 @@ impl ProfilerGuard {
     pub fn flush(&self, timeout: Duration) -> Result<(), FlushTimeout> {
         let (tx, rx) = bounded(1);
         let deadline = Instant::now() + timeout;
-        self.commands.send_deadline(Command::Flush(tx), deadline).map_err(|_| FlushTimeout(timeout))?;
-        rx.recv_deadline(deadline).map_err(|_| FlushTimeout(timeout))
+        self.commands
+            .send_deadline(Command::Flush(tx), deadline)
+            .map_err(|_| FlushTimeout(timeout))?;
+        rx.recv_deadline(deadline)
+            .map_err(|_| FlushTimeout(timeout))
     }
 }
 

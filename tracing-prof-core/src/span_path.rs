@@ -86,7 +86,10 @@ pub(crate) fn set_cap(cap: usize) {
 /// with the profiler's tag current), may lock; never called on enter or exit.
 pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
     let key = (parent.get(), metadata as *const Metadata<'static> as usize);
-    let cached = CACHE.try_with(|c| c.borrow().get(&key).copied()).ok().flatten();
+    let cached = CACHE
+        .try_with(|c| c.borrow().get(&key).copied())
+        .ok()
+        .flatten();
     if let Some(raw) = cached {
         return Tag::new(raw);
     }
@@ -97,7 +100,10 @@ pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
             Some(&raw) => Tag::new(raw),
             None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
                 let raw = Tag::FIRST_PATH + table.entries.len() as u32;
-                table.entries.push(Entry { parent: parent.get(), metadata });
+                table.entries.push(Entry {
+                    parent: parent.get(),
+                    metadata,
+                });
                 table.by_key.insert(key, raw);
                 Tag::new(raw)
             }
@@ -120,7 +126,9 @@ pub(crate) fn overflowed_spans() -> u64 {
 /// Every interned path as `(tag, frames root first)`.
 pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
     let guard = table();
-    let Some(table) = guard.as_ref() else { return Vec::new() };
+    let Some(table) = guard.as_ref() else {
+        return Vec::new();
+    };
     let frames_of = |mut raw: u32| {
         let mut frames = Vec::new();
         while raw >= Tag::FIRST_PATH {
@@ -135,7 +143,12 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
         frames
     };
     (0..table.entries.len() as u32)
-        .map(|i| (Tag::new(Tag::FIRST_PATH + i), frames_of(Tag::FIRST_PATH + i)))
+        .map(|i| {
+            (
+                Tag::new(Tag::FIRST_PATH + i),
+                frames_of(Tag::FIRST_PATH + i),
+            )
+        })
         .collect()
 }
 
@@ -148,11 +161,15 @@ pub(crate) fn display(tag: Tag) -> String {
         _ => {}
     }
     let guard = table();
-    let Some(table) = guard.as_ref() else { return crate::profile::OVERFLOW_FRAME.to_owned() };
+    let Some(table) = guard.as_ref() else {
+        return crate::profile::OVERFLOW_FRAME.to_owned();
+    };
     let mut names = Vec::new();
     let mut raw = tag.get();
     while raw >= Tag::FIRST_PATH {
-        let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else { break };
+        let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
+            break;
+        };
         names.push(e.metadata.name());
         raw = e.parent;
     }

@@ -46,7 +46,8 @@ fn span(clock: CpuClock, gap: Gap) -> Span {
 /// Runs the spans on THREADS threads; returns the CPU measured inside them directly.
 fn run(clock: CpuClock, gap: Gap) -> u64 {
     let dispatch = Dispatch::new(
-        tracing_subscriber::registry().with(ProfileLayer::new().with_clock(SystemClock::new(clock))),
+        tracing_subscriber::registry()
+            .with(ProfileLayer::new().with_clock(SystemClock::new(clock))),
     );
     let truth = AtomicU64::new(0);
     let thread_clock = SystemClock::new(CpuClock::Thread);
@@ -58,7 +59,10 @@ fn run(clock: CpuClock, gap: Gap) -> u64 {
                         span(clock, gap).in_scope(|| {
                             let before = thread_clock.thread_cpu().total_ns;
                             std::hint::black_box(work());
-                            truth.fetch_add(thread_clock.thread_cpu().total_ns - before, Ordering::Relaxed);
+                            truth.fetch_add(
+                                thread_clock.thread_cpu().total_ns - before,
+                                Ordering::Relaxed,
+                            );
                         });
                         match gap {
                             Gap::Sleep => std::thread::sleep(std::time::Duration::from_micros(50)),
@@ -83,10 +87,22 @@ fn thread_clock_is_exact_whatever_threads_do_between_spans() {
         let name = span(CpuClock::Thread, gap).metadata().unwrap().name();
         let t = p.path(&[name]).unwrap().time;
         assert_eq!(t.spans, spans);
-        assert_eq!((t.cpu_user_ns, t.cpu_sys_ns), (0, 0), "the thread clock does not split user and system");
+        assert_eq!(
+            (t.cpu_user_ns, t.cpu_sys_ns),
+            (0, 0),
+            "the thread clock does not split user and system"
+        );
         // The span's reads sit just outside the test's own: a few µs per span at most.
-        assert!(t.cpu_ns >= truth, "{gap:?}: span CPU {} below the work inside it {truth}", t.cpu_ns);
-        assert!(t.cpu_ns <= truth + spans * 20_000, "{gap:?}: span CPU {} far above the work {truth}", t.cpu_ns);
+        assert!(
+            t.cpu_ns >= truth,
+            "{gap:?}: span CPU {} below the work inside it {truth}",
+            t.cpu_ns
+        );
+        assert!(
+            t.cpu_ns <= truth + spans * 20_000,
+            "{gap:?}: span CPU {} far above the work {truth}",
+            t.cpu_ns
+        );
 
         let rusage_name = span(CpuClock::Rusage, gap).metadata().unwrap().name();
         let r = p.path(&[rusage_name]).unwrap().time;

@@ -17,8 +17,15 @@ impl Clock for FakeClock {
         NOW.load(Ordering::SeqCst)
     }
     fn thread_cpu(&self) -> CpuSample {
-        let (user_ns, sys_ns) = (CPU_USER.load(Ordering::SeqCst), CPU_SYS.load(Ordering::SeqCst));
-        CpuSample { total_ns: user_ns + sys_ns, user_ns, sys_ns }
+        let (user_ns, sys_ns) = (
+            CPU_USER.load(Ordering::SeqCst),
+            CPU_SYS.load(Ordering::SeqCst),
+        );
+        CpuSample {
+            total_ns: user_ns + sys_ns,
+            user_ns,
+            sys_ns,
+        }
     }
 }
 
@@ -65,23 +72,54 @@ fn busy_idle_wall_and_cpu_are_exact() {
     // busy 1400 (so idle 870). Self time leaves out the child's nested interval (140 busy,
     // 110 user, 5 sys): busy 1260, user 280 - 110 + 900, sys 15 - 5 + 100.
     let t = root.time;
-    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 2_270, 2 * 1_260, 2 * 870));
-    assert_eq!((t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns), (2 * 1_180, 2 * 1_070, 2 * 110));
+    assert_eq!(
+        (t.spans, t.wall_ns, t.busy_ns, t.idle_ns),
+        (2, 2 * 2_270, 2 * 1_260, 2 * 870)
+    );
+    assert_eq!(
+        (t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns),
+        (2 * 1_180, 2 * 1_070, 2 * 110)
+    );
     // Per child: created, busy 140 (100 + 40 while root re-entered inside it), idle 60.
     let t = child.time;
-    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns), (2, 2 * 200, 2 * 140, 2 * 60));
-    assert_eq!((t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns), (2 * 115, 2 * 110, 2 * 5));
-    let t = p.path(&["exact_root", "exact_spawned"]).expect("spawned path").time;
-    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns), (2, 140, 140, 0, 120));
+    assert_eq!(
+        (t.spans, t.wall_ns, t.busy_ns, t.idle_ns),
+        (2, 2 * 200, 2 * 140, 2 * 60)
+    );
+    assert_eq!(
+        (t.cpu_ns, t.cpu_user_ns, t.cpu_sys_ns),
+        (2 * 115, 2 * 110, 2 * 5)
+    );
+    let t = p
+        .path(&["exact_root", "exact_spawned"])
+        .expect("spawned path")
+        .time;
+    assert_eq!(
+        (t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns),
+        (2, 140, 140, 0, 120)
+    );
     // Cumulative (pprof's cum): root's inclusive time plus the spawned child's.
     let (cum, _) = p.cumulative(root);
-    assert_eq!((cum.busy_ns, cum.cpu_user_ns, cum.cpu_sys_ns), (2 * 1_470, 2 * 1_240, 2 * 115));
+    assert_eq!(
+        (cum.busy_ns, cum.cpu_user_ns, cum.cpu_sys_ns),
+        (2 * 1_470, 2 * 1_240, 2 * 115)
+    );
 
     // The window over the second round holds exactly one round's numbers.
     let first = FIRST.lock().unwrap().take().unwrap();
-    let w = Profile { duration: std::time::Duration::from_secs(3), ..p.clone() }.window_since(&first);
+    let w = Profile {
+        duration: std::time::Duration::from_secs(3),
+        ..p.clone()
+    }
+    .window_since(&first);
     assert!(w.window && w.duration == std::time::Duration::from_secs(2));
     let t = w.path(&["exact_root"]).unwrap().time;
-    assert_eq!((t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns), (1, 2_270, 1_260, 870, 1_070));
-    assert_eq!(w.path(&["exact_root", "exact_child"]).unwrap().time.busy_ns, 140);
+    assert_eq!(
+        (t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns),
+        (1, 2_270, 1_260, 870, 1_070)
+    );
+    assert_eq!(
+        w.path(&["exact_root", "exact_child"]).unwrap().time.busy_ns,
+        140
+    );
 }

@@ -60,7 +60,11 @@ fn enter_exit_and_tagging_allocate_nothing() {
                 let _i = inner.enter();
                 let _again = outer.enter(); // re-entry path too
             }
-            assert_eq!(calls() - before, 0, "span enter/exit allocated (cpu time {cpu})");
+            assert_eq!(
+                calls() - before,
+                0,
+                "span enter/exit allocated (cpu time {cpu})"
+            );
 
             // Each user allocation reaches the heap exactly once, tagging included.
             let before = calls();
@@ -69,7 +73,11 @@ fn enter_exit_and_tagging_allocate_nothing() {
                     drop(std::hint::black_box(Box::new(i)));
                 }
             });
-            assert_eq!(calls() - before, 2_000, "tagging added heap calls (cpu time {cpu})");
+            assert_eq!(
+                calls() - before,
+                2_000,
+                "tagging added heap calls (cpu time {cpu})"
+            );
         });
     }
 }

@@ -35,15 +35,26 @@ fn sleeping_spinning_and_waiting_spans() {
     let ms = |ns: u64| ns as f64 / 1e6;
 
     let sleeps = p.path(&["rt_sleeps"]).unwrap().time;
-    assert!(sleeps.busy_ns >= 50_000_000, "busy {} ms", ms(sleeps.busy_ns));
-    assert!(sleeps.cpu_ns < 10_000_000, "a sleeping span used {} ms CPU", ms(sleeps.cpu_ns));
+    assert!(
+        sleeps.busy_ns >= 50_000_000,
+        "busy {} ms",
+        ms(sleeps.busy_ns)
+    );
+    assert!(
+        sleeps.cpu_ns < 10_000_000,
+        "a sleeping span used {} ms CPU",
+        ms(sleeps.cpu_ns)
+    );
     assert!(sleeps.wall_ns >= sleeps.busy_ns);
 
     let spins = p.path(&["rt_spins"]).unwrap().time;
     assert!(spins.cpu_ns >= 100_000_000, "cpu {} ms", ms(spins.cpu_ns));
     // getrusage has microsecond resolution: allow 1 ms of rounding.
     assert!(spins.cpu_ns <= spins.busy_ns + 1_000_000, "{spins:?}");
-    assert!(spins.cpu_ns * 2 >= spins.busy_ns, "CPU is not most of a spinning span's time: {spins:?}");
+    assert!(
+        spins.cpu_ns * 2 >= spins.busy_ns,
+        "CPU is not most of a spinning span's time: {spins:?}"
+    );
 
     let waits = p.path(&["rt_waits"]).unwrap().time;
     assert!(waits.idle_ns >= 50_000_000, "idle {} ms", ms(waits.idle_ns));

@@ -105,7 +105,8 @@ impl FileExporter {
         let dir = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?.unwrap_or_else(|| DEFAULT_DIR.into());
         let mut exporter = FileExporter::new(dir);
         if let Some(keep) = env_var(ENV_KEEP_FILES, |s| {
-            s.parse::<usize>().map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
+            s.parse::<usize>()
+                .map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
         })? {
             exporter.keep = keep;
         }
@@ -141,7 +142,11 @@ impl FileExporter {
     /// Also write flame graph SVGs of [`DEFAULT_FLAMEGRAPHS`] beside the pprof files (`false`
     /// removes all flame graphs).
     pub fn flamegraphs(mut self, on: bool) -> Self {
-        self.flamegraphs = if on { DEFAULT_FLAMEGRAPHS.to_vec() } else { Vec::new() };
+        self.flamegraphs = if on {
+            DEFAULT_FLAMEGRAPHS.to_vec()
+        } else {
+            Vec::new()
+        };
         self
     }
 
@@ -164,7 +169,11 @@ impl FileExporter {
     /// Encodes and writes every kind of `profile` now; returns the paths written.
     pub fn write(&mut self, profile: &Profile) -> Result<Vec<PathBuf>, FileError> {
         fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
-        let us = profile.time.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+        let us = profile
+            .time
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
         self.last_stamp_us = us.max(self.last_stamp_us + 1);
         let stamp = utc_stamp(self.last_stamp_us);
         let window = match (&self.previous, self.deltas) {
@@ -220,7 +229,9 @@ impl FileExporter {
         if self.keep == 0 {
             return;
         }
-        let Ok(entries) = fs::read_dir(&self.dir) else { return };
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
         let ours: Vec<(String, PathBuf)> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter_map(|p| {
@@ -246,7 +257,11 @@ impl FileExporter {
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FileError {
     let path = path.to_owned();
-    move |source| FileError::Io { action, path, source }
+    move |source| FileError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 impl Sink for FileExporter {
@@ -314,7 +329,10 @@ mod tests {
         let mut sorted = names.clone();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted, names, "five exports of one instant: five names, in order");
+        assert_eq!(
+            sorted, names,
+            "five exports of one instant: five names, in order"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -36,13 +36,19 @@ pub enum FlamegraphError {
 }
 
 fn column(kind: ProfileKind, sample_type: &str) -> Result<usize, FlamegraphError> {
-    kind.sample_types().iter().position(|(t, _)| *t == sample_type).ok_or_else(|| {
-        FlamegraphError::UnknownSampleType {
+    kind.sample_types()
+        .iter()
+        .position(|(t, _)| *t == sample_type)
+        .ok_or_else(|| FlamegraphError::UnknownSampleType {
             kind: kind.name(),
             sample_type: sample_type.to_owned(),
-            known: kind.sample_types().iter().map(|(t, _)| *t).collect::<Vec<_>>().join(", "),
-        }
-    })
+            known: kind
+                .sample_types()
+                .iter()
+                .map(|(t, _)| *t)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 fn clean(name: &str) -> String {
@@ -50,13 +56,21 @@ fn clean(name: &str) -> String {
 }
 
 fn stack(p: &PathProfile) -> String {
-    let names: Vec<String> = p.frames.iter().map(|f| clean(&f.qualified_name())).collect();
+    let names: Vec<String> = p
+        .frames
+        .iter()
+        .map(|f| clean(&f.qualified_name()))
+        .collect();
     names.join(";")
 }
 
 /// The folded stacks of `sample_type` in the `kind` profile of `profile`, one line per span path
 /// with a non-zero value, in the profile's path order.
-pub fn folded(profile: &Profile, kind: ProfileKind, sample_type: &str) -> Result<String, FlamegraphError> {
+pub fn folded(
+    profile: &Profile,
+    kind: ProfileKind,
+    sample_type: &str,
+) -> Result<String, FlamegraphError> {
     let col = column(kind, sample_type)?;
     let mut out = String::new();
     for p in &profile.paths {
@@ -69,17 +83,28 @@ pub fn folded(profile: &Profile, kind: ProfileKind, sample_type: &str) -> Result
 }
 
 /// A flame graph SVG of `sample_type` in the `kind` profile of `profile`.
-pub fn flamegraph_svg(profile: &Profile, kind: ProfileKind, sample_type: &str) -> Result<Vec<u8>, FlamegraphError> {
+pub fn flamegraph_svg(
+    profile: &Profile,
+    kind: ProfileKind,
+    sample_type: &str,
+) -> Result<Vec<u8>, FlamegraphError> {
     let lines = folded(profile, kind, sample_type)?;
     if lines.is_empty() {
-        return Err(FlamegraphError::Empty { kind: kind.name(), sample_type: sample_type.to_owned() });
+        return Err(FlamegraphError::Empty {
+            kind: kind.name(),
+            sample_type: sample_type.to_owned(),
+        });
     }
     let unit = kind.sample_types()[column(kind, sample_type)?].1;
     let mut options = inferno::flamegraph::Options::default();
     options.title = format!(
         "tracing-prof {} profile: {sample_type}{}",
         kind.name(),
-        if profile.window { format!(" (last {:.1} s)", profile.duration.as_secs_f64()) } else { String::new() }
+        if profile.window {
+            format!(" (last {:.1} s)", profile.duration.as_secs_f64())
+        } else {
+            String::new()
+        }
     );
     options.count_name = unit.to_owned();
     options.deterministic = true;

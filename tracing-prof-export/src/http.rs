@@ -66,7 +66,12 @@ pub struct HttpResponse {
 impl HttpResponse {
     fn text(status: u16, body: impl Into<String>) -> Self {
         let body = body.into().into_bytes();
-        HttpResponse { status, content_type: "text/plain; charset=utf-8", headers: Vec::new(), body }
+        HttpResponse {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            headers: Vec::new(),
+            body,
+        }
     }
 }
 
@@ -90,7 +95,11 @@ impl std::fmt::Debug for PprofHandler {
 impl PprofHandler {
     /// Serves `profiler`'s numbers, without a token.
     pub fn new(profiler: Profiler) -> Self {
-        PprofHandler { profiler, token: None, max_seconds: DEFAULT_MAX_SECONDS }
+        PprofHandler {
+            profiler,
+            token: None,
+            max_seconds: DEFAULT_MAX_SECONDS,
+        }
     }
 
     /// Requires `Authorization: Bearer TOKEN` on every request.
@@ -116,11 +125,19 @@ impl PprofHandler {
     /// let answer = handler.handle("GET", "/debug/pprof/heap?debug=1", None);
     /// assert_eq!(answer.status, 200);
     /// ```
-    pub fn handle(&self, method: &str, path_and_query: &str, authorization: Option<&str>) -> HttpResponse {
+    pub fn handle(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        authorization: Option<&str>,
+    ) -> HttpResponse {
         if let Some(token) = &self.token {
-            let given = authorization.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+            let given = authorization
+                .and_then(|a| a.strip_prefix("Bearer "))
+                .unwrap_or("");
             if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-                let mut r = HttpResponse::text(401, "a valid `Authorization: Bearer` token is required\n");
+                let mut r =
+                    HttpResponse::text(401, "a valid `Authorization: Bearer` token is required\n");
                 r.headers.push(("WWW-Authenticate", "Bearer".into()));
                 return r;
             }
@@ -130,7 +147,9 @@ impl PprofHandler {
             r.headers.push(("Allow", "GET, HEAD".into()));
             return r;
         }
-        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query, ""));
         let mut seconds = None;
         let mut debug = false;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -139,7 +158,10 @@ impl PprofHandler {
                 "seconds" => match v.parse::<u64>() {
                     Ok(n) if (1..=self.max_seconds).contains(&n) => seconds = Some(n),
                     _ => {
-                        let msg = format!("seconds must be a whole number from 1 to {}\n", self.max_seconds);
+                        let msg = format!(
+                            "seconds must be a whole number from 1 to {}\n",
+                            self.max_seconds
+                        );
                         return HttpResponse::text(400, msg);
                     }
                 },
@@ -197,19 +219,31 @@ fn index() -> HttpResponse {
         <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>time per span path over the next <code>seconds</code> (default 30)</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
         Use: <code>go tool pprof http://HOST/debug/pprof/heap</code></p></body></html>\n";
-    HttpResponse { status: 200, content_type: "text/html; charset=utf-8", headers: Vec::new(), body: body.into() }
+    HttpResponse {
+        status: 200,
+        content_type: "text/html; charset=utf-8",
+        headers: Vec::new(),
+        body: body.into(),
+    }
 }
 
 /// `?debug=1`: the kind's sample types per span path, largest default sample type first.
 fn text_table(profile: &Profile, kind: ProfileKind) -> String {
     let types = kind.sample_types();
-    let main = types.iter().position(|(t, _)| *t == kind.default_sample_type()).unwrap_or(0);
+    let main = types
+        .iter()
+        .position(|(t, _)| *t == kind.default_sample_type())
+        .unwrap_or(0);
     let mut rows: Vec<(Vec<i64>, String)> = profile
         .paths
         .iter()
         .filter(|p| p.kind != PathKind::Profiler || kind != ProfileKind::Spans)
         .map(|p| {
-            let leak = if profile.is_suspected_leak(p) { "  (suspected leak)" } else { "" };
+            let leak = if profile.is_suspected_leak(p) {
+                "  (suspected leak)"
+            } else {
+                ""
+            };
             (kind.values(p), format!("{}{leak}", p.display_path()))
         })
         .filter(|(v, _)| v.iter().any(|&x| x != 0))
@@ -218,11 +252,19 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
     let mut out = format!(
         "tracing-prof {} profile{}: {} span paths\n\n",
         kind.name(),
-        if profile.window { format!(", last {:.1} s", profile.duration.as_secs_f64()) } else { String::new() },
+        if profile.window {
+            format!(", last {:.1} s", profile.duration.as_secs_f64())
+        } else {
+            String::new()
+        },
         rows.len()
     );
     for (t, u) in types {
-        let _ = write!(out, "{:>16} ", format!("{t}/{u}").chars().take(16).collect::<String>());
+        let _ = write!(
+            out,
+            "{:>16} ",
+            format!("{t}/{u}").chars().take(16).collect::<String>()
+        );
     }
     out.push_str(" span path\n");
     for (values, path) in rows {
@@ -265,10 +307,18 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Serves `handler` on `addr` (e.g. `"127.0.0.1:6060"`; port 0 picks a free port).
-    pub fn start(handler: PprofHandler, addr: impl ToSocketAddrs + std::fmt::Display) -> Result<HttpServer, HttpError> {
-        let listener =
-            TcpListener::bind(&addr).map_err(|source| HttpError::Bind { addr: addr.to_string(), source })?;
-        let local = listener.local_addr().map_err(|source| HttpError::Bind { addr: addr.to_string(), source })?;
+    pub fn start(
+        handler: PprofHandler,
+        addr: impl ToSocketAddrs + std::fmt::Display,
+    ) -> Result<HttpServer, HttpError> {
+        let listener = TcpListener::bind(&addr).map_err(|source| HttpError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+        let local = listener.local_addr().map_err(|source| HttpError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = Arc::clone(&stop);
@@ -277,14 +327,24 @@ impl HttpServer {
                 .spawn(move || accept_loop(&listener, &handler, &stop))
                 .map_err(HttpError::Spawn)?
         };
-        Ok(HttpServer { addr: local, stop, thread: Some(thread) })
+        Ok(HttpServer {
+            addr: local,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
     /// [`DEFAULT_HTTP_ADDR`]), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is set.
     pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
-        let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else { return Ok(None) };
-        let addr = if addr == "default" { DEFAULT_HTTP_ADDR.to_owned() } else { addr };
+        let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else {
+            return Ok(None);
+        };
+        let addr = if addr == "default" {
+            DEFAULT_HTTP_ADDR.to_owned()
+        } else {
+            addr
+        };
         let mut handler = PprofHandler::new(profiler.clone());
         if let Some(token) = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))? {
             handler = handler.bearer_token(token);
@@ -332,11 +392,13 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
             continue;
         }
         let (handler, mine) = (handler.clone(), Arc::clone(&active));
-        let spawned = std::thread::Builder::new().name("tracing-prof-http-conn".into()).spawn(move || {
-            tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
-            serve(stream, &handler);
-            mine.fetch_sub(1, Ordering::SeqCst);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("tracing-prof-http-conn".into())
+            .spawn(move || {
+                tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+                serve(stream, &handler);
+                mine.fetch_sub(1, Ordering::SeqCst);
+            });
         if spawned.is_err() {
             active.fetch_sub(1, Ordering::SeqCst);
         }
@@ -408,7 +470,11 @@ fn parse_head(head: &[u8]) -> Option<(&str, &str, Option<&str>)> {
     Some((method, target, auth))
 }
 
-fn write_response(stream: &mut TcpStream, r: &HttpResponse, head_only: bool) -> std::io::Result<()> {
+fn write_response(
+    stream: &mut TcpStream,
+    r: &HttpResponse,
+    head_only: bool,
+) -> std::io::Result<()> {
     let reason = match r.status {
         200 => "OK",
         400 => "Bad Request",
@@ -457,15 +523,28 @@ pub fn axum_router(handler: PprofHandler) -> axum::Router {
     let serve = move |method: Method, uri: Uri, headers: HeaderMap| {
         let handler = handler.clone();
         async move {
-            let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let target = uri.path_and_query().map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned());
-            let answer = tokio::task::spawn_blocking(move || handler.handle(method.as_str(), &target, auth.as_deref()))
-                .await
-                .unwrap_or_else(|e| HttpResponse::text(500, format!("the pprof handler failed: {e}\n")));
+            let auth = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let target = uri
+                .path_and_query()
+                .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned());
+            let answer = tokio::task::spawn_blocking(move || {
+                handler.handle(method.as_str(), &target, auth.as_deref())
+            })
+            .await
+            .unwrap_or_else(|e| {
+                HttpResponse::text(500, format!("the pprof handler failed: {e}\n"))
+            });
             let mut response: Response = answer.body.into_response();
-            *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            *response.status_mut() =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let h = response.headers_mut();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(answer.content_type),
+            );
             for (k, v) in answer.headers {
                 if let Ok(v) = HeaderValue::from_str(&v) {
                     h.insert(HeaderName::from_static(static_lower(k)), v);

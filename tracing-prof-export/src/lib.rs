@@ -23,8 +23,8 @@ pub mod pyroscope;
 pub use files::{FileError, FileExporter};
 pub use flamegraph::{FlamegraphError, flamegraph_svg, folded};
 pub use http::{HttpServer, PprofHandler};
-pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 pub use pprof::{EncodeError, encode, to_proto};
+pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 
 /// Which profile to encode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

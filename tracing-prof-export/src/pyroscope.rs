@@ -115,7 +115,10 @@ impl fmt::Debug for PyroscopeConfig {
 fn redact_url(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => {
-            let rest = rest.split_once('@').filter(|(cred, _)| !cred.contains('/')).map_or(rest, |(_, r)| r);
+            let rest = rest
+                .split_once('@')
+                .filter(|(cred, _)| !cred.contains('/'))
+                .map_or(rest, |(_, r)| r);
             format!("{scheme}://{rest}")
         }
         None => url.to_owned(),
@@ -158,8 +161,11 @@ impl PyroscopeConfig {
     /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
     /// `PYROSCOPE_SERVER_ADDRESS` is unset.
     pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
-        let Some(url) = env_var(ENV_SERVER_ADDRESS, |s| Ok(s.to_owned()))? else { return Ok(None) };
-        let app = env_var(ENV_APPLICATION_NAME, |s| Ok(s.to_owned()))?.unwrap_or_else(default_app_name);
+        let Some(url) = env_var(ENV_SERVER_ADDRESS, |s| Ok(s.to_owned()))? else {
+            return Ok(None);
+        };
+        let app =
+            env_var(ENV_APPLICATION_NAME, |s| Ok(s.to_owned()))?.unwrap_or_else(default_app_name);
         let mut c = PyroscopeConfig::new(url, app);
         if let Some(token) = env_var(ENV_AUTH_TOKEN, |s| Ok(s.to_owned()))? {
             c = c.bearer_token(token);
@@ -203,7 +209,10 @@ impl PyroscopeConfig {
     }
     /// `Authorization: Basic` (Grafana Cloud: user id and access policy token).
     pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.auth = Auth::Basic { user: user.into(), password: password.into() };
+        self.auth = Auth::Basic {
+            user: user.into(),
+            password: password.into(),
+        };
         self
     }
     /// `Authorization: Bearer`.
@@ -246,22 +255,44 @@ impl PyroscopeConfig {
     fn validate(&self) -> Result<(), PyroscopeError> {
         let invalid = |m: String| Err(PyroscopeError::Invalid(m));
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return invalid(format!("the server address must start with http:// or https://, got {}", redact_url(&self.url)));
+            return invalid(format!(
+                "the server address must start with http:// or https://, got {}",
+                redact_url(&self.url)
+            ));
         }
         if self.url.starts_with("https://") && !cfg!(feature = "tls") {
             return invalid("https needs the `tls` feature of tracing-prof-export".into());
         }
-        if self.url[self.url.find("://").map_or(0, |i| i + 3)..].split('/').next().is_some_and(|h| h.contains('@')) {
-            return invalid("put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into());
+        if self.url[self.url.find("://").map_or(0, |i| i + 3)..]
+            .split('/')
+            .next()
+            .is_some_and(|h| h.contains('@'))
+        {
+            return invalid(
+                "put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into(),
+            );
         }
         if self.app.is_empty() || self.app.contains(['{', '}', ',', '=', '"']) {
-            return invalid(format!("application name {:?} is empty or has one of {{ }} , = \"", self.app));
+            return invalid(format!(
+                "application name {:?} is empty or has one of {{ }} , = \"",
+                self.app
+            ));
         }
         for (k, v) in &self.tags {
-            let key_ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-            if !key_ok || v.contains(['{', '}', ',', '=', '"']) || k == "__name__" || k == "service_name" {
-                return invalid(format!("tag {k}={v:?}: keys are [A-Za-z_][A-Za-z0-9_.]* (not __name__ or service_name), values have none of {{ }} , = \""));
+            let key_ok = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            if !key_ok
+                || v.contains(['{', '}', ',', '=', '"'])
+                || k == "__name__"
+                || k == "service_name"
+            {
+                return invalid(format!(
+                    "tag {k}={v:?}: keys are [A-Za-z_][A-Za-z0-9_.]* (not __name__ or service_name), values have none of {{ }} , = \""
+                ));
             }
         }
         Ok(())
@@ -281,7 +312,9 @@ fn parse_tags(s: &str) -> Result<Vec<(String, String)>, String> {
         .map(|pair| {
             pair.split_once('=')
                 .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .ok_or_else(|| format!("expected key=value pairs separated by commas, got {pair:?}"))
+                .ok_or_else(|| {
+                    format!("expected key=value pairs separated by commas, got {pair:?}")
+                })
         })
         .collect()
 }
@@ -336,7 +369,9 @@ pub struct PyroscopeExporter {
 
 impl fmt::Debug for PyroscopeExporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PyroscopeExporter").field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("PyroscopeExporter")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
     }
 }
 
@@ -395,14 +430,23 @@ impl Sink for PyroscopeExporter {
             Some(previous) => profile.window_since(previous),
             None => profile.clone(), // the first push covers everything since the start
         };
-        let from = window.time.checked_sub(window.duration).unwrap_or(window.time);
+        let from = window
+            .time
+            .checked_sub(window.duration)
+            .unwrap_or(window.time);
         let profiles = [ProfileKind::Spans, ProfileKind::Heap]
             .into_iter()
             .map(|k| encode(&window, k).map(|bytes| (k, bytes)))
             .collect::<Result<Vec<_>, _>>()?;
         self.previous = Some(profile.clone());
-        let Some(queue) = &self.queue else { return Ok(()) };
-        let mut batch = Batch { from, until: window.time, profiles };
+        let Some(queue) = &self.queue else {
+            return Ok(());
+        };
+        let mut batch = Batch {
+            from,
+            until: window.time,
+            profiles,
+        };
         loop {
             match queue.try_send(batch) {
                 Ok(()) => {
@@ -417,7 +461,9 @@ impl Sink for PyroscopeExporter {
                     }
                     batch = b;
                 }
-                Err(TrySendError::Disconnected(_)) => return Err("the Pyroscope sender thread is gone".into()),
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err("the Pyroscope sender thread is gone".into());
+                }
             }
         }
     }
@@ -499,17 +545,23 @@ impl Pusher {
             if self.closing.load(Ordering::SeqCst) {
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())),
+            );
         }
         true
     }
 
     fn request(&self, path: &str) -> ureq::Request {
-        let mut r = self.agent.post(&format!("{}{path}", self.config.url)).set("User-Agent", "tracing-prof");
+        let mut r = self
+            .agent
+            .post(&format!("{}{path}", self.config.url))
+            .set("User-Agent", "tracing-prof");
         match &self.config.auth {
             Auth::None => {}
             Auth::Basic { user, password } => {
-                let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                let b64 =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
                 r = r.set("Authorization", &format!("Basic {b64}"));
             }
             Auth::Bearer(token) => r = r.set("Authorization", &format!("Bearer {token}")),
@@ -541,7 +593,10 @@ impl Pusher {
                         .query("until", &(nanos(batch.until) / 1_000_000_000).to_string())
                         .query("format", "pprof")
                         .query("spyName", "tracing-prof")
-                        .set("Content-Type", &format!("multipart/form-data; boundary={boundary}"));
+                        .set(
+                            "Content-Type",
+                            &format!("multipart/form-data; boundary={boundary}"),
+                        );
                     outcome(r.send_bytes(&body))?;
                 }
                 Ok(())
@@ -551,7 +606,12 @@ impl Pusher {
 
     /// `APP{tag=value,...}` for the ingest API.
     fn ingest_name(&self) -> String {
-        let tags: Vec<String> = self.config.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let tags: Vec<String> = self
+            .config
+            .tags
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         format!("{}{{{}}}", self.config.app, tags.join(","))
     }
 
@@ -565,13 +625,25 @@ impl Pusher {
                     ProfileKind::Heap | ProfileKind::Allocs => "memory",
                 };
                 let mut labels = vec![
-                    push::LabelPair { name: "__name__".into(), value: name.into() },
-                    push::LabelPair { name: "service_name".into(), value: self.config.app.clone() },
+                    push::LabelPair {
+                        name: "__name__".into(),
+                        value: name.into(),
+                    },
+                    push::LabelPair {
+                        name: "service_name".into(),
+                        value: self.config.app.clone(),
+                    },
                 ];
-                labels.extend(self.config.tags.iter().map(|(k, v)| push::LabelPair { name: k.clone(), value: v.clone() }));
+                labels.extend(self.config.tags.iter().map(|(k, v)| push::LabelPair {
+                    name: k.clone(),
+                    value: v.clone(),
+                }));
                 push::RawProfileSeries {
                     labels,
-                    samples: vec![push::RawSample { raw_profile: bytes.clone(), id: String::new() }],
+                    samples: vec![push::RawSample {
+                        raw_profile: bytes.clone(),
+                        id: String::new(),
+                    }],
                 }
             })
             .collect();
@@ -591,7 +663,10 @@ fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
             retry: code == 429 || code >= 500,
         }),
         // The transport error's kind only: its Display would include the URL.
-        Err(ureq::Error::Transport(t)) => Err(Failure { message: format!("transport error: {}", t.kind()), retry: true }),
+        Err(ureq::Error::Transport(t)) => Err(Failure {
+            message: format!("transport error: {}", t.kind()),
+            retry: true,
+        }),
     }
 }
 
@@ -611,7 +686,14 @@ fn multipart(boundary: &str, pprof: &[u8], kind: ProfileKind) -> Vec<u8> {
         .collect();
     let json = format!("{{{}}}", config.join(","));
     let mut body = Vec::with_capacity(pprof.len() + json.len() + 512);
-    for (name, file, bytes) in [("profile", "profile.pprof", pprof), ("sample_type_config", "sample_type_config.json", json.as_bytes())] {
+    for (name, file, bytes) in [
+        ("profile", "profile.pprof", pprof),
+        (
+            "sample_type_config",
+            "sample_type_config.json",
+            json.as_bytes(),
+        ),
+    ] {
         body.extend_from_slice(
             format!(
                 "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\n\
@@ -670,8 +752,14 @@ mod tests {
     fn secrets_stay_out_of_debug_and_errors() {
         let c = PyroscopeConfig::new("https://user:pw@host:4040", "app").basic_auth("u", "hunter2");
         let shown = format!("{c:?}");
-        assert!(!shown.contains("hunter2") && !shown.contains("pw@"), "{shown}");
-        let e = PyroscopeConfig::new("https://user:pw@host:4040", "app").validate().unwrap_err().to_string();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("pw@"),
+            "{shown}"
+        );
+        let e = PyroscopeConfig::new("https://user:pw@host:4040", "app")
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("pw"), "{e}");
     }
 
@@ -679,9 +767,24 @@ mod tests {
     fn bad_settings_are_refused_with_a_reason() {
         assert!(PyroscopeConfig::new("ftp://x", "a").validate().is_err());
         assert!(PyroscopeConfig::new("http://x", "a{b}").validate().is_err());
-        assert!(PyroscopeConfig::new("http://x", "a").tag("9x", "v").validate().is_err());
-        assert!(PyroscopeConfig::new("http://x", "a").tag("env", "a,b").validate().is_err());
-        assert!(PyroscopeConfig::new("http://x", "a").tag("env", "prod").validate().is_ok());
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("9x", "v")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("env", "a,b")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("env", "prod")
+                .validate()
+                .is_ok()
+        );
         assert_eq!(parse_tags("env=prod, region=eu").unwrap().len(), 2);
         assert!(parse_tags("env").is_err());
     }

@@ -74,7 +74,9 @@ pub enum Error {
 ///
 /// A variable set to an invalid value is an error naming it.
 pub fn from_env() -> Result<ProfilerBuilder, Error> {
-    let mut builder = Profiler::builder().from_env()?.sink(FileExporter::from_env()?);
+    let mut builder = Profiler::builder()
+        .from_env()?
+        .sink(FileExporter::from_env()?);
     if let Some(config) = PyroscopeConfig::from_env()? {
         builder = builder.sink(PyroscopeExporter::start(config)?);
     }

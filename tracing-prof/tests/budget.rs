@@ -11,9 +11,13 @@ static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std:
 /// 8 allocations of 1000 bytes in a `parse` span, 2 of 500 outside it; keeps nothing.
 fn work() -> usize {
     let parsed = tracing::info_span!("parse").in_scope(|| {
-        (0..8).map(|i| std::hint::black_box(vec![i as u8; 1000]).len()).sum::<usize>()
+        (0..8)
+            .map(|i| std::hint::black_box(vec![i as u8; 1000]).len())
+            .sum::<usize>()
     });
-    let rest = (0..2).map(|_| std::hint::black_box(vec![0u8; 500]).len()).sum::<usize>();
+    let rest = (0..2)
+        .map(|_| std::hint::black_box(vec![0u8; 500]).len())
+        .sum::<usize>();
     parsed + rest
 }
 
@@ -26,25 +30,51 @@ fn report(e: BudgetError) -> BudgetReport {
 
 #[test]
 fn budgets_pass_fail_and_explain() {
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ProfileLayer::new())).unwrap();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(ProfileLayer::new()),
+    )
+    .unwrap();
     // Warm-up: the registry's one-time allocations for spans on this thread.
     let _ = Budget::new().check(work);
 
-    assert_eq!(Budget::new().max_allocations(10).max_bytes(9000).check(work).unwrap(), 9000);
+    assert_eq!(
+        Budget::new()
+            .max_allocations(10)
+            .max_bytes(9000)
+            .check(work)
+            .unwrap(),
+        9000
+    );
 
     let r = report(Budget::new().max_bytes(4096).check(work).unwrap_err());
     assert_eq!((r.allocations, r.bytes), (10, 9000));
-    assert_eq!(r.by_path, [("budget -> parse".to_owned(), 8, 8000), ("budget".to_owned(), 2, 1000)]);
+    assert_eq!(
+        r.by_path,
+        [
+            ("budget -> parse".to_owned(), 8, 8000),
+            ("budget".to_owned(), 2, 1000)
+        ]
+    );
     let text = r.to_string();
-    assert!(text.contains("10 allocations (budget: no limit), 9000 bytes (budget: 4096)"), "{text}");
-    assert!(text.contains("8000 bytes in      8 allocations  budget -> parse"), "{text}");
+    assert!(
+        text.contains("10 allocations (budget: no limit), 9000 bytes (budget: 4096)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("8000 bytes in      8 allocations  budget -> parse"),
+        "{text}"
+    );
 
     let r = report(Budget::new().max_allocations(9).check(work).unwrap_err());
     assert_eq!(r.allocations, 10);
 
-    let panic = std::panic::catch_unwind(|| Budget::new().max_allocations(1).assert(work)).unwrap_err();
+    let panic =
+        std::panic::catch_unwind(|| Budget::new().max_allocations(1).assert(work)).unwrap_err();
     let message = panic.downcast_ref::<String>().unwrap();
-    assert!(message.contains("allocation budget exceeded") && message.contains("budget -> parse"), "{message}");
+    assert!(
+        message.contains("allocation budget exceeded") && message.contains("budget -> parse"),
+        "{message}"
+    );
 
     // Two threads measuring at once each see exactly their own allocations.
     let handles: Vec<_> = (0..2)
@@ -58,7 +88,10 @@ fn budgets_pass_fail_and_explain() {
         })
         .collect();
     for h in handles {
-        assert!(h.join().unwrap(), "a budget saw another thread's allocations");
+        assert!(
+            h.join().unwrap(),
+            "a budget saw another thread's allocations"
+        );
     }
 }
 

@@ -70,14 +70,18 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     if !common::have_go() {
         return;
     }
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ProfileLayer::new()))
-        .unwrap();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(ProfileLayer::new()),
+    )
+    .unwrap();
     let mut kept = Kept(Vec::with_capacity(64));
 
     // Warm-up: lets the registry and the thread-locals of this thread make their one-time
     // allocations, outside the spans measured below.
     let w = tracing::info_span!("em_warmup");
-    w.in_scope(|| tracing::info_span!("em_warmup").in_scope(|| tracing::info_span!("w").in_scope(|| ())));
+    w.in_scope(|| {
+        tracing::info_span!("em_warmup").in_scope(|| tracing::info_span!("w").in_scope(|| ()))
+    });
 
     // A thread that frees what it is sent, inside a span of its own.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
@@ -105,7 +109,8 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
             // SAFETY: non-zero size; kept (freed at the end with `z`).
             let p = unsafe { alloc_zeroed(z) };
             // SAFETY: p points to 1000 initialised bytes.
-            assert!(unsafe { std::slice::from_raw_parts(p, 1000) }.iter().all(|&b| b == 0));
+            let zeroed = unsafe { std::slice::from_raw_parts(p, 1000) };
+            assert!(zeroed.iter().all(|&b| b == 0));
             kept.0.push((p as usize, z));
             for _ in 0..10 {
                 tx.send(vec![5u8; 256]).unwrap(); // freed on the other thread
@@ -127,13 +132,17 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
         // SAFETY: g2 is live with size 64, align 8.
         let g2 = unsafe { realloc(g2, Layout::from_size_align(64, 8).unwrap(), 640) };
         kept.0.push(g1);
-        kept.0.push((g2 as usize, Layout::from_size_align(640, 8).unwrap()));
+        kept.0
+            .push((g2 as usize, Layout::from_size_align(640, 8).unwrap()));
     }
     drop(tx);
     freer.join().unwrap();
 
     // An instrumented future on a multi-thread runtime, woken from a third thread.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
     let waker: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
     let kicker = {
         let waker = Arc::clone(&waker);
@@ -146,9 +155,15 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
             }
         })
     };
-    let polls = Polls { left: 19, kept: Vec::with_capacity(20), waker };
+    let polls = Polls {
+        left: 19,
+        kept: Vec::with_capacity(20),
+        waker,
+    };
     let async_kept = rt.block_on(async {
-        tokio::spawn(polls.instrument(tracing::info_span!("em_async"))).await.unwrap()
+        tokio::spawn(polls.instrument(tracing::info_span!("em_async")))
+            .await
+            .unwrap()
     });
     assert_eq!(async_kept.len(), 20);
 
@@ -162,7 +177,11 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
         }
         .instrument(tracing::info_span!("em_hop")),
     );
-    assert!(hop.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    assert!(
+        hop.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    );
     let hopped = std::thread::spawn(move || {
         match hop.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(v) => v,
@@ -178,16 +197,35 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     let m = |names: &[&str]| {
         let stack: Vec<String> = names.iter().map(|n| format!("exact_memory::{n}")).collect();
         let stack: Vec<&str> = stack.iter().map(String::as_str).collect();
-        raw.get(&stack).cloned().unwrap_or_else(|| panic!("no sample for {names:?} in {raw:#?}"))
+        raw.get(&stack)
+            .cloned()
+            .unwrap_or_else(|| panic!("no sample for {names:?} in {raw:#?}"))
     };
     // alloc_objects, alloc_space, inuse_objects, inuse_space
-    assert_eq!(raw.types, ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]);
+    assert_eq!(
+        raw.types,
+        [
+            "alloc_objects",
+            "alloc_space",
+            "inuse_objects",
+            "inuse_space"
+        ]
+    );
     assert_eq!(m(&["em_root"]), [2, 300, 1, 100]);
-    assert_eq!(m(&["em_root", "em_child"]), [14, 48 + 64 + 5000 + 1000 + 2560, 3, 48 + 5000 + 1000]);
-    assert_eq!(m(&["em_root", "em_child", "em_grand"]), [2, 10 + 990 + 64 + 576, 2, 100 + 640]);
+    assert_eq!(
+        m(&["em_root", "em_child"]),
+        [14, 48 + 64 + 5000 + 1000 + 2560, 3, 48 + 5000 + 1000]
+    );
+    assert_eq!(
+        m(&["em_root", "em_child", "em_grand"]),
+        [2, 10 + 990 + 64 + 576, 2, 100 + 640]
+    );
     assert_eq!(m(&["em_async"]), [40, 20 * 160, 20, 20 * 128]);
     assert_eq!(m(&["em_hop"]), [2, 2000, 2, 2000]);
-    assert!(raw.get(&["exact_memory::em_freer"]).is_none(), "the freeing thread's span holds nothing");
+    assert!(
+        raw.get(&["exact_memory::em_freer"]).is_none(),
+        "the freeing thread's span holds nothing"
+    );
 
     // -traces and -top with Go's sample index names work and show the same numbers.
     let traces = common::pprof(&["-traces", "-sample_index=inuse_space"], &file);

@@ -20,7 +20,13 @@ fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
-    v.retain(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&format!("{kind}.")));
+    v.retain(|p| {
+        p.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("{kind}."))
+    });
     v.sort();
     v
 }
@@ -44,8 +50,16 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
         tracing::info_span!("fe_request").in_scope(|| std::hint::black_box(vec![1u8; 4096]));
     });
     std::thread::sleep(Duration::from_millis(400));
-    assert!(guard.profiler().stats().exports >= 4, "{:?}", guard.profiler().stats());
-    assert_eq!(files(&dir, "spans").len(), 3, "keep(3) must prune older files");
+    assert!(
+        guard.profiler().stats().exports >= 4,
+        "{:?}",
+        guard.profiler().stats()
+    );
+    assert_eq!(
+        files(&dir, "spans").len(),
+        3,
+        "keep(3) must prune older files"
+    );
     assert_eq!(files(&dir, "heap").len(), 3);
 
     // The last profile is written when the guard drops, even if the interval is far away.
@@ -57,15 +71,25 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     assert!(files(&dir.join("final"), "heap").is_empty());
     drop(guard);
     let heap = files(&dir.join("final"), "heap");
-    assert_eq!(heap.len(), 1, "the guard's drop must write the final profile");
+    assert_eq!(
+        heap.len(),
+        1,
+        "the guard's drop must write the final profile"
+    );
     let name = heap[0].file_name().unwrap().to_str().unwrap().to_owned();
     let pid = std::process::id().to_string();
     let parts: Vec<&str> = name.split('.').collect();
     assert_eq!((parts[0], parts[1]), ("heap", pid.as_str()), "{name}");
-    assert!(name.ends_with("Z.pb.gz") && parts[2].len() == 15 && parts[2].contains('T'), "{name}");
+    assert!(
+        name.ends_with("Z.pb.gz") && parts[2].len() == 15 && parts[2].contains('T'),
+        "{name}"
+    );
 
     if common::have_go() {
-        let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=alloc_space"], &heap[0]);
+        let top = common::pprof(
+            &["-top", "-nodefraction=0", "-sample_index=alloc_space"],
+            &heap[0],
+        );
         assert!(top.contains("file_export::fe_request"), "{top}");
         let spans = &files(&dir.join("final"), "spans")[0];
         let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
@@ -83,17 +107,34 @@ fn io_errors_are_reported_once_and_recovered_from() {
     let dir = temp_dir("ioerr");
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "io_errors_are_reported_once_and_recovered_from", "--nocapture"])
+        .args([
+            "--exact",
+            "io_errors_are_reported_once_and_recovered_from",
+            "--nocapture",
+        ])
         .env(CHILD, &dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stderr}");
     let failed = stderr.matches("export failed").count();
-    assert_eq!(failed, 1, "the error must be reported exactly once:\n{stderr}");
-    assert!(stderr.contains("cannot create directory"), "the message must say what failed:\n{stderr}");
-    assert!(stderr.contains(&dir.join("blocked").display().to_string()), "and where:\n{stderr}");
-    assert_eq!(stderr.matches("exporting works again").count(), 1, "{stderr}");
+    assert_eq!(
+        failed, 1,
+        "the error must be reported exactly once:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("cannot create directory"),
+        "the message must say what failed:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&dir.join("blocked").display().to_string()),
+        "and where:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("exporting works again").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 /// Exports into a path whose parent is a regular file, then removes the obstacle.
@@ -137,10 +178,17 @@ fn a_stuck_sink_cannot_hold_shutdown_past_its_timeout() {
         .sink(Stuck)
         .build()
         .unwrap();
-    assert!(guard.flush(Duration::from_millis(100)).is_err(), "a flush must time out, not hang");
+    assert!(
+        guard.flush(Duration::from_millis(100)).is_err(),
+        "a flush must time out, not hang"
+    );
     let t = std::time::Instant::now();
     drop(guard);
-    assert!(t.elapsed() < Duration::from_secs(5), "drop waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "drop waited {:?}",
+        t.elapsed()
+    );
 }
 
 /// A sink that panics on every export.
@@ -165,10 +213,16 @@ fn a_panicking_sink_is_a_failed_export_and_profiling_goes_on() {
         .build()
         .unwrap();
     for _ in 0..3 {
-        guard.flush(Duration::from_secs(10)).expect("the aggregator must survive a panicking sink");
+        guard
+            .flush(Duration::from_secs(10))
+            .expect("the aggregator must survive a panicking sink");
     }
     let stats = guard.profiler().stats();
     assert_eq!((stats.exports, stats.export_errors), (3, 3), "{stats:?}");
     drop(guard);
-    assert_eq!(files(&dir, "heap").len(), 4, "three flushes and the final export");
+    assert_eq!(
+        files(&dir, "heap").len(),
+        4,
+        "three flushes and the final export"
+    );
 }

@@ -74,7 +74,10 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
         .giant_allocations(MIB, true)
         .build()
         .unwrap();
-    tracing_subscriber::registry().with(layer).with(Warnings).init();
+    tracing_subscriber::registry()
+        .with(layer)
+        .with(Warnings)
+        .init();
     let profiler = guard.profiler().clone();
 
     let mut small = vec![7u8; 1024];
@@ -82,20 +85,38 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
         // Measured inside the entered span: creating it allocates (the registry's first use).
         let before = INNER_BYTES.load(Ordering::SeqCst);
         // On an empty Vec, a fresh allocation; on `small`, a realloc.
-        assert!(Vec::<u8>::new().try_reserve_exact(8 * MIB).is_err(), "a refused allocation must fail");
-        assert!(small.try_reserve_exact(4 * MIB).is_err(), "a refused growth must fail");
+        assert!(
+            Vec::<u8>::new().try_reserve_exact(8 * MIB).is_err(),
+            "a refused allocation must fail"
+        );
+        assert!(
+            small.try_reserve_exact(4 * MIB).is_err(),
+            "a refused growth must fail"
+        );
         let after = INNER_BYTES.load(Ordering::SeqCst);
-        assert_eq!(after, before, "refused requests must not reach the inner allocator");
+        assert_eq!(
+            after, before,
+            "refused requests must not reach the inner allocator"
+        );
     });
-    assert!(small.iter().all(|&b| b == 7) && small.len() == 1024, "the block a refused realloc kept is intact");
+    assert!(
+        small.iter().all(|&b| b == 7) && small.len() == 1024,
+        "the block a refused realloc kept is intact"
+    );
 
     tracing::info_span!("giant_below").in_scope(|| drop(std::hint::black_box(vec![0u8; MIB - 1])));
     guard.flush(Duration::from_secs(30)).unwrap();
-    let got: Vec<(usize, String, bool)> =
-        profiler.giant_allocations().into_iter().map(|g| (g.size, g.span_path, g.refused)).collect();
+    let got: Vec<(usize, String, bool)> = profiler
+        .giant_allocations()
+        .into_iter()
+        .map(|g| (g.size, g.span_path, g.refused))
+        .collect();
     assert_eq!(
         got,
-        [(8 * MIB, "giant_refused".to_owned(), true), (1024 + 4 * MIB, "giant_refused".to_owned(), true)]
+        [
+            (8 * MIB, "giant_refused".to_owned(), true),
+            (1024 + 4 * MIB, "giant_refused".to_owned(), true)
+        ]
     );
 
     // Reported, not refused.
@@ -103,12 +124,19 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
     let big = tracing::info_span!("giant_allowed").in_scope(|| vec![1u8; 2 * MIB]);
     guard.flush(Duration::from_secs(30)).unwrap();
     let last = profiler.giant_allocations().pop().unwrap();
-    assert_eq!((last.size, last.span_path.as_str(), last.refused), (2 * MIB, "giant_allowed", false));
+    assert_eq!(
+        (last.size, last.span_path.as_str(), last.refused),
+        (2 * MIB, "giant_allowed", false)
+    );
     assert_eq!(big.len(), 2 * MIB);
 
     let warnings = WARNINGS.lock().unwrap().clone();
     assert_eq!(warnings.len(), 3, "{warnings:?}");
-    assert!(warnings[0].contains("8388608 bytes in span path `giant_refused`, refused"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("8388608 bytes in span path `giant_refused`, refused"),
+        "{}",
+        warnings[0]
+    );
     assert_eq!(profiler.stats().giant_allocations_missed, 0);
     drop(guard);
 }
@@ -128,7 +156,11 @@ fn a_panic_with_a_backtrace_survives_refusal() {
         return;
     }
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_panic_with_a_backtrace_survives_refusal", "--nocapture"])
+        .args([
+            "--exact",
+            "a_panic_with_a_backtrace_survives_refusal",
+            "--nocapture",
+        ])
         .env(CHILD, "1")
         .env("RUST_BACKTRACE", "1")
         .stdout(std::process::Stdio::piped())

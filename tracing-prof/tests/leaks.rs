@@ -32,7 +32,10 @@ impl<S: tracing::Subscriber> Layer<S> for Events {
         }
         let mut m = Message(String::new());
         event.record(&mut m);
-        EVENTS.lock().unwrap().push((*event.metadata().level(), m.0));
+        EVENTS
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), m.0));
     }
 }
 
@@ -47,11 +50,15 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .sink(FileExporter::new(&dir).kinds([tracing_prof::ProfileKind::Heap]))
         .build()
         .unwrap();
-    tracing_subscriber::registry().with(layer).with(Events).init();
+    tracing_subscriber::registry()
+        .with(layer)
+        .with(Events)
+        .init();
     // The list of leaked blocks grows outside the spans, so that the numbers below are exact.
     LEAKED.lock().unwrap().reserve(16);
     let steady_span = tracing::info_span!("steady");
-    let mut ring: Vec<Vec<u8>> = steady_span.in_scope(|| (0..16).map(|_| vec![1u8; 4096]).collect());
+    let mut ring: Vec<Vec<u8>> =
+        steady_span.in_scope(|| (0..16).map(|_| vec![1u8; 4096]).collect());
     let profiler = guard.profiler().clone();
     let leaky = |p: &tracing_prof::Profiler| p.suspected_leaks().iter().any(|l| l.path == "leaky");
 
@@ -65,27 +72,66 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         });
         guard.flush(Duration::from_secs(30)).unwrap();
         // The first capture is the baseline; each later one is a rise.
-        assert_eq!(leaky(&profiler), round >= SNAPSHOTS, "after capture {round}");
-        assert!(profiler.suspected_leaks().iter().all(|l| l.path != "steady"), "a steady working set is no leak");
+        assert_eq!(
+            leaky(&profiler),
+            round >= SNAPSHOTS,
+            "after capture {round}"
+        );
+        assert!(
+            profiler
+                .suspected_leaks()
+                .iter()
+                .all(|l| l.path != "steady"),
+            "a steady working set is no leak"
+        );
     }
-    let leak = profiler.suspected_leaks().into_iter().find(|l| l.path == "leaky").unwrap();
-    assert_eq!((leak.snapshots, leak.growth_bytes, leak.inuse_bytes), (7, 7 * 4096, 8 * 4096));
-    assert!(profiler.snapshot().suspected_leaks.iter().any(|l| l.path == "leaky"));
+    let leak = profiler
+        .suspected_leaks()
+        .into_iter()
+        .find(|l| l.path == "leaky")
+        .unwrap();
+    assert_eq!(
+        (leak.snapshots, leak.growth_bytes, leak.inuse_bytes),
+        (7, 7 * 4096, 8 * 4096)
+    );
+    assert!(
+        profiler
+            .snapshot()
+            .suspected_leaks
+            .iter()
+            .any(|l| l.path == "leaky")
+    );
 
     // One event, at the configured level, naming the path.
-    let events: Vec<(tracing::Level, String)> =
-        EVENTS.lock().unwrap().iter().filter(|(_, m)| m.contains("suspected memory leak")).cloned().collect();
+    let events: Vec<(tracing::Level, String)> = EVENTS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, m)| m.contains("suspected memory leak"))
+        .cloned()
+        .collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, tracing::Level::WARN);
-    assert!(events[0].1.contains("`leaky`") && events[0].1.contains("4 captures"), "{}", events[0].1);
+    assert!(
+        events[0].1.contains("`leaky`") && events[0].1.contains("4 captures"),
+        "{}",
+        events[0].1
+    );
 
     // The pprof file says so, for go tool pprof users.
     if common::have_go() {
-        let newest = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())).max().unwrap();
+        let newest = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .max()
+            .unwrap();
         let comments = common::pprof(&["-comments"], &newest);
         assert!(comments.contains("suspected leak: leaky"), "{comments}");
         let tags = common::pprof(&["-tags"], &newest);
-        assert!(tags.contains("leak") && tags.contains("suspected"), "{tags}");
+        assert!(
+            tags.contains("leak") && tags.contains("suspected"),
+            "{tags}"
+        );
     }
 
     // The leak stops: at the next capture it is no longer suspected.

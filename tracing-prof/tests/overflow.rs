@@ -33,24 +33,47 @@ fn paths_beyond_the_cap_are_counted_not_lost() {
     });
     let p = guard.profiler().snapshot();
     assert!(p.path(&["ov_1", "ov_2"]).is_some() && p.path(&["ov_3"]).is_some());
-    assert!(p.paths.iter().all(|x| !x.frames.iter().any(|f| f.name == "ov_4" || f.name == "ov_5")));
-    let other = p.paths.iter().find(|x| x.kind == PathKind::Overflow).expect("overflow path");
+    assert!(p.paths.iter().all(|x| {
+        !x.frames
+            .iter()
+            .any(|f| f.name == "ov_4" || f.name == "ov_5")
+    }));
+    let other = p
+        .paths
+        .iter()
+        .find(|x| x.kind == PathKind::Overflow)
+        .expect("overflow path");
     assert_eq!(other.frames[0].name, OVERFLOW_FRAME);
-    assert_eq!((other.time.spans, other.memory.alloc_objects, other.memory.alloc_bytes), (8, 4, 4000));
+    assert_eq!(
+        (
+            other.time.spans,
+            other.memory.alloc_objects,
+            other.memory.alloc_bytes
+        ),
+        (8, 4, 4000)
+    );
     assert_eq!(p.overflowed_spans, 8);
     assert_eq!(guard.profiler().stats().overflowed_spans, 8);
 
     if common::have_go() {
         let file = common::write_profile(&p, tracing_prof::ProfileKind::Heap, "overflow");
         let comments = common::pprof(&["-comments"], &file);
-        assert!(comments.contains("8 spans were counted under (other span paths)"), "{comments}");
-        assert_eq!(common::raw(&file).value(&[OVERFLOW_FRAME], "alloc_space"), 4000);
+        assert!(
+            comments.contains("8 spans were counted under (other span paths)"),
+            "{comments}"
+        );
+        assert_eq!(
+            common::raw(&file).value(&[OVERFLOW_FRAME], "alloc_space"),
+            4000
+        );
     }
     drop(guard);
 
     // After the profiler has shut down, the layer and the allocator go on counting exactly.
     let before = tracing_prof::Profile::capture(Default::default());
-    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(tracing_prof::ProfileLayer::new()));
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry().with(tracing_prof::ProfileLayer::new()),
+    );
     tracing::dispatcher::with_default(&dispatch, || {
         ov_1().in_scope(|| std::mem::forget(std::hint::black_box(vec![0u8; 777])));
     });

@@ -16,8 +16,13 @@ static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std:
 
 const THREADS: usize = 8;
 const OPS: usize = 1_000_000;
-const PATHS: [&[&str]; 5] =
-    [&["st_a"], &["st_a", "st_b"], &["st_a", "st_b", "st_c"], &["st_d"], &["st_d", "st_b"]];
+const PATHS: [&[&str]; 5] = [
+    &["st_a"],
+    &["st_a", "st_b"],
+    &["st_a", "st_b", "st_c"],
+    &["st_d"],
+    &["st_d", "st_b"],
+];
 
 /// One callsite, used under two parents: two paths.
 fn span_b(parent: &Span) -> Span {
@@ -50,7 +55,13 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
     let abc = tracing::info_span!(parent: &ab, "st_c");
     let d = tracing::info_span!("st_d");
     let db = span_b(&d);
-    let chains: [Vec<&Span>; 5] = [vec![&a], vec![&a, &ab], vec![&a, &ab, &abc], vec![&d], vec![&d, &db]];
+    let chains: [Vec<&Span>; 5] = [
+        vec![&a],
+        vec![&a, &ab],
+        vec![&a, &ab, &abc],
+        vec![&d],
+        vec![&d, &db],
+    ];
     let mut pool: Vec<Block> = Vec::with_capacity(256);
     // Warm-up: the registry's per-thread stack reaches its depth outside the measured part.
     abc.in_scope(|| a.in_scope(|| ab.in_scope(|| ())));
@@ -63,7 +74,11 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
         let path = (rng.next() % 5) as usize;
         let guards: [Option<tracing::span::Entered<'_>>; 3] = {
             let c = &chains[path];
-            [c.first().map(|s| s.enter()), c.get(1).map(|s| s.enter()), c.get(2).map(|s| s.enter())]
+            [
+                c.first().map(|s| s.enter()),
+                c.get(1).map(|s| s.enter()),
+                c.get(2).map(|s| s.enter()),
+            ]
         };
         for _ in 0..64 {
             match rng.next() % 3 {
@@ -81,7 +96,11 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
                     unsafe { ptr.write(size as u8) };
                     expected[path].0 += 1;
                     expected[path].1 += size as u64;
-                    pool.push(Block { ptr: ptr as usize, layout, path });
+                    pool.push(Block {
+                        ptr: ptr as usize,
+                        layout,
+                        path,
+                    });
                 }
                 1 if !pool.is_empty() => {
                     let i = (rng.next() as usize) % pool.len();
@@ -91,13 +110,18 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
                     let q = unsafe { realloc(b.ptr as *mut u8, b.layout, new) };
                     assert!(!q.is_null() && q as usize % b.layout.align() == 0);
                     // SAFETY: q is live and has at least one byte.
-                    assert_eq!(unsafe { q.read() }, b.layout.size() as u8, "content lost in realloc");
+                    let first = unsafe { q.read() };
+                    assert_eq!(first, b.layout.size() as u8, "content lost in realloc");
                     // SAFETY: as above.
                     unsafe { q.write(new as u8) };
                     if new > b.layout.size() {
                         expected[b.path].1 += (new - b.layout.size()) as u64;
                     }
-                    pool[i] = Block { ptr: q as usize, layout: Layout::from_size_align(new, b.layout.align()).unwrap(), ..b };
+                    pool[i] = Block {
+                        ptr: q as usize,
+                        layout: Layout::from_size_align(new, b.layout.align()).unwrap(),
+                        ..b
+                    };
                 }
                 _ if !pool.is_empty() => {
                     let b = pool.swap_remove((rng.next() as usize) % pool.len());
@@ -122,7 +146,12 @@ fn memory(profile: &Profile) -> Vec<(u64, u64, u64, u64)> {
         .map(|names| {
             profile.path(names).map_or((0, 0, 0, 0), |p| {
                 let m = p.memory;
-                (m.alloc_objects, m.alloc_bytes, m.inuse_objects, m.inuse_bytes)
+                (
+                    m.alloc_objects,
+                    m.alloc_bytes,
+                    m.inuse_objects,
+                    m.inuse_bytes,
+                )
             })
         })
         .collect()
@@ -130,8 +159,10 @@ fn memory(profile: &Profile) -> Vec<(u64, u64, u64, u64)> {
 
 #[test]
 fn eight_threads_a_million_operations_each() {
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ProfileLayer::new()))
-        .unwrap();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(ProfileLayer::new()),
+    )
+    .unwrap();
     let start = Arc::new(Barrier::new(THREADS + 1));
     let workers: Vec<_> = (0..THREADS)
         .map(|i| {
@@ -151,7 +182,10 @@ fn eight_threads_a_million_operations_each() {
             while !stop.load(Ordering::Relaxed) {
                 read_totals(&mut totals);
                 for (tag, t) in totals.iter().enumerate() {
-                    assert!(t.free_objects <= t.alloc_objects, "tag {tag}: free seen before alloc: {t:?}");
+                    assert!(
+                        t.free_objects <= t.alloc_objects,
+                        "tag {tag}: free seen before alloc: {t:?}"
+                    );
                 }
                 reads += 1;
             }
@@ -173,9 +207,20 @@ fn eight_threads_a_million_operations_each() {
 
     for (i, names) in PATHS.iter().enumerate() {
         let (b, a, e) = (before[i], after[i], expected[i]);
-        assert_eq!((a.2, a.3), (b.2, b.3), "{names:?}: in-use did not return to its value before");
-        assert_eq!((a.0 - b.0, a.1 - b.1), e, "{names:?}: allocations lost or double counted");
-        assert!(e.0 > 100_000, "{names:?}: too few allocations to mean anything");
+        assert_eq!(
+            (a.2, a.3),
+            (b.2, b.3),
+            "{names:?}: in-use did not return to its value before"
+        );
+        assert_eq!(
+            (a.0 - b.0, a.1 - b.1),
+            e,
+            "{names:?}: allocations lost or double counted"
+        );
+        assert!(
+            e.0 > 100_000,
+            "{names:?}: too few allocations to mean anything"
+        );
     }
     assert!(reads > 0);
 }

@@ -1,6 +1,10 @@
 //! A local stand-in for a Pyroscope server: records every request, and answers 200, 500, or
 //! nothing at all (a stalled server), as the test sets it.
-#![allow(dead_code, unreachable_pub, reason = "each test binary uses a part of this module")]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each test binary uses a part of this module"
+)]
 
 use prost::Message;
 use std::io::{Read, Write};
@@ -24,13 +28,19 @@ pub struct Request {
 
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// Percent-decoded query parameter.
     pub fn query(&self, key: &str) -> Option<String> {
         let (_, q) = self.target.split_once('?')?;
-        q.split('&').filter_map(|p| p.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| decode(v))
+        q.split('&')
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| decode(v))
     }
 
     /// The bytes of multipart form field `name`.
@@ -38,8 +48,12 @@ impl Request {
         let ct = self.header("content-type")?;
         let boundary = format!("--{}", ct.split("boundary=").nth(1)?);
         let body = &self.body;
-        let mut starts: Vec<usize> =
-            body.windows(boundary.len()).enumerate().filter(|(_, w)| *w == boundary.as_bytes()).map(|(i, _)| i).collect();
+        let mut starts: Vec<usize> = body
+            .windows(boundary.len())
+            .enumerate()
+            .filter(|(_, w)| *w == boundary.as_bytes())
+            .map(|(i, _)| i)
+            .collect();
         starts.push(body.len());
         for pair in starts.windows(2) {
             let part = &body[pair[0] + boundary.len()..pair[1]];
@@ -89,7 +103,11 @@ impl Mock {
                 std::thread::spawn(move || serve(stream, &r, &m));
             }
         });
-        Mock { addr, requests, mode }
+        Mock {
+            addr,
+            requests,
+            mode,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -117,9 +135,14 @@ fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8) {
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut lines = head.split("\r\n");
     let mut first = lines.next().unwrap().split(' ');
-    let (method, target) = (first.next().unwrap().to_owned(), first.next().unwrap().to_owned());
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
+    let (method, target) = (
+        first.next().unwrap().to_owned(),
+        first.next().unwrap().to_owned(),
+    );
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
     let len: usize = headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
@@ -131,10 +154,16 @@ fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8) {
             Ok(n) => body.extend_from_slice(&chunk[..n]),
         }
     }
-    requests.lock().unwrap().push(Request { method, target, headers, body });
+    requests.lock().unwrap().push(Request {
+        method,
+        target,
+        headers,
+        body,
+    });
     match mode.load(Ordering::SeqCst) {
         OK => {
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         }
         FAIL_500 => {
             let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops");
@@ -146,19 +175,34 @@ fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8) {
 /// gunzip + decode a pprof.
 pub fn pprof(bytes: &[u8]) -> proto::Profile {
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(bytes).read_to_end(&mut raw).unwrap();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .unwrap();
     proto::Profile::decode(&raw[..]).unwrap()
 }
 
 /// Sample types of a pprof, as names.
 pub fn sample_types(p: &proto::Profile) -> Vec<String> {
-    p.sample_type.iter().map(|t| p.string_table[t.r#type as usize].clone()).collect()
+    p.sample_type
+        .iter()
+        .map(|t| p.string_table[t.r#type as usize].clone())
+        .collect()
 }
 
 /// Value of `sample_type` in the samples whose leaf function is `leaf`.
 pub fn value(p: &proto::Profile, leaf: &str, sample_type: &str) -> i64 {
-    let col = sample_types(p).iter().position(|t| t == sample_type).unwrap();
-    let f = p.function.iter().find(|f| p.string_table[f.name as usize] == leaf);
+    let col = sample_types(p)
+        .iter()
+        .position(|t| t == sample_type)
+        .unwrap();
+    let f = p
+        .function
+        .iter()
+        .find(|f| p.string_table[f.name as usize] == leaf);
     let Some(f) = f else { return 0 };
-    p.sample.iter().filter(|s| s.location_id.first() == Some(&f.id)).map(|s| s.value[col]).sum()
+    p.sample
+        .iter()
+        .filter(|s| s.location_id.first() == Some(&f.id))
+        .map(|s| s.value[col])
+        .sum()
 }

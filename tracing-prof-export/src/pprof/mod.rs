@@ -92,7 +92,10 @@ struct StringTable {
 
 impl StringTable {
     fn new() -> Self {
-        StringTable { strings: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
+        StringTable {
+            strings: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
     }
 
     fn get(&mut self, s: &str) -> i64 {
@@ -110,9 +113,15 @@ impl StringTable {
 pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
     let mut strings = StringTable::new();
     let mut out = proto::Profile::default();
-    let value_type =
-        |s: &mut StringTable, (t, u): (&str, &str)| proto::ValueType { r#type: s.get(t), unit: s.get(u) };
-    out.sample_type = kind.sample_types().iter().map(|&vt| value_type(&mut strings, vt)).collect();
+    let value_type = |s: &mut StringTable, (t, u): (&str, &str)| proto::ValueType {
+        r#type: s.get(t),
+        unit: s.get(u),
+    };
+    out.sample_type = kind
+        .sample_types()
+        .iter()
+        .map(|&vt| value_type(&mut strings, vt))
+        .collect();
     out.default_sample_type = strings.get(kind.default_sample_type());
     out.period_type = Some(match kind {
         ProfileKind::Spans => value_type(&mut strings, ("spans", "count")),
@@ -147,7 +156,10 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
                 out.location.push(proto::Location {
                     id: next,
                     mapping_id: 1,
-                    line: vec![proto::Line { function_id: next, line: frame.line.map_or(0, i64::from) }],
+                    line: vec![proto::Line {
+                        function_id: next,
+                        line: frame.line.map_or(0, i64::from),
+                    }],
                     ..Default::default()
                 });
                 next
@@ -155,11 +167,19 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
             location_id.push(id);
         }
         let label = if profile.is_suspected_leak(path) {
-            vec![proto::Label { key: strings.get("leak"), str: strings.get("suspected"), ..Default::default() }]
+            vec![proto::Label {
+                key: strings.get("leak"),
+                str: strings.get("suspected"),
+                ..Default::default()
+            }]
         } else {
             Vec::new()
         };
-        out.sample.push(proto::Sample { location_id, value: values, label });
+        out.sample.push(proto::Sample {
+            location_id,
+            value: values,
+            label,
+        });
     }
     for leak in &profile.suspected_leaks {
         let note = format!(
@@ -184,8 +204,14 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
     }
     // time_nanos is the start of the period the counters cover, as Go's profiles have it.
     let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    let start = profile.time.checked_sub(profile.duration).unwrap_or(profile.time);
-    out.time_nanos = start.duration_since(std::time::UNIX_EPOCH).map(nanos).unwrap_or_default();
+    let start = profile
+        .time
+        .checked_sub(profile.duration)
+        .unwrap_or(profile.time);
+    out.time_nanos = start
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(nanos)
+        .unwrap_or_default();
     out.duration_nanos = nanos(profile.duration);
     out.string_table = strings.strings;
     out
@@ -195,10 +221,16 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
 /// and every pprof consumer expect on disk and over HTTP.
 pub fn encode(profile: &Profile, kind: ProfileKind) -> Result<Vec<u8>, EncodeError> {
     let bytes = prost::Message::encode_to_vec(&to_proto(profile, kind));
-    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(bytes.len() / 2 + 64), flate2::Compression::default());
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 2 + 64),
+        flate2::Compression::default(),
+    );
     gz.write_all(&bytes)
         .and_then(|()| gz.finish())
-        .map_err(|source| EncodeError { kind: kind.name(), source })
+        .map_err(|source| EncodeError {
+            kind: kind.name(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -209,7 +241,12 @@ mod tests {
     use tracing_prof_core::{MemoryStats, PathKind, TimeStats};
 
     fn frame(name: &'static str, line: u32) -> Frame {
-        Frame { target: "app", name, file: Some("src/main.rs"), line: Some(line) }
+        Frame {
+            target: "app",
+            name,
+            file: Some("src/main.rs"),
+            line: Some(line),
+        }
     }
 
     fn sample_profile() -> Profile {
@@ -221,7 +258,12 @@ mod tests {
         memory.inuse_bytes = 1024;
         memory.alloc_objects = 4;
         memory.inuse_objects = 1;
-        let path = |frames: Vec<Frame>| PathProfile { kind: PathKind::Span, frames, time, memory };
+        let path = |frames: Vec<Frame>| PathProfile {
+            kind: PathKind::Span,
+            frames,
+            time,
+            memory,
+        };
         Profile {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             duration: Duration::from_secs(10),
@@ -230,7 +272,12 @@ mod tests {
             paths: vec![
                 path(vec![frame("request", 10)]),
                 path(vec![frame("request", 10), frame("query", 20)]),
-                PathProfile { kind: PathKind::NoSpan, frames: vec![Frame::synthetic("(no span)")], time: TimeStats::default(), memory },
+                PathProfile {
+                    kind: PathKind::NoSpan,
+                    frames: vec![Frame::synthetic("(no span)")],
+                    time: TimeStats::default(),
+                    memory,
+                },
             ],
             overflowed_spans: 0,
         }
@@ -252,10 +299,17 @@ mod tests {
         let p = proto::Profile::decode(&bytes[..]).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(s(0), "");
-        let types: Vec<_> = p.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
+        let types: Vec<_> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
         assert_eq!(types, MEMORY_SAMPLE_TYPES);
         assert_eq!(s(p.default_sample_type), "inuse_space");
-        assert_eq!(p.period_type.map(|t| (s(t.r#type), s(t.unit))), Some(("space", "bytes")));
+        assert_eq!(
+            p.period_type.map(|t| (s(t.r#type), s(t.unit))),
+            Some(("space", "bytes"))
+        );
         assert!(p.mapping[0].has_functions && p.mapping[0].id == 1);
         // Ids from 1, each callsite once; stacks leaf first.
         let ids: Vec<u64> = p.function.iter().map(|f| f.id).collect();
@@ -263,7 +317,10 @@ mod tests {
         assert_eq!(s(p.function[0].name), "app::request");
         assert_eq!(p.sample[1].location_id, [2, 1]);
         assert!(p.sample.iter().all(|x| x.value.len() == 4));
-        assert_eq!((p.time_nanos, p.duration_nanos), (1_699_999_990_000_000_000, 10_000_000_000));
+        assert_eq!(
+            (p.time_nanos, p.duration_nanos),
+            (1_699_999_990_000_000_000, 10_000_000_000)
+        );
         // The spans profile leaves out the path with no time.
         let spans = to_proto(&sample_profile(), ProfileKind::Spans);
         assert_eq!(spans.sample.len(), 2);

@@ -2,7 +2,10 @@
 //! types. Field numbers follow the `.proto` file; only proto3 scalars, repeated fields and
 //! messages are used, so these derive exactly what `prost-build` would generate.
 
-#![allow(missing_docs, reason = "field docs live in profile.proto; names match it one to one")]
+#![allow(
+    missing_docs,
+    reason = "field docs live in profile.proto; names match it one to one"
+)]
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Profile {

@@ -1,5 +1,9 @@
 //! Reading profiles back with the real client, `go tool pprof`.
-#![allow(dead_code, unreachable_pub, reason = "each test binary uses a part of this module")]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each test binary uses a part of this module"
+)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,13 +11,18 @@ use std::process::Command;
 
 /// Whether `go` can be run. Under `CI=true` a missing `go` fails the test instead of skipping.
 pub fn have_go() -> bool {
-    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "`go` is not installed, and CI=true: the pprof read-back tests must run (install golang-go)"
         );
-        eprintln!("SKIPPED: `go` is not installed, so profiles cannot be read back with go tool pprof");
+        eprintln!(
+            "SKIPPED: `go` is not installed, so profiles cannot be read back with go tool pprof"
+        );
     }
     ok
 }
@@ -53,14 +62,26 @@ impl Raw {
 
     /// The value of sample type `ty` for `stack`, 0 if the stack is absent.
     pub fn value(&self, stack: &[&str], ty: &str) -> i64 {
-        let i = self.types.iter().position(|t| t == ty).unwrap_or_else(|| panic!("no type {ty}"));
+        let i = self
+            .types
+            .iter()
+            .position(|t| t == ty)
+            .unwrap_or_else(|| panic!("no type {ty}"));
         self.get(stack).map_or(0, |v| v[i])
     }
 
     /// Sum of sample type `ty` over samples whose stack matches `keep`.
     pub fn sum(&self, ty: &str, keep: impl Fn(&[String]) -> bool) -> i64 {
-        let i = self.types.iter().position(|t| t == ty).unwrap_or_else(|| panic!("no type {ty}"));
-        self.samples.iter().filter(|(k, _)| keep(k)).map(|(_, v)| v[i]).sum()
+        let i = self
+            .types
+            .iter()
+            .position(|t| t == ty)
+            .unwrap_or_else(|| panic!("no type {ty}"));
+        self.samples
+            .iter()
+            .filter(|(k, _)| keep(k))
+            .map(|(_, v)| v[i])
+            .sum()
     }
 }
 
@@ -74,8 +95,10 @@ pub fn raw(file: &Path) -> Raw {
         }
     }
     let header = lines.next().expect("sample types line");
-    let types: Vec<String> =
-        header.split_whitespace().map(|t| t.split('/').next().unwrap().to_owned()).collect();
+    let types: Vec<String> = header
+        .split_whitespace()
+        .map(|t| t.split('/').next().unwrap().to_owned())
+        .collect();
     let mut raw_samples = Vec::new();
     for l in lines.by_ref() {
         if l.trim() == "Locations" {
@@ -83,8 +106,14 @@ pub fn raw(file: &Path) -> Raw {
         }
         // "      1       1000: 1 2 " — values, then location ids after the colon.
         if let Some((vals, locs)) = l.split_once(':') {
-            let vals: Vec<i64> = vals.split_whitespace().map(|v| v.parse().unwrap()).collect();
-            let locs: Vec<u64> = locs.split_whitespace().map(|v| v.parse().unwrap()).collect();
+            let vals: Vec<i64> = vals
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let locs: Vec<u64> = locs
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
             if vals.len() == types.len() {
                 raw_samples.push((vals, locs));
             }
@@ -93,11 +122,17 @@ pub fn raw(file: &Path) -> Raw {
     // "     1: 0x0 M=1 target::name file.rs:10 s=0"
     let mut names = BTreeMap::new();
     for l in lines {
-        let Some((id, rest)) = l.split_once(':') else { continue };
-        let Ok(id) = id.trim().parse::<u64>() else { continue };
+        let Some((id, rest)) = l.split_once(':') else {
+            continue;
+        };
+        let Ok(id) = id.trim().parse::<u64>() else {
+            continue;
+        };
         // After "0x0 M=1 ", drop " s=N" and the "file:line" word; the rest is the name,
         // which may hold spaces ("(no span)").
-        let Some((_, rest)) = rest.split_once("M=1 ") else { continue };
+        let Some((_, rest)) = rest.split_once("M=1 ") else {
+            continue;
+        };
         let rest = rest.rsplit_once(" s=").map_or(rest, |(r, _)| r);
         let name = rest.rsplit_once(' ').map_or(rest, |(n, _)| n);
         names.insert(id, name.trim().to_owned());
