@@ -23,8 +23,9 @@
 //! # Cost
 //! - Memory: [`HEADER_SIZE`] (8) bytes per block with `align <= 8`, `align` bytes per block with a
 //!   larger alignment (the header sits in the padding that keeps the user pointer aligned).
-//! - Time: a thread-local read and two plain stores into this thread's own counter table. No
-//!   lock, no syscall, no allocation, no panic; no cache line is written by two threads.
+//! - Time: a thread-local read and two plain stores into this thread's own counter table, and one
+//!   compare against the giant-allocation limit. No lock, no syscall, no allocation, no panic; no
+//!   cache line is written by two threads (except on the rare paths: TLS teardown, giant requests).
 //! - Per thread: one counter table of `MAX_TAGS` slots (88 bytes each, 352 KiB of address space,
 //!   touched only for the tags the thread uses), allocated from the system allocator on the
 //!   thread's first allocation and reused by later threads once it exits.
