@@ -569,3 +569,104 @@ fn static_lower(name: &'static str) -> &'static str {
         _ => "x-tracing-prof",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler() -> (PprofHandler, tracing_prof_core::ProfilerGuard) {
+        let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
+        (
+            PprofHandler::new(guard.profiler().clone()).max_seconds(5),
+            guard,
+        )
+    }
+
+    #[test]
+    fn methods_paths_and_queries() {
+        let (h, _guard) = handler();
+        let get = |target: &str| h.handle("GET", target, None);
+        assert_eq!(get("/debug/pprof/").status, 200);
+        assert_eq!(get("/debug/pprof").content_type, "text/html; charset=utf-8");
+        let heap = get("/debug/pprof/heap");
+        assert_eq!(
+            (heap.status, heap.content_type),
+            (200, "application/octet-stream")
+        );
+        assert_eq!(&heap.body[..2], &[0x1f, 0x8b], "gzip'd pprof");
+        assert!(
+            heap.headers
+                .iter()
+                .any(|(k, v)| *k == "Content-Disposition" && v.contains("heap.pb.gz"))
+        );
+        assert_eq!(h.handle("HEAD", "/debug/pprof/heap", None).status, 200);
+        let post = h.handle("POST", "/debug/pprof/heap", None);
+        assert_eq!(post.status, 405);
+        assert!(post.headers.contains(&("Allow", "GET, HEAD".to_owned())));
+        for bad in ["seconds=0", "seconds=6", "seconds=x", "seconds="] {
+            assert_eq!(
+                get(&format!("/debug/pprof/heap?{bad}")).status,
+                400,
+                "{bad}"
+            );
+        }
+        assert_eq!(get("/debug/pprof/goroutine").status, 404);
+        assert_eq!(get("/elsewhere").status, 404);
+        // Parameters Go's tools send are accepted and ignored.
+        assert_eq!(
+            get("/debug/pprof/heap?gc=1&sample_index=inuse_space").status,
+            200
+        );
+        let table = get("/debug/pprof/spans?debug=1");
+        assert!(
+            String::from_utf8(table.body)
+                .unwrap()
+                .starts_with("tracing-prof spans profile")
+        );
+    }
+
+    #[test]
+    fn the_token_is_required_and_never_echoed() {
+        let (h, _guard) = handler();
+        let h = h.bearer_token("s3cret");
+        for auth in [
+            None,
+            Some("Bearer wrong"),
+            Some("Basic s3cret"),
+            Some("Bearer s3cre"),
+            Some("Bearer s3cret "),
+        ] {
+            let r = h.handle("GET", "/debug/pprof/heap", auth);
+            assert_eq!(r.status, 401, "{auth:?}");
+            assert!(!String::from_utf8_lossy(&r.body).contains("s3cret"));
+        }
+        assert_eq!(
+            h.handle("GET", "/debug/pprof/heap", Some("Bearer s3cret"))
+                .status,
+            200
+        );
+        assert!(!format!("{h:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn request_heads_are_parsed_strictly() {
+        let head =
+            b"GET /debug/pprof/heap?debug=1 HTTP/1.1\r\nHost: x\r\nauthorization: Bearer t\r\n\r\n";
+        assert_eq!(
+            parse_head(head),
+            Some(("GET", "/debug/pprof/heap?debug=1", Some("Bearer t")))
+        );
+        assert_eq!(
+            parse_head(b"GET /x HTTP/1.0\r\n\r\n"),
+            Some(("GET", "/x", None))
+        );
+        assert_eq!(
+            parse_head(b"GET x HTTP/1.1\r\n\r\n"),
+            None,
+            "a target must be a path"
+        );
+        assert_eq!(parse_head(b"GET /x SPDY/3\r\n\r\n"), None);
+        assert_eq!(parse_head(b"\xff\xfe\r\n\r\n"), None);
+        assert_eq!(parse_head(b"GET\r\n\r\n"), None);
+    }
+}
