@@ -135,7 +135,9 @@ fn child(mode: &str) {
         }
     };
     let wall = start.elapsed();
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("TRACING_PROF_PEER_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     println!("wall_ns={} flush_ns={}", wall.as_nanos(), flush.as_nanos());
 }
 
