@@ -12,9 +12,10 @@
 //!
 //! `cargo bench -p tracing-prof-examples --bench workload`
 
+#[path = "../../benches/child.rs"]
+mod child;
+
 use std::alloc::{GlobalAlloc, Layout};
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
@@ -127,55 +128,7 @@ fn child(on: bool) {
     let flush = flush.elapsed();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(summary.handled, Workload::default().requests);
-    println!("wall_ns={} flush_ns={}", wall.as_nanos(), flush.as_nanos());
-}
-
-struct Run {
-    wall_s: f64,
-    cpu_s: f64,
-    maxrss_mib: f64,
-    flush_ms: f64,
-}
-
-fn spawn(mode: &str) -> Run {
-    #[allow(
-        clippy::zombie_processes,
-        reason = "reaped below by wait4, which also returns its rusage"
-    )]
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .env(ENV, mode)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the benchmark child");
-    let mut out = String::new();
-    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pid is our child's; status and ru are valid, writable locals.
-    let pid = unsafe { libc::wait4(c.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    assert!(
-        pid > 0 && status == 0,
-        "child {mode} failed (status {status}): {out}"
-    );
-    let field = |k: &str| -> f64 {
-        out.split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .and_then(|v| v.parse().ok())
-            .unwrap()
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Run {
-        wall_s: field("wall_ns=") / 1e9,
-        cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
-        maxrss_mib: ru.ru_maxrss as f64 / 1024.0,
-        flush_ms: field("flush_ns=") / 1e6,
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    child::report(wall, flush);
 }
 
 fn main() {
@@ -188,42 +141,12 @@ fn main() {
     {
         return; // filtered out by `cargo bench -- NAME`
     }
-    let modes = ["off", "alloc", "on"];
-    let mut runs: [Vec<Run>; 3] = Default::default();
-    for round in 0..ROUNDS {
-        for j in 0..modes.len() {
-            let i = (round + j) % modes.len();
-            runs[i].push(spawn(modes[i]));
-        }
-    }
-    let [off, alloc, on] = &runs;
-    let med = |runs: &[Run], f: &dyn Fn(&Run) -> f64| median(runs.iter().map(f).collect());
-    let ratio = |runs: &[Run], f: &dyn Fn(&Run) -> f64| {
-        median(runs.iter().zip(off).map(|(a, b)| f(a) / f(b)).collect())
-    };
+    let runs = child::rotate(ENV, &["off", "alloc", "on"], ROUNDS);
     println!(
         "\n### Example workload (20 000 requests, 4 workers): everything on vs everything off\n"
     );
     println!(
         "{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
-    println!("| | off | tagging allocator only | ratio | everything on | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let row = |name: &str, unit: &str, f: &dyn Fn(&Run) -> f64| {
-        println!(
-            "| {name} | {:.3} {unit} | {:.3} {unit} | {:.3} | {:.3} {unit} | {:.3} |",
-            med(off, f),
-            med(alloc, f),
-            ratio(alloc, f),
-            med(on, f),
-            ratio(on, f)
-        );
-    };
-    row("wall time", "s", &|r| r.wall_s);
-    row("CPU time (user+sys)", "s", &|r| r.cpu_s);
-    row("peak RSS", "MiB", &|r| r.maxrss_mib);
-    println!(
-        "| final flush at shutdown | | | | {:.2} ms | |",
-        med(on, &|r| r.flush_ms)
-    );
+    child::table(&["off", "tagging allocator only", "everything on"], &runs);
 }

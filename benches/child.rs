@@ -1,0 +1,115 @@
+//! Runs a benchmark variant in a child process (this same binary) and reads back its wall time,
+//! CPU time, peak RSS and final flush time, so that whole-process costs can be compared.
+//!
+//! The child prints `wall_ns=N flush_ns=N` on stdout; `wait4` gives its rusage.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each bench uses a part of this module"
+)]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+/// One child's numbers.
+pub struct Run {
+    pub wall_s: f64,
+    pub cpu_s: f64,
+    pub maxrss_mib: f64,
+    pub flush_ms: f64,
+}
+
+/// The line a child prints for [`spawn`] to read.
+pub fn report(wall: std::time::Duration, flush: std::time::Duration) {
+    println!("wall_ns={} flush_ns={}", wall.as_nanos(), flush.as_nanos());
+}
+
+/// Runs this binary again with `env=mode` and returns what the child reported.
+pub fn spawn(env: &str, mode: &str) -> Run {
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, which also returns its rusage"
+    )]
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .env(env, mode)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the benchmark child");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's; status and ru are valid, writable locals.
+    let pid = unsafe { libc::wait4(c.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert!(
+        pid > 0 && status == 0,
+        "child {mode} failed (status {status}): {out}"
+    );
+    let field = |k: &str| -> f64 {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Run {
+        wall_s: field("wall_ns=") / 1e9,
+        cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+        maxrss_mib: ru.ru_maxrss as f64 / 1024.0,
+        flush_ms: field("flush_ns=") / 1e6,
+    }
+}
+
+/// Runs every mode `rounds` times, rotating the order each round; runs per mode, in `modes` order.
+pub fn rotate(env: &str, modes: &[&str], rounds: usize) -> Vec<Vec<Run>> {
+    let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for j in 0..modes.len() {
+            let i = (round + j) % modes.len();
+            runs[i].push(spawn(env, modes[i]));
+        }
+    }
+    runs
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median of `f` over `runs`.
+pub fn med(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
+    median(runs.iter().map(f).collect())
+}
+
+/// Median of the per-round ratios of `f` between `runs` and `base`.
+pub fn ratio(runs: &[Run], base: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
+    median(runs.iter().zip(base).map(|(a, b)| f(a) / f(b)).collect())
+}
+
+/// Prints a markdown table comparing each variant with the first (`off`).
+pub fn table(names: &[&str], runs: &[Vec<Run>]) {
+    let mut head = "| | ".to_owned() + names[0];
+    for n in &names[1..] {
+        head += &format!(" | {n} | ratio");
+    }
+    println!("{head} |");
+    println!("|---|---:{}|", "|---:|---:".repeat(names.len() - 1));
+    let row = |name: &str, unit: &str, f: &dyn Fn(&Run) -> f64| {
+        let mut line = format!("| {name} | {:.3} {unit}", med(&runs[0], f));
+        for r in &runs[1..] {
+            line += &format!(" | {:.3} {unit} | {:.3}", med(r, f), ratio(r, &runs[0], f));
+        }
+        println!("{line} |");
+    };
+    row("wall time", "s", &|r| r.wall_s);
+    row("CPU time (user+sys)", "s", &|r| r.cpu_s);
+    row("peak RSS", "MiB", &|r| r.maxrss_mib);
+    let mut flush = "| final flush at shutdown |".to_owned();
+    for r in &runs[1..] {
+        flush += &format!(" | {:.2} ms |", med(r, &|r| r.flush_ms));
+    }
+    println!("{flush} |");
+}
