@@ -1,9 +1,11 @@
 //! `/debug/pprof` mounted in a service's own axum server (the `axum` feature), answered with
 //! the right status codes and read by `go tool pprof`.
 
+#[path = "../../tracing-prof/tests/common/mod.rs"]
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 use tracing_prof::export::http::{PprofHandler, axum_router};
 use tracing_prof::{Profiler, TaggingAllocator};
@@ -92,26 +94,10 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
         "{head}"
     );
 
-    let have_go = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        have_go || std::env::var("CI").as_deref() != Ok("true"),
-        "go is required under CI=true"
-    );
-    if have_go {
-        let out = Command::new("go")
-            .args(["tool", "pprof", "-top", "-nodefraction=0"])
-            .arg(format!("http://{open_addr}/debug/pprof/heap"))
-            .output()
-            .unwrap();
-        let top = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && top.contains("axum_pprof::axum_work"),
-            "{top}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if common::have_go() {
+        let url = format!("http://{open_addr}/debug/pprof/heap");
+        let top = common::pprof(&["-top", "-nodefraction=0"], url);
+        assert!(top.contains("axum_pprof::axum_work"), "{top}");
     }
     drop(rt);
 }

@@ -1,8 +1,10 @@
 //! Flame graphs, folded stacks and delta files for the example workload, read back by inferno's
 //! own parser and by `go tool pprof`.
 
+#[path = "../../tracing-prof/tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use tracing_prof::export::{flamegraph_svg, folded};
 use tracing_prof::{FileExporter, ProfileKind, Profiler, TaggingAllocator};
@@ -23,34 +25,6 @@ fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
-}
-
-/// `spans` of the sample whose leaf is `leaf`, per `go tool pprof -raw`.
-fn spans_of(file: &Path, leaf: &str) -> Option<u64> {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(file)
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let loc = text
-        .lines()
-        .find(|l| l.contains(&format!(" {leaf} ")))?
-        .split(':')
-        .next()?
-        .trim()
-        .to_owned();
-    let samples = text.lines().skip_while(|l| l.trim() != "Samples:").skip(2);
-    samples
-        .take_while(|l| l.trim() != "Locations")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(_, locs)| locs.split_whitespace().next() == Some(loc.as_str()))
-        .map(|(vals, _)| vals.split_whitespace().next().unwrap().parse().unwrap())
 }
 
 #[test]
@@ -137,24 +111,12 @@ fn flamegraphs_folded_and_deltas() {
         1,
         "the first export has no base, the second has one delta"
     );
-    let have_go = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        have_go || std::env::var("CI").as_deref() != Ok("true"),
-        "go is required under CI=true"
-    );
-    if have_go {
-        assert_eq!(
-            spans_of(&deltas[0], "tracing_prof_examples::request"),
-            Some(250)
-        );
+    if common::have_go() {
+        let requests =
+            |file: &Path| common::raw(file).value(&["tracing_prof_examples::request"], "spans");
+        assert_eq!(requests(&deltas[0]), 250);
         let cumulative = files(&dir, "spans.", ".pb.gz");
-        assert_eq!(
-            spans_of(&cumulative[1], "tracing_prof_examples::request"),
-            Some(850)
-        );
+        assert_eq!(requests(&cumulative[1]), 850);
     }
     drop(guard);
 }

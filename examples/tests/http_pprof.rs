@@ -1,6 +1,9 @@
 //! The real `go tool pprof` fetches `/debug/pprof/heap`, `/allocs`, `/spans` and a `-seconds 2`
 //! window from the running example service over HTTP, and finds the expected top span paths.
 
+#[path = "../../tracing-prof/tests/common/mod.rs"]
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -51,21 +54,6 @@ fn start(token: Option<&str>) -> (Service, String) {
     (Service(child), base.trim_end_matches('/').to_owned())
 }
 
-fn go_pprof(args: &[&str], url: &str) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} {url}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The function names of `-top` output, in its order.
 fn entries(top: &str) -> Vec<&str> {
     let lines = top
@@ -84,9 +72,9 @@ fn top_entry(top: &str) -> &str {
 /// Which span leads in *self* CPU in a short window of a loaded machine varies between `render`
 /// and `request`; the root leads by cumulative time, and `render` is in the top two by self time.
 fn assert_cpu_shape(base: &str, extra: &[&str]) {
-    let by_cum = go_pprof(
+    let by_cum = common::pprof(
         &[&["-top", "-cum"], extra].concat(),
-        &format!("{base}/spans"),
+        format!("{base}/spans"),
     );
     assert!(by_cum.contains("Type: cpu"), "{by_cum}");
     if extra.contains(&"-seconds") {
@@ -97,7 +85,7 @@ fn assert_cpu_shape(base: &str, extra: &[&str]) {
         "tracing_prof_examples::request",
         "{by_cum}"
     );
-    let by_self = go_pprof(&[&["-top"], extra].concat(), &format!("{base}/spans"));
+    let by_self = common::pprof(&[&["-top"], extra].concat(), format!("{base}/spans"));
     assert!(
         entries(&by_self)[..2].contains(&"tracing_prof_examples::render"),
         "{by_self}"
@@ -129,14 +117,7 @@ fn try_get(base: &str, path: &str, headers: &str) -> std::io::Result<(String, St
 
 #[test]
 fn go_tool_pprof_reads_the_live_endpoint() {
-    let have_go = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        have_go || std::env::var("CI").as_deref() != Ok("true"),
-        "go is required under CI=true"
-    );
+    let have_go = common::have_go();
     let (_service, base) = start(None);
     std::thread::sleep(Duration::from_secs(2)); // let it handle some requests
 
@@ -155,17 +136,16 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     let (status, _) = get(&base, "/nope", "");
     assert!(status.contains("404"), "{status}");
     if !have_go {
-        eprintln!("SKIPPED the go tool pprof half: go is not installed");
-        return;
+        return; // reported by have_go
     }
-    let heap = go_pprof(&["-top"], &format!("{base}/heap"));
+    let heap = common::pprof(&["-top"], format!("{base}/heap"));
     assert!(heap.contains("Type: inuse_space"), "{heap}");
     assert_eq!(
         top_entry(&heap),
         "tracing_prof_examples::cache_fill",
         "{heap}"
     );
-    let allocs = go_pprof(&["-top"], &format!("{base}/allocs"));
+    let allocs = common::pprof(&["-top"], format!("{base}/allocs"));
     assert!(allocs.contains("Type: alloc_space"), "{allocs}");
     assert_cpu_shape(&base, &[]);
     // 2 s windows while the service works: the same shape, over 2 s only.

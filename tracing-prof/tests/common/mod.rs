@@ -27,8 +27,10 @@ pub fn have_go() -> bool {
     ok
 }
 
-/// Runs `go tool pprof ARGS FILE` and returns stdout; panics with stderr on failure.
-pub fn pprof(args: &[&str], file: &Path) -> String {
+/// Runs `go tool pprof ARGS TARGET` (a file or a URL) and returns stdout; panics with stderr on
+/// failure.
+pub fn pprof(args: &[&str], target: impl AsRef<std::ffi::OsStr>) -> String {
+    let file = Path::new(target.as_ref());
     let out = Command::new("go")
         .args(["tool", "pprof"])
         .args(args)
@@ -85,8 +87,8 @@ impl Raw {
     }
 }
 
-/// Parses `go tool pprof -raw FILE`.
-pub fn raw(file: &Path) -> Raw {
+/// Parses `go tool pprof -raw TARGET`.
+pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
     let text = pprof(&["-raw"], file);
     let mut lines = text.lines();
     for l in lines.by_ref() {
