@@ -12,6 +12,20 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
+/// The value of environment variable `name`, read without allocating (usable from a global
+/// allocator before its first allocation returns); empty when unset.
+pub fn env_bytes(name: &'static std::ffi::CStr) -> &'static [u8] {
+    // SAFETY: getenv with a NUL-terminated name; it allocates nothing. The result is only read,
+    // and the benchmarks never change their environment.
+    let v = unsafe { libc::getenv(name.as_ptr()) };
+    if v.is_null() {
+        return b"";
+    }
+    // SAFETY: a non-null result points to a NUL-terminated string that lives as long as the
+    // environment, which the benchmarks never modify.
+    unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()
+}
+
 /// One child's numbers.
 pub struct Run {
     pub wall_s: f64,

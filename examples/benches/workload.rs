@@ -36,14 +36,7 @@ static TAGGED: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
 fn tagged() -> bool {
     let mut m = MODE.load(Ordering::Relaxed);
     if m == 0 {
-        // SAFETY: getenv with a NUL-terminated name; it allocates nothing. The result is only read.
-        let v = unsafe { libc::getenv(c"TRACING_PROF_BENCH_CHILD".as_ptr()) };
-        let mode = if v.is_null() {
-            &b""[..]
-        } else {
-            // SAFETY: a non-null result points to a NUL-terminated string.
-            unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()
-        };
+        let mode = child::env_bytes(c"TRACING_PROF_BENCH_CHILD");
         let on = mode == b"on" || mode == b"alloc";
         m = if on { 1 } else { 2 };
         MODE.store(m, Ordering::Relaxed);

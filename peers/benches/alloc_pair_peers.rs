@@ -6,25 +6,13 @@
 
 #[path = "../../benches/ab.rs"]
 mod ab;
+#[path = "../../benches/pairs.rs"]
+mod pairs;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::hint::black_box;
+use pairs::pairs;
+use std::alloc::System;
 use tracing_prof_03::allocator::{AllocationGroup, TrackingAllocator, enter_allocation_group};
 use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
-
-const SIZES: [usize; 8] = [8, 16, 32, 64, 128, 256, 512, 1024];
-
-fn pairs<A: GlobalAlloc>(a: &A, n: u64) {
-    for i in 0..n {
-        let layout = Layout::from_size_align(SIZES[(i & 7) as usize], 8).unwrap();
-        // SAFETY: non-zero size; freed right away with the same layout.
-        unsafe {
-            let p = a.alloc(black_box(layout));
-            black_box(p).write(1);
-            a.dealloc(p, layout);
-        }
-    }
-}
 
 static OURS: TaggingAllocator<System> = TaggingAllocator::new(System);
 static THEIRS: TrackingAllocator = TrackingAllocator::system();

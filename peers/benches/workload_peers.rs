@@ -27,14 +27,7 @@ static THEIRS: TrackingAllocator = TrackingAllocator::system();
 fn mode() -> u8 {
     let mut m = MODE.load(Ordering::Relaxed);
     if m == 0 {
-        // SAFETY: getenv with a NUL-terminated name; it allocates nothing.
-        let v = unsafe { libc::getenv(c"TRACING_PROF_PEER_CHILD".as_ptr()) };
-        let name = if v.is_null() {
-            &b""[..]
-        } else {
-            // SAFETY: a non-null result points to a NUL-terminated string.
-            unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()
-        };
+        let name = child::env_bytes(c"TRACING_PROF_PEER_CHILD");
         m = match name {
             b"ours" => 2,
             b"theirs" => 3,
