@@ -1,9 +1,9 @@
 //! The `GlobalAlloc` wrapper.
 
-use crate::counters::{record_alloc_current, record_free, record_resize};
-use crate::giant;
+use crate::counters::{Ticket, begin_alloc, commit_alloc, record_free, record_resize};
 use crate::header::{self, Header};
 use crate::tag::current_tag;
+use crate::{giant, sample};
 use std::alloc::{GlobalAlloc, Layout};
 
 /// How `realloc` is counted.
@@ -88,36 +88,120 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
     /// checks the header arithmetic for overflow. `None`: return null.
     #[cold]
     #[inline(never)]
-    fn cold_outer(size: usize, align: usize) -> Option<Layout> {
+    fn cold_outer(size: usize, align: usize, extended: bool) -> Option<Layout> {
         if giant::is_giant(size) && giant::record(size, current_tag().get()) {
             return None;
         }
-        header::outer_layout(size, align)
+        header::outer_layout(size, align, extended)
+    }
+
+    /// The outer layout of a new block: the hot path's one compare, then the cold path above.
+    #[inline(always)]
+    fn outer(size: usize, align: usize, extended: bool) -> Option<Layout> {
+        if giant::needs_cold_path(size, align) {
+            Self::cold_outer(size, align, extended)
+        } else {
+            // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
+            Some(unsafe { header::outer_layout_small(size, align, extended) })
+        }
     }
 
     /// `alloc` and `alloc_zeroed`: asks `get` for the outer block, then writes the header.
     #[inline(always)]
     fn alloc_with(&self, layout: Layout, get: impl FnOnce(&A, Layout) -> *mut u8) -> *mut u8 {
-        let outer = if giant::needs_cold_path(layout.size(), layout.align()) {
-            match Self::cold_outer(layout.size(), layout.align()) {
-                Some(outer) => outer,
-                None => return std::ptr::null_mut(),
-            }
-        } else {
-            // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
-            unsafe { header::outer_layout_small(layout.size(), layout.align()) }
+        let ticket = begin_alloc(layout.size());
+        let Some(outer) = Self::outer(layout.size(), layout.align(), ticket.sample) else {
+            return std::ptr::null_mut();
         };
         let base = get(&self.inner, outer);
         if base.is_null() {
             return base;
         }
-        let tag = record_alloc_current(layout.size());
-        // SAFETY: `base` is a live block of `outer_layout(layout)`, so `offset_for(align)` bytes
-        // in is still inside it (the user part follows) and the header fits in front.
-        let user = unsafe { base.add(header::offset_for(layout.align())) };
+        commit_alloc(&ticket, layout.size());
+        // SAFETY: `base` is a live block of `outer_layout(layout, sample)`, so the offset is still
+        // inside it (the user part follows) and the headers fit in front.
+        let user = unsafe { base.add(header::offset_for(layout.align(), ticket.sample)) };
+        let flags = if ticket.sample {
+            // SAFETY: `user` has the sampled layout.
+            Self::sampled_flags(unsafe { sample::record_alloc(user, layout.size(), ticket.tag) })
+        } else {
+            0
+        };
         // SAFETY: as above; `base` is aligned to at least 8 by `outer_layout`.
-        unsafe { header::write(user, Header::new(tag)) };
+        unsafe { header::write(user, Header::new(ticket.tag, ticket.origin, flags)) };
         user
+    }
+
+    /// Header flags of a block with the sampled layout.
+    #[inline(always)]
+    fn sampled_flags(live: bool) -> u32 {
+        header::EXTENDED | if live { header::LIVE } else { 0 }
+    }
+
+    /// `realloc` of a plain block into a sampled one: the layout changes, so the block moves
+    /// (allocate, copy, free). Rare: once per sample that lands on a realloc.
+    ///
+    /// # Safety
+    /// As for `GlobalAlloc::realloc`; `old` is `ptr`'s header, without the `EXTENDED` flag.
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_into_sample(
+        &self,
+        ptr: *mut u8,
+        old: Header,
+        layout: Layout,
+        new_size: usize,
+        ticket: Ticket,
+    ) -> *mut u8 {
+        let align = layout.align();
+        let Some(outer) = Self::outer(new_size, align, true) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: `outer` has a non-zero size.
+        let base = unsafe { self.inner.alloc(outer) };
+        if base.is_null() {
+            return base;
+        }
+        // SAFETY: `base` is a live block with the sampled layout for `new_size` bytes.
+        let user = unsafe { base.add(header::offset_for(align, true)) };
+        // SAFETY: both blocks are live and distinct; both hold at least the bytes copied.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, user, layout.size().min(new_size)) };
+        let (tag, origin) = self.count_realloc(old, layout.size(), new_size, &ticket);
+        // SAFETY: `user` has the sampled layout.
+        let live = unsafe { sample::record_alloc(user, new_size, ticket.tag) };
+        // SAFETY: the header in front of `user` belongs to this live block.
+        unsafe { header::write(user, Header::new(tag, origin, Self::sampled_flags(live))) };
+        let offset = header::offset_for(align, false);
+        // SAFETY: `ptr` is a live plain block of ours for `layout`; its outer layout was valid
+        // when it was allocated, and `ptr - offset` is what `inner` returned.
+        unsafe {
+            let old_outer = header::outer_layout(layout.size(), align, false).unwrap_unchecked();
+            self.inner.dealloc(ptr.sub(offset), old_outer);
+        }
+        user
+    }
+
+    /// Counts a realloc in the exact counters as the mode says; returns the header's new tag
+    /// and origin.
+    #[inline(always)]
+    fn count_realloc(
+        &self,
+        old: Header,
+        old_size: usize,
+        new_size: usize,
+        t: &Ticket,
+    ) -> (u32, u32) {
+        match self.realloc {
+            ReallocMode::Resize => {
+                record_resize(old.tag, old.origin(), old_size, new_size);
+                (old.tag, old.origin())
+            }
+            ReallocMode::FreeAndAlloc => {
+                record_free(old.tag, old.origin(), old_size);
+                commit_alloc(t, new_size);
+                (t.tag, t.origin)
+            }
+        }
     }
 }
 
@@ -129,9 +213,10 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
 // of line, the header accesses are opaque to the caller's optimizer; the cost is one call.
 //
 // SAFETY: every method forwards to `inner` with the layout `outer_layout` derives from the
-// caller's layout (the same rule in all four methods), and returns a pointer `offset_for(align)`
-// bytes into that block, which is aligned to `layout.align()` and has `layout.size()` usable
-// bytes. Null from `inner` is returned unchanged. Nothing here unwinds.
+// caller's layout and the block's `EXTENDED` flag (the same rule in all four methods), and
+// returns a pointer `offset_for(align, extended)` bytes into that block, which is aligned to
+// `layout.align()` and has `layout.size()` usable bytes. Null from `inner` is returned unchanged.
+// Nothing here unwinds.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
     #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -141,7 +226,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
 
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: `outer` has a non-zero size. The header overwrites only bytes before the user
+        // SAFETY: `outer` has a non-zero size. The headers overwrite only bytes before the user
         // pointer, so the user's bytes stay zero.
         self.alloc_with(layout, |inner, outer| unsafe { inner.alloc_zeroed(outer) })
     }
@@ -149,27 +234,41 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a pointer we returned for this layout, so the header is there.
-        let tag = unsafe { header::read(ptr) }.tag;
-        record_free(tag, layout.size());
-        let offset = header::offset_for(layout.align());
-        // SAFETY: the same layout gave the same `outer_layout` when the block was allocated, so it
-        // is valid now, and `ptr - offset` is the pointer `inner` returned.
+        let h = unsafe { header::read(ptr) };
+        record_free(h.tag, h.origin(), layout.size());
+        let extended = h.is_extended();
+        if h.is_live_sample() {
+            // SAFETY: a live block flagged as a live sample.
+            unsafe { sample::record_free(ptr, layout.size()) };
+        }
+        let offset = header::offset_for(layout.align(), extended);
+        // SAFETY: the same layout and flag gave the same `outer_layout` when the block was
+        // allocated, so it is valid now, and `ptr - offset` is the pointer `inner` returned.
         unsafe {
-            let outer = header::outer_layout(layout.size(), layout.align()).unwrap_unchecked();
+            let outer =
+                header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked();
             self.inner.dealloc(ptr.sub(offset), outer);
         }
     }
 
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let offset = header::offset_for(layout.align());
+        // SAFETY: `ptr` is ours and live, so its header is readable.
+        let old = unsafe { header::read(ptr) };
+        let extended = old.is_extended();
+        let ticket = begin_alloc(new_size);
+        if ticket.sample && !extended {
+            // SAFETY: forwarded from our caller; `old` is `ptr`'s header, not extended.
+            return unsafe { self.realloc_into_sample(ptr, old, layout, new_size, ticket) };
+        }
+        let offset = header::offset_for(layout.align(), extended);
         let new_outer = if giant::needs_cold_path(new_size, layout.align()) {
             // A giant growth may be refused: the old block then stays valid and counted.
             let shrinking = new_size <= layout.size();
             let outer = if shrinking {
-                header::outer_layout(new_size, layout.align())
+                header::outer_layout(new_size, layout.align(), extended)
             } else {
-                Self::cold_outer(new_size, layout.align())
+                Self::cold_outer(new_size, layout.align(), extended)
             };
             match outer {
                 Some(outer) => outer,
@@ -177,16 +276,15 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
             }
         } else {
             // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
-            unsafe { header::outer_layout_small(new_size, layout.align()) }
+            unsafe { header::outer_layout_small(new_size, layout.align(), extended) }
         };
-        // SAFETY: `ptr` is ours and live, so its header is readable.
-        let old = unsafe { header::read(ptr) };
         // SAFETY: `outer_layout` of the block's current layout succeeded at allocation time.
-        let old_outer =
-            unsafe { header::outer_layout(layout.size(), layout.align()).unwrap_unchecked() };
+        let old_outer = unsafe {
+            header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked()
+        };
         // SAFETY: `ptr - offset` is the block `inner` returned with `old_outer`; `new_outer` keeps
         // its alignment and its size is valid for it. The inner realloc may grow in place, and on
-        // a move copies the header along with the user bytes (they are the block's first bytes).
+        // a move copies the headers along with the user bytes (they are the block's first bytes).
         let base = unsafe {
             self.inner
                 .realloc(ptr.sub(offset), old_outer, new_outer.size())
@@ -197,15 +295,23 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         }
         // SAFETY: `base` is the live, resized block; the user pointer is `offset` bytes in.
         let user = unsafe { base.add(offset) };
-        match self.realloc {
-            ReallocMode::Resize => record_resize(old.tag, layout.size(), new_size),
-            ReallocMode::FreeAndAlloc => {
-                record_free(old.tag, layout.size());
-                let tag = record_alloc_current(new_size);
-                // SAFETY: the header in front of `user` belongs to this live block.
-                unsafe { header::write(user, Header::new(tag)) };
-            }
+        let (tag, origin) = self.count_realloc(old, layout.size(), new_size, &ticket);
+        if !extended && tag == old.tag && origin == old.origin() {
+            return user; // the common case: a plain block stays plain, its header is unchanged
         }
+        let mut flags = 0;
+        if extended {
+            if old.is_live_sample() {
+                // SAFETY: a live sample; its sample header moved along with the block.
+                unsafe { sample::record_free(user, layout.size()) };
+            }
+            let live = ticket.sample
+                // SAFETY: `user` has the sampled layout.
+                && unsafe { sample::record_alloc(user, new_size, ticket.tag) };
+            flags = header::EXTENDED | if live { header::LIVE } else { 0 };
+        }
+        // SAFETY: the header in front of `user` belongs to this live block.
+        unsafe { header::write(user, Header::new(tag, origin, flags)) };
         user
     }
 }

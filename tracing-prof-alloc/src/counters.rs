@@ -58,14 +58,41 @@ impl Slot {
     }
 }
 
+/// Frees credited to the thread that allocated the blocks (their *origin*), for the per-thread
+/// view. `bytes` also takes realloc corrections and may wrap; sums over tables are right.
+#[derive(Debug, Default)]
+pub(crate) struct OriginSlot {
+    objects: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl OriginSlot {
+    const fn new() -> Self {
+        OriginSlot {
+            objects: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Origins the per-thread view tells apart: 0 stands for work without a thread table, the last
+/// one for every table from `MAX_ORIGINS - 1` on.
+pub const MAX_ORIGINS: usize = 1024;
+
 /// One thread's counters.
 #[derive(Debug)]
 pub(crate) struct ThreadTable {
     slots: [Slot; MAX_TAGS],
+    /// Frees (and realloc corrections) this thread made, by the origin of the block.
+    origin_frees: [OriginSlot; MAX_ORIGINS],
     /// Next table in [`TABLES`]; written once before the table is published.
     next: *const ThreadTable,
     /// Whether a live thread owns this table.
     owned: AtomicBool,
+    /// This table's index, from 1, in creation order; written once before publication.
+    index: u32,
+    /// OS thread id of the thread that last adopted this table (0: unknown).
+    tid: AtomicU64,
 }
 
 /// Head of the append-only list of every table ever made.
@@ -73,6 +100,19 @@ static TABLES: AtomicPtr<ThreadTable> = AtomicPtr::new(ptr::null_mut());
 
 /// Shared table for work that has no thread table; updated with atomic adds.
 static FALLBACK: [Slot; MAX_TAGS] = [const { Slot::new() }; MAX_TAGS];
+/// Origin frees of work that has no thread table; updated with atomic adds.
+static FALLBACK_ORIGIN: [OriginSlot; MAX_ORIGINS] = [const { OriginSlot::new() }; MAX_ORIGINS];
+/// Index of the next table made.
+static NEXT_INDEX: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// The origin stored in headers for a table index.
+const fn origin_of(index: u32) -> u32 {
+    if (index as usize) < MAX_ORIGINS {
+        index
+    } else {
+        MAX_ORIGINS as u32 - 1
+    }
+}
 
 /// [`crate::tag::ThreadState::table`] value once the thread has released its table (TLS teardown)
 /// or could not get one: use [`FALLBACK`] from then on.
@@ -131,6 +171,19 @@ fn with_slot(tag: u32, f: impl FnOnce(&Slot, Writer)) {
     with_slot_in(table, tag, f);
 }
 
+/// Runs `f` on the origin slot for `origin` in `table` (or in the shared fallback).
+#[inline(always)]
+fn with_origin_in(table: *const ThreadTable, origin: u32, f: impl FnOnce(&OriginSlot, Writer)) {
+    let index = (origin as usize).min(MAX_ORIGINS - 1);
+    if table == NO_TABLE {
+        f(&FALLBACK_ORIGIN[index], Writer::Shared);
+        return;
+    }
+    // SAFETY: as in `with_slot_in`.
+    let table = unsafe { &*table };
+    f(&table.origin_frees[index], Writer::Owner);
+}
+
 const _: () = assert!(MAX_TAGS.is_power_of_two());
 
 /// Slow path: adopts a free table or makes a new one for this thread.
@@ -145,12 +198,30 @@ fn acquire(state: &crate::tag::ThreadState) -> *const ThreadTable {
     let table = adopt_free_table().unwrap_or_else(new_table);
     state.table.set(table);
     if table != NO_TABLE {
+        // SAFETY: a real, never-freed table that this thread now owns.
+        let t = unsafe { &*table };
+        state.origin.set(origin_of(t.index));
+        t.tid.store(os_thread_id(), Ordering::Relaxed);
         // Registers the destructor that hands the table back when this thread exits. If TLS is
         // already being torn down this fails, and the table simply stays owned.
         let _ = RELEASE_ON_EXIT.try_with(|_| ());
     }
     state.busy.set(false);
     table
+}
+
+/// The calling thread's OS id, for thread names (one syscall, once per thread).
+fn os_thread_id() -> u64 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: gettid takes no arguments, cannot fail and touches no memory of ours.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        u64::try_from(tid).unwrap_or(0)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        0
+    }
 }
 
 fn adopt_free_table() -> Option<*const ThreadTable> {
@@ -181,6 +252,7 @@ fn new_table() -> *const ThreadTable {
     // SAFETY: `raw` is a fresh, zeroed, properly aligned ThreadTable that nobody else sees yet.
     let table = unsafe { &mut *raw };
     *table.owned.get_mut() = true;
+    table.index = NEXT_INDEX.fetch_add(1, Ordering::Relaxed);
     let mut head = TABLES.load(Ordering::Relaxed);
     loop {
         table.next = head;
@@ -198,6 +270,7 @@ impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
         let _ = STATE.try_with(|s| {
             let table = s.table.replace(NO_TABLE);
+            s.origin.set(0);
             if !table.is_null() && table != NO_TABLE {
                 // SAFETY: a real table pointer from `acquire`; tables are never freed.
                 unsafe { &*table }.owned.store(false, Ordering::Release);
@@ -212,38 +285,88 @@ thread_local! {
 
 // === the hot-path API ===
 
-/// Counts an allocation of `bytes` under the tag current on this thread, and returns that tag
-/// for the block's header: one thread-local access for both.
-#[inline]
-pub(crate) fn record_alloc_current(bytes: usize) -> u32 {
-    let (tag, table) = STATE
-        .try_with(|s| (s.tag.get(), table(s)))
-        .unwrap_or((0, NO_TABLE));
-    with_slot_in(table, tag, |s, w| {
+/// What an allocation needs from this thread's state, read with one thread-local access.
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket {
+    /// The tag current on this thread.
+    pub(crate) tag: u32,
+    /// This thread's origin for the header.
+    pub(crate) origin: u32,
+    table: *const ThreadTable,
+    /// Whether the heap sampler picked this request.
+    pub(crate) sample: bool,
+}
+
+/// Starts an allocation of `bytes`: reads the current tag and table, and counts the bytes down
+/// to the next heap sample (the sampler's slow path runs only when the countdown runs out).
+#[inline(always)]
+pub(crate) fn begin_alloc(bytes: usize) -> Ticket {
+    STATE
+        .try_with(|s| {
+            let table = table(s);
+            let left = s.sample_left.get().wrapping_sub(bytes as i64);
+            s.sample_left.set(left);
+            Ticket {
+                tag: s.tag.get(),
+                origin: s.origin.get(),
+                table,
+                sample: left < 0 && crate::sample::countdown_ran_out(s),
+            }
+        })
+        .unwrap_or(Ticket {
+            tag: 0,
+            origin: 0,
+            table: NO_TABLE,
+            sample: false,
+        })
+}
+
+/// Counts an allocation of `bytes` that succeeded, under the ticket's tag.
+#[inline(always)]
+pub(crate) fn commit_alloc(ticket: &Ticket, bytes: usize) {
+    with_slot_in(ticket.table, ticket.tag, |s, w| {
         w.add(&s.alloc_objects, 1);
         w.add(&s.alloc_bytes, bytes as u64);
     });
-    tag
 }
 
+/// Counts a free of `bytes` of a block of `tag` allocated by the thread with origin `origin`.
 #[inline]
-pub(crate) fn record_free(tag: u32, bytes: usize) {
-    with_slot(tag, |s, w| {
+pub(crate) fn record_free(tag: u32, origin: u32, bytes: usize) {
+    let table = STATE.try_with(table).unwrap_or(NO_TABLE);
+    with_slot_in(table, tag, |s, w| {
         w.add(&s.free_objects, 1);
         w.add(&s.free_bytes, bytes as u64);
     });
+    with_origin_in(table, origin, |o, w| {
+        w.add(&o.objects, 1);
+        w.add(&o.bytes, bytes as u64);
+    });
 }
 
-/// A block of `tag` changed size in place (realloc in resize mode): the object count is kept.
+/// A block of `tag` from `origin` changed size in place (realloc in resize mode): the object
+/// count is kept.
 #[inline]
-pub(crate) fn record_resize(tag: u32, old: usize, new: usize) {
-    with_slot(tag, |s, w| {
+pub(crate) fn record_resize(tag: u32, origin: u32, old: usize, new: usize) {
+    let (table, me) = STATE
+        .try_with(|s| (table(s), s.origin.get()))
+        .unwrap_or((NO_TABLE, 0));
+    with_slot_in(table, tag, |s, w| {
         if new >= old {
             w.add(&s.alloc_bytes, (new - old) as u64);
         } else {
             w.add(&s.free_bytes, (old - new) as u64);
         }
     });
+    // Per-thread view: the growth just counted as allocated by this thread belongs to the
+    // block's origin; a shrink is a partial free of the origin's block.
+    if new >= old && origin != me {
+        let growth = (new - old) as u64;
+        with_origin_in(table, me, |o, w| w.add(&o.bytes, growth));
+        with_origin_in(table, origin, |o, w| w.add(&o.bytes, growth.wrapping_neg()));
+    } else if new < old {
+        with_origin_in(table, origin, |o, w| w.add(&o.bytes, (old - new) as u64));
+    }
 }
 
 /// Adds one enter..exit interval of a span of `tag`: busy wall time, CPU time, and the part of
@@ -381,6 +504,98 @@ pub fn read_thread_totals(out: &mut [TagTotals]) {
         t.free_objects = load(&s.free_objects);
         t.free_bytes = load(&s.free_bytes);
     }
+}
+
+/// Allocated and in-use memory of one thread table (a thread, and the exited threads whose
+/// table it adopted), as returned by [`read_threads`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThreadTotals {
+    /// The table's index, from 1 (0: work done without a table, such as during TLS teardown).
+    pub index: u32,
+    /// OS thread id of its current or last owner (0: unknown).
+    pub tid: u64,
+    /// Whether a live thread owns the table now.
+    pub alive: bool,
+    /// Blocks allocated by its threads.
+    pub alloc_objects: u64,
+    /// Bytes allocated by its threads (realloc growth included).
+    pub alloc_bytes: u64,
+    /// Blocks its threads allocated that nobody has freed yet, whichever thread frees.
+    pub inuse_objects: u64,
+    /// Bytes its threads allocated that nobody has freed yet.
+    pub inuse_bytes: u64,
+}
+
+/// Per-thread totals, one entry per thread table plus entry 0 for table-less work. Tables from
+/// index `MAX_ORIGINS - 1` on share one in-use figure, reported on the entry with that index
+/// (the others report 0 in use).
+pub fn read_threads() -> Vec<ThreadTotals> {
+    let load = |c: &AtomicU64| c.load(Ordering::Acquire);
+    let mut freed = vec![(0u64, 0u64); MAX_ORIGINS];
+    let add_frees = |freed: &mut [(u64, u64)], origins: &[OriginSlot]| {
+        for (f, o) in freed.iter_mut().zip(origins) {
+            f.0 = f.0.wrapping_add(load(&o.objects));
+            f.1 = f.1.wrapping_add(load(&o.bytes));
+        }
+    };
+    // Frees first, as in `read_totals`.
+    add_frees(&mut freed, &FALLBACK_ORIGIN);
+    let mut tables = Vec::new();
+    let mut cursor = TABLES.load(Ordering::Acquire).cast_const();
+    while !cursor.is_null() {
+        // SAFETY: every pointer in TABLES is a published, initialised, never-freed table.
+        let table = unsafe { &*cursor };
+        add_frees(&mut freed, &table.origin_frees);
+        tables.push(table);
+        cursor = table.next;
+    }
+    tables.sort_by_key(|t| t.index);
+    let sum_allocs = |slots: &[Slot]| {
+        slots.iter().fold((0u64, 0u64), |(o, b), s| {
+            (o + load(&s.alloc_objects), b + load(&s.alloc_bytes))
+        })
+    };
+    let mut allocated = vec![(0u64, 0u64); MAX_ORIGINS];
+    let mut out = Vec::with_capacity(tables.len() + 1);
+    let (o, b) = sum_allocs(&FALLBACK);
+    allocated[0] = (o, b);
+    out.push(ThreadTotals {
+        alloc_objects: o,
+        alloc_bytes: b,
+        ..ThreadTotals::default()
+    });
+    for t in &tables {
+        let (o, b) = sum_allocs(&t.slots);
+        let a = &mut allocated[origin_of(t.index) as usize];
+        *a = (a.0 + o, a.1 + b);
+        out.push(ThreadTotals {
+            index: t.index,
+            tid: t.tid.load(Ordering::Relaxed),
+            alive: t.owned.load(Ordering::Relaxed),
+            alloc_objects: o,
+            alloc_bytes: b,
+            ..ThreadTotals::default()
+        });
+    }
+    for e in &mut out {
+        let origin = origin_of(e.index);
+        if origin != e.index {
+            continue; // its in-use is reported on the shared entry
+        }
+        let (ao, ab) = allocated[origin as usize];
+        let (fo, fb) = freed[origin as usize];
+        // Wrapping differences: realloc corrections may move bytes between origins; a transient
+        // negative (a free seen before its allocation cannot happen, a correction can) reads 0.
+        e.inuse_objects = clamp_wrapped(ao.wrapping_sub(fo));
+        e.inuse_bytes = clamp_wrapped(ab.wrapping_sub(fb));
+    }
+    out
+}
+
+/// A wrapped `u64` difference read as signed, negatives as 0.
+fn clamp_wrapped(v: u64) -> u64 {
+    if v > i64::MAX as u64 { 0 } else { v }
 }
 
 /// Number of thread tables made so far (live threads plus free tables for reuse).

@@ -2,7 +2,8 @@
 //!
 //! Every block handed out by [`TaggingAllocator`](crate::TaggingAllocator) starts `offset` bytes
 //! after the block the inner allocator returned, and the [`HEADER_SIZE`] bytes right in front of
-//! the user's pointer hold a header: the span path tag (`u32`) and a `u32` of magic number and flags:
+//! the user's pointer hold a header: the span path tag (`u32`) and a `u32` of magic number, flags
+//! and the allocating thread's table index (its *origin*, for the per-thread view):
 //!
 //! ```text
 //!  inner block start                         user pointer (aligned to layout.align())
@@ -15,6 +16,19 @@
 //! `offset = max(HEADER_SIZE, align)`, so the user pointer keeps the requested alignment and the
 //! header stays 8-byte aligned. The same rule is applied in `alloc`, `alloc_zeroed`, `realloc`
 //! and `dealloc` (a peer used `+8` on realloc only, which overflows blocks with align > 8).
+//!
+//! # Sampled blocks
+//! A block chosen by the heap sampler is laid out with a larger offset, `max(SAMPLED_OFFSET,
+//! align)`, and a [`SampleHeader`] (birth time, stack bucket, weight) in front of the header:
+//!
+//! ```text
+//!  [ padding | SampleHeader (24 bytes) | Header ][ user bytes ... ]
+//! ```
+//!
+//! The header's `EXTENDED` flag says which offset a block has, so `dealloc` and `realloc` find the
+//! inner block from the header they read anyway; an unsampled free tests one bit more. `LIVE`
+//! says the sample header describes a live sample (a sampled block that a `realloc` made
+//! unsampled keeps its layout but drops `LIVE`).
 //!
 //! # How a header is recognised
 //! It is not guessed: the allocator writes a header on *every* block from the very first
@@ -35,6 +49,30 @@ const HEADER_ALIGN: usize = 8;
 
 /// High 16 bits of [`Header::meta`]: recognises our headers in debug assertions.
 const MAGIC: u32 = 0x7470 << 16;
+/// [`Header::meta`] flag: the block has the sampled layout (a [`SampleHeader`] in front).
+pub(crate) const EXTENDED: u32 = 1 << 15;
+/// [`Header::meta`] flag: the [`SampleHeader`] describes a live sample.
+pub(crate) const LIVE: u32 = 1 << 14;
+/// [`Header::meta`] bits holding the origin (the allocating thread's table index).
+pub(crate) const ORIGIN_MASK: u32 = (1 << 14) - 1;
+
+/// Offset of a sampled block with `align <= SAMPLED_OFFSET`: room for both headers.
+pub(crate) const SAMPLED_OFFSET: usize = 32;
+
+/// What sits in front of the [`Header`] of a sampled block.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct SampleHeader {
+    /// When the sample was taken (its allocation).
+    pub(crate) born: std::time::Instant,
+    /// Index of its stack bucket in the sample table.
+    pub(crate) bucket: u32,
+    /// How many allocations it stands for (1 at rate 1).
+    pub(crate) weight: f32,
+}
+
+const _: () = assert!(size_of::<SampleHeader>() + HEADER_SIZE <= SAMPLED_OFFSET);
+const _: () = assert!(align_of::<SampleHeader>() <= HEADER_ALIGN);
 
 /// What sits in front of every block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +80,36 @@ const MAGIC: u32 = 0x7470 << 16;
 pub(crate) struct Header {
     /// The raw [`Tag`](crate::Tag) of the span path that allocated the block.
     pub(crate) tag: u32,
-    /// Magic in the high 16 bits; the low 16 bits are reserved for flags.
+    /// Magic in the high 16 bits, then the [`EXTENDED`] and [`LIVE`] flags, then the origin.
     pub(crate) meta: u32,
 }
 
 const _: () = assert!(size_of::<Header>() == HEADER_SIZE);
 
 impl Header {
+    /// A header for a block of `tag` allocated by the thread with table index `origin`, with
+    /// `flags` ([`EXTENDED`], [`LIVE`]).
     #[inline]
-    pub(crate) const fn new(tag: u32) -> Self {
-        Header { tag, meta: MAGIC }
+    pub(crate) const fn new(tag: u32, origin: u32, flags: u32) -> Self {
+        Header {
+            tag,
+            meta: MAGIC | flags | (origin & ORIGIN_MASK),
+        }
+    }
+
+    #[inline]
+    pub(crate) const fn origin(&self) -> u32 {
+        self.meta & ORIGIN_MASK
+    }
+
+    #[inline]
+    pub(crate) const fn is_extended(&self) -> bool {
+        self.meta & EXTENDED != 0
+    }
+
+    #[inline]
+    pub(crate) const fn is_live_sample(&self) -> bool {
+        self.meta & LIVE != 0
     }
 
     #[inline]
@@ -60,14 +118,16 @@ impl Header {
     }
 }
 
-/// Distance from the inner block's start to the user pointer for a given alignment.
-#[inline]
-pub(crate) const fn offset_for(align: usize) -> usize {
-    if align > HEADER_SIZE {
-        align
+/// Distance from the inner block's start to the user pointer for a given alignment, in the
+/// plain layout (`extended == false`) or the sampled one.
+#[inline(always)]
+pub(crate) const fn offset_for(align: usize, extended: bool) -> usize {
+    let min = if extended {
+        SAMPLED_OFFSET
     } else {
         HEADER_SIZE
-    }
+    };
+    if align > min { align } else { min }
 }
 
 /// The layout asked of the inner allocator for a user block of `size` bytes aligned to `align`,
@@ -75,20 +135,24 @@ pub(crate) const fn offset_for(align: usize) -> usize {
 ///
 /// `align` must be a power of two (it comes from a `Layout`).
 #[inline]
-pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
+pub(crate) fn outer_layout(size: usize, align: usize, extended: bool) -> Option<Layout> {
     debug_assert!(align.is_power_of_two());
     let outer_align = if align > HEADER_ALIGN {
         align
     } else {
         HEADER_ALIGN
     };
-    // `Layout` needs size rounded up to the alignment to fit in isize; `offset <= outer_align`.
-    if size > isize::MAX as usize - 2 * outer_align {
+    // `Layout` needs size rounded up to the alignment to fit in isize; `offset` is at most
+    // `max(outer_align, SAMPLED_OFFSET)`.
+    if size > isize::MAX as usize - 2 * outer_align - SAMPLED_OFFSET {
         return None;
     }
     // SAFETY: `outer_align` is a power of two (align, or 8), and `size + offset` rounded up to
-    // `outer_align` is at most `size + 2 * outer_align <= isize::MAX` by the check above.
-    Some(unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) })
+    // `outer_align` is at most `size + 2 * outer_align + SAMPLED_OFFSET <= isize::MAX` by the
+    // check above.
+    Some(unsafe {
+        Layout::from_size_align_unchecked(size + offset_for(align, extended), outer_align)
+    })
 }
 
 /// [`outer_layout`] without its overflow check, for requests below the cold-path limit.
@@ -96,23 +160,23 @@ pub(crate) fn outer_layout(size: usize, align: usize) -> Option<Layout> {
 /// # Safety
 /// `size` and `align` must both be below `giant::SAFE_LIMIT`, and `align` a power of two.
 #[inline(always)]
-pub(crate) unsafe fn outer_layout_small(size: usize, align: usize) -> Layout {
+pub(crate) unsafe fn outer_layout_small(size: usize, align: usize, extended: bool) -> Layout {
     debug_assert!(size < crate::giant::SAFE_LIMIT && align < crate::giant::SAFE_LIMIT);
     let outer_align = if align > HEADER_ALIGN {
         align
     } else {
         HEADER_ALIGN
     };
-    // SAFETY: `outer_align` is a power of two; `size + offset` < 2 * SAFE_LIMIT, and rounding it
-    // up to `outer_align` (< SAFE_LIMIT) stays below isize::MAX.
-    unsafe { Layout::from_size_align_unchecked(size + offset_for(align), outer_align) }
+    // SAFETY: `outer_align` is a power of two; `size + offset` < 2 * SAFE_LIMIT + SAMPLED_OFFSET,
+    // and rounding it up to `outer_align` (< SAFE_LIMIT) stays below isize::MAX.
+    unsafe { Layout::from_size_align_unchecked(size + offset_for(align, extended), outer_align) }
 }
 
 /// Writes the header in front of `user`.
 ///
 /// # Safety
-/// `user` must be `offset_for(align)` bytes into a live block of at least that many bytes, with
-/// the block's start aligned to at least 8, as produced by `outer_layout`.
+/// `user` must be `offset_for(align, _)` bytes into a live block of at least that many bytes,
+/// with the block's start aligned to at least 8, as produced by `outer_layout`.
 #[inline]
 pub(crate) unsafe fn write(user: *mut u8, header: Header) {
     // SAFETY: the caller guarantees the HEADER_SIZE bytes before `user` are inside the block; the
@@ -135,27 +199,65 @@ pub(crate) unsafe fn read(user: *const u8) -> Header {
     header
 }
 
+/// Writes the sample header in front of `user`'s header.
+///
+/// # Safety
+/// `user` must be `offset_for(align, true)` bytes into a live block with the block's start
+/// aligned to at least 8 (a block with the sampled layout).
+#[inline]
+pub(crate) unsafe fn write_sample(user: *mut u8, sample: SampleHeader) {
+    // SAFETY: the sampled layout leaves SAMPLED_OFFSET >= HEADER_SIZE + size_of::<SampleHeader>()
+    // bytes in front of `user`, 8-aligned (the offset is a multiple of 8 from an 8-aligned start).
+    unsafe {
+        user.sub(HEADER_SIZE + size_of::<SampleHeader>())
+            .cast::<SampleHeader>()
+            .write(sample)
+    }
+}
+
+/// Reads the sample header in front of `user`'s header.
+///
+/// # Safety
+/// `user` must be a live block of ours whose header has the [`EXTENDED`] flag and whose sample
+/// header was written by [`write_sample`].
+#[inline]
+pub(crate) unsafe fn read_sample(user: *const u8) -> SampleHeader {
+    // SAFETY: as for `write_sample`; the caller guarantees it was initialised.
+    unsafe {
+        user.sub(HEADER_SIZE + size_of::<SampleHeader>())
+            .cast::<SampleHeader>()
+            .read()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn offsets_keep_alignment() {
-        for align in [1, 2, 4, 8, 16, 32, 64, 4096, 1 << 20] {
-            let off = offset_for(align);
-            assert!(off >= HEADER_SIZE);
-            assert_eq!(off % align, 0, "align {align}");
-            assert_eq!(off % HEADER_ALIGN, 0);
-            let l = outer_layout(10, align).unwrap();
-            assert_eq!(l.size(), 10 + off);
-            assert!(l.align() >= align && l.align() >= HEADER_ALIGN);
+        for extended in [false, true] {
+            for align in [1, 2, 4, 8, 16, 32, 64, 4096, 1 << 20] {
+                let off = offset_for(align, extended);
+                assert!(off >= HEADER_SIZE);
+                if extended {
+                    assert!(off >= HEADER_SIZE + size_of::<SampleHeader>());
+                }
+                assert_eq!(off % align, 0, "align {align}");
+                assert_eq!(off % HEADER_ALIGN, 0);
+                let l = outer_layout(10, align, extended).unwrap();
+                assert_eq!(l.size(), 10 + off);
+                assert!(l.align() >= align && l.align() >= HEADER_ALIGN);
+            }
         }
     }
 
     #[test]
     fn overflowing_sizes_are_refused() {
-        assert!(outer_layout(usize::MAX, 8).is_none());
-        assert!(outer_layout(isize::MAX as usize, 8).is_none());
-        assert!(outer_layout(usize::MAX - 4, 4096).is_none());
+        for extended in [false, true] {
+            assert!(outer_layout(usize::MAX, 8, extended).is_none());
+            assert!(outer_layout(isize::MAX as usize, 8, extended).is_none());
+            assert!(outer_layout(usize::MAX - 4, 4096, extended).is_none());
+        }
     }
 }

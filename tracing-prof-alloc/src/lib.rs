@@ -53,14 +53,22 @@ pub mod header;
 mod allocator;
 mod counters;
 mod giant;
+mod sample;
 mod tag;
+mod unwind;
 
 pub use allocator::{ReallocMode, TaggingAllocator};
 pub use counters::{
-    TagTotals, read_thread_totals, read_totals, record_interval, record_span_closed, thread_tables,
+    MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
+    record_interval, record_span_closed, thread_tables,
 };
 pub use giant::{GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy};
 pub use header::HEADER_SIZE;
+pub use sample::{
+    DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,
+    MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals, read_stacks, sample_rate, sampler_stats,
+    set_sample_rate, set_temporary_threshold, temporary_threshold,
+};
 pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
 
 /// Number of distinct tags the counter tables hold (reserved tags included).

@@ -8,7 +8,8 @@ use std::cell::Cell;
 /// Tags are handed out by the span layer (one per interned span path). Three are reserved:
 /// [`Tag::NO_SPAN`] (no span entered), [`Tag::PROFILER`] (the profiler's own allocations) and
 /// [`Tag::OVERFLOW`] (span paths beyond the configured cap, and any raw value `>= MAX_TAGS`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The default is [`Tag::NO_SPAN`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tag(u32);
 
 impl Tag {
@@ -46,6 +47,16 @@ pub(crate) struct ThreadState {
     pub(crate) table: Cell<*const crate::counters::ThreadTable>,
     /// Set while this thread is inside the table's slow path, to keep re-entrant calls off it.
     pub(crate) busy: Cell<bool>,
+    /// This thread's table index as stored in headers (0: no table; see `counters`).
+    pub(crate) origin: Cell<u32>,
+    /// Bytes left before the next heap sample; the hot path subtracts each request's size.
+    pub(crate) sample_left: Cell<i64>,
+    /// The sampler's random state (0: not seeded yet).
+    pub(crate) rng: Cell<u64>,
+    /// The sampling generation this thread's countdown was drawn for.
+    pub(crate) sample_gen: Cell<u32>,
+    /// Set while this thread records a sample, so that nothing in it is sampled again.
+    pub(crate) in_sample: Cell<bool>,
 }
 
 thread_local! {
@@ -54,6 +65,11 @@ thread_local! {
             tag: Cell::new(0),
             table: Cell::new(std::ptr::null()),
             busy: Cell::new(false),
+            origin: Cell::new(0),
+            sample_left: Cell::new(0),
+            rng: Cell::new(0),
+            sample_gen: Cell::new(0),
+            in_sample: Cell::new(false),
         }
     };
 }

@@ -1,0 +1,481 @@
+//! Heap sampling: which *code* allocated, by a Poisson process over bytes, as Go and jemalloc do.
+//!
+//! Each thread counts the bytes it requests down to the next sample; the distance between two
+//! samples is drawn from an exponential distribution with mean [`sample_rate`] bytes, so an
+//! allocation of `size` bytes is sampled with probability `1 - e^(-size/rate)` whatever the sizes
+//! around it. The countdown is one subtraction and one compare on the hot path; only when it
+//! runs out does the slow path run: it captures the code stack (see `unwind`), finds or adds
+//! the stack's *bucket* (stack and span path tag) in a fixed table, adds the sample there with
+//! its weight `1 / (1 - e^(-size/rate))` (1 at rate 1), and gives the block the sampled layout
+//! (see [`crate::header`]) whose sample header holds the bucket, the weight and the birth time.
+//! A free reads the header anyway: only blocks flagged as live samples come here, to credit
+//! the bucket and record the block's lifetime.
+//!
+//! Memory is bounded: [`MAX_STACKS`] buckets of up to [`MAX_FRAMES`] frames (about 6 MiB of
+//! address space, allocated from the system allocator when sampling is first enabled and touched
+//! as buckets fill). Samples whose stack finds no free bucket are counted in one overflow bucket.
+//!
+//! `realloc` counts, for the samples only, as a free of the old block and an allocation of the
+//! new size (as jemalloc's profiler does), so growing vectors are sampled by their new sizes.
+
+use crate::Tag;
+use crate::header::SampleHeader;
+use crate::tag::{STATE, ThreadState};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Go's and jemalloc's default: one sample per 512 KiB allocated, on average.
+pub const DEFAULT_SAMPLE_RATE: u64 = 512 * 1024;
+/// Stack buckets in the sample table (bucket 0 counts samples that found no room).
+pub const MAX_STACKS: usize = 8192;
+/// Frames kept per stack, innermost first.
+pub const MAX_FRAMES: usize = 64;
+/// Upper bounds of the lifetime histogram's buckets, in nanoseconds; the last bucket holds the
+/// rest: `<1µs, <10µs, <100µs, <1ms, <10ms, <100ms, <1s, <10s, >=10s`.
+pub const LIFETIME_BOUNDS_NS: [u64; LIFETIME_BUCKETS - 1] = [
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+/// Buckets of the lifetime histogram.
+pub const LIFETIME_BUCKETS: usize = 9;
+/// Blocks freed sooner than this after their allocation count as temporary by default.
+pub const DEFAULT_TEMPORARY_THRESHOLD: Duration = Duration::from_millis(1);
+
+/// Mean bytes between samples; 0: off.
+static RATE: AtomicU64 = AtomicU64::new(0);
+/// Bumped by every rate change, so each thread redraws its countdown for the new rate.
+static GENERATION: AtomicU32 = AtomicU32::new(1);
+static TEMPORARY_NS: AtomicU64 = AtomicU64::new(1_000_000);
+static TABLE: AtomicPtr<SampleTable> = AtomicPtr::new(std::ptr::null_mut());
+/// Samples that found no bucket for their stack (counted in bucket 0).
+static TABLE_FULL: AtomicU64 = AtomicU64::new(0);
+
+/// While sampling is off, threads look at the rate again after this many bytes.
+const OFF_RECHECK: i64 = 16 << 20;
+/// Probes before a stack gives up looking for a bucket.
+const MAX_PROBES: usize = 64;
+/// Fixed-point scale of estimated object counts.
+const FP: f64 = 256.0;
+
+struct Bucket {
+    /// Hash of (tag, stack), never 0 once claimed; 0: free.
+    key: AtomicU64,
+    /// Set once `tag`, `depth` and `ips` are written.
+    ready: AtomicBool,
+    tag: AtomicU32,
+    depth: AtomicU32,
+    ips: [AtomicUsize; MAX_FRAMES],
+    samples: AtomicU64,
+    sampled_bytes: AtomicU64,
+    freed_samples: AtomicU64,
+    freed_sampled_bytes: AtomicU64,
+    alloc_objects_fp: AtomicU64,
+    alloc_bytes: AtomicU64,
+    free_objects_fp: AtomicU64,
+    free_bytes: AtomicU64,
+    life_objects_fp: [AtomicU64; LIFETIME_BUCKETS],
+    life_bytes: [AtomicU64; LIFETIME_BUCKETS],
+    temp_objects_fp: AtomicU64,
+    temp_bytes: AtomicU64,
+}
+
+struct SampleTable {
+    buckets: [Bucket; MAX_STACKS],
+}
+
+/// Starts heap sampling with a mean of one sample per `rate` bytes allocated (1: every
+/// allocation; 0: off, the default). Process-wide. Threads that allocate pick the new rate up
+/// at their next sample, and at most 16 MiB of allocation later when sampling was off.
+///
+/// Enabling it the first time allocates the sample table from the system allocator; if that
+/// fails, sampling stays off and `false` is returned.
+pub fn set_sample_rate(rate: u64) -> bool {
+    if rate > 0 && table().is_none() {
+        let layout = Layout::new::<SampleTable>();
+        // SAFETY: non-zero size; an all-zero SampleTable is valid (atomics at 0, false).
+        let raw = unsafe { System.alloc_zeroed(layout) }.cast::<SampleTable>();
+        if raw.is_null() {
+            return false;
+        }
+        if TABLE
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: `raw` came from `System.alloc_zeroed(layout)` and nobody else saw it.
+            unsafe { System.dealloc(raw.cast(), layout) };
+        }
+    }
+    RATE.store(rate, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+    // The calling thread takes the new rate at once.
+    let _ = STATE.try_with(|s| s.sample_left.set(-1));
+    true
+}
+
+/// The current sampling rate in bytes (0: off).
+pub fn sample_rate() -> u64 {
+    RATE.load(Ordering::Relaxed)
+}
+
+/// Blocks freed sooner than `threshold` after their allocation count as temporary (default
+/// [`DEFAULT_TEMPORARY_THRESHOLD`]).
+pub fn set_temporary_threshold(threshold: Duration) {
+    let ns = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
+    TEMPORARY_NS.store(ns, Ordering::Relaxed);
+}
+
+/// The current temporary-allocation threshold.
+pub fn temporary_threshold() -> Duration {
+    Duration::from_nanos(TEMPORARY_NS.load(Ordering::Relaxed))
+}
+
+fn table() -> Option<&'static SampleTable> {
+    let t = TABLE.load(Ordering::Acquire);
+    // SAFETY: TABLE only ever holds null or a fully initialised (zeroed) table that is never
+    // freed.
+    (!t.is_null()).then(|| unsafe { &*t })
+}
+
+/// The hot path's countdown ran out: decides whether this request is sampled and draws the
+/// next distance.
+#[cold]
+#[inline(never)]
+pub(crate) fn countdown_ran_out(s: &ThreadState) -> bool {
+    if s.in_sample.get() {
+        return false;
+    }
+    let rate = RATE.load(Ordering::Relaxed);
+    if rate == 0 {
+        s.sample_left.set(OFF_RECHECK);
+        return false;
+    }
+    let generation = GENERATION.load(Ordering::Relaxed);
+    let next = next_distance(s, rate);
+    s.sample_left.set(next);
+    if s.sample_gen.get() != generation {
+        // A fresh countdown for this rate: the process is memoryless, so starting it here is
+        // as good as anywhere, and this request was not drawn (except at rate 1: all are).
+        s.sample_gen.set(generation);
+        return rate == 1;
+    }
+    true
+}
+
+/// A distance to the next sample, exponentially distributed with mean `rate`.
+fn next_distance(s: &ThreadState, rate: u64) -> i64 {
+    if rate <= 1 {
+        return 0;
+    }
+    let mut x = s.rng.get();
+    if x == 0 {
+        x = seed(s);
+    }
+    // xorshift64*.
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s.rng.set(x);
+    let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    let u = ((r >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // (0, 1]
+    let d = -u.ln() * rate as f64;
+    d.min((i64::MAX / 2) as f64) as i64
+}
+
+fn seed(s: &ThreadState) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // splitmix64 of the time and this thread's state address.
+    let mut z = nanos ^ (std::ptr::from_ref(s) as u64).rotate_left(32);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
+/// How many allocations of `size` bytes one sample stands for at `rate`.
+fn weight_for(size: usize, rate: u64) -> f32 {
+    if rate <= 1 {
+        return 1.0;
+    }
+    let p = -(-(size as f64) / rate as f64).exp_m1(); // 1 - e^(-size/rate), precise when small
+    if p <= 0.0 { f32::MAX } else { (1.0 / p) as f32 }
+}
+
+fn hash(tag: u32, ips: &[usize]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ u64::from(tag);
+    for &ip in ips {
+        h = (h ^ ip as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    h | 1
+}
+
+fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
+    let key = hash(tag, ips);
+    let slots = MAX_STACKS - 1;
+    let start = (key as usize) % slots;
+    for probe in 0..MAX_PROBES {
+        let i = 1 + (start + probe) % slots;
+        let b = &table.buckets[i];
+        let k = b.key.load(Ordering::Acquire);
+        if k == key {
+            return i;
+        }
+        if k != 0 {
+            continue;
+        }
+        match b
+            .key
+            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                b.tag.store(tag, Ordering::Relaxed);
+                b.depth.store(ips.len() as u32, Ordering::Relaxed);
+                for (slot, &ip) in b.ips.iter().zip(ips) {
+                    slot.store(ip, Ordering::Relaxed);
+                }
+                b.ready.store(true, Ordering::Release);
+                return i;
+            }
+            Err(actual) if actual == key => return i,
+            Err(_) => {}
+        }
+    }
+    TABLE_FULL.fetch_add(1, Ordering::Relaxed);
+    0
+}
+
+fn fixed(w: f64) -> u64 {
+    (w * FP).round() as u64
+}
+
+/// Records a sampled allocation of `size` bytes by `tag` whose block has the sampled layout and
+/// `user` pointer: captures the stack, adds the sample to its bucket and writes the sample
+/// header. Returns whether the block is a live sample (false when sampling has no table).
+///
+/// # Safety
+/// `user` must be the user pointer of a live block with the sampled layout.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool {
+    let Some(table) = table() else {
+        return false;
+    };
+    let _ = STATE.try_with(|s| s.in_sample.set(true));
+    let weight = weight_for(size, RATE.load(Ordering::Relaxed));
+    let mut ips = [0usize; MAX_FRAMES];
+    let depth = crate::unwind::capture(&mut ips);
+    let index = find_or_insert(table, tag, &ips[..depth]);
+    let b = &table.buckets[index];
+    let w = f64::from(weight);
+    b.samples.fetch_add(1, Ordering::Relaxed);
+    b.sampled_bytes.fetch_add(size as u64, Ordering::Relaxed);
+    b.alloc_objects_fp.fetch_add(fixed(w), Ordering::Relaxed);
+    b.alloc_bytes
+        .fetch_add((w * size as f64).round() as u64, Ordering::Release);
+    let sample = SampleHeader {
+        born: Instant::now(),
+        bucket: index as u32,
+        weight,
+    };
+    // SAFETY: the caller guarantees `user` has the sampled layout.
+    unsafe { crate::header::write_sample(user, sample) };
+    let _ = STATE.try_with(|s| s.in_sample.set(false));
+    true
+}
+
+/// Records the free of a live sample of `size` bytes (or the old part of a realloc).
+///
+/// # Safety
+/// `user` must be a live block of ours flagged as a live sample.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn record_free(user: *const u8, size: usize) {
+    let Some(table) = table() else {
+        return;
+    };
+    // SAFETY: the caller guarantees a live sample, whose sample header `record_alloc` wrote.
+    let sample = unsafe { crate::header::read_sample(user) };
+    let lifetime = Instant::now().saturating_duration_since(sample.born);
+    let ns = u64::try_from(lifetime.as_nanos()).unwrap_or(u64::MAX);
+    let b = &table.buckets[sample.bucket as usize % MAX_STACKS];
+    let w = f64::from(sample.weight);
+    let (objects, bytes) = (fixed(w), (w * size as f64).round() as u64);
+    let life = LIFETIME_BOUNDS_NS
+        .iter()
+        .position(|&bound| ns < bound)
+        .unwrap_or(LIFETIME_BUCKETS - 1);
+    b.life_objects_fp[life].fetch_add(objects, Ordering::Relaxed);
+    b.life_bytes[life].fetch_add(bytes, Ordering::Relaxed);
+    if ns < TEMPORARY_NS.load(Ordering::Relaxed) {
+        b.temp_objects_fp.fetch_add(objects, Ordering::Relaxed);
+        b.temp_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    b.freed_samples.fetch_add(1, Ordering::Relaxed);
+    b.freed_sampled_bytes
+        .fetch_add(size as u64, Ordering::Relaxed);
+    b.free_objects_fp.fetch_add(objects, Ordering::Relaxed);
+    b.free_bytes.fetch_add(bytes, Ordering::Release);
+}
+
+/// The sampled allocations of one stack bucket: a code stack and a span path tag.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StackTotals {
+    /// The bucket's index; stable for the life of the process.
+    pub bucket: u32,
+    /// The span path current when the samples were taken.
+    pub tag: Tag,
+    /// Return addresses, innermost first (the first few are the allocator's own frames).
+    /// Empty for bucket 0, which holds samples that found no room in the table.
+    pub ips: Vec<usize>,
+    /// Allocations sampled.
+    pub samples: u64,
+    /// Bytes of the sampled allocations (their actual sizes).
+    pub sampled_bytes: u64,
+    /// Sampled allocations freed since.
+    pub freed_samples: u64,
+    /// Bytes of those.
+    pub freed_sampled_bytes: u64,
+    /// Estimated allocations (each sample weighted by `1 / (1 - e^(-size/rate))`).
+    pub alloc_objects: f64,
+    /// Estimated bytes allocated.
+    pub alloc_bytes: u64,
+    /// Estimated allocations freed.
+    pub free_objects: f64,
+    /// Estimated bytes freed.
+    pub free_bytes: u64,
+    /// Estimated frees by lifetime, bucketed by [`LIFETIME_BOUNDS_NS`].
+    pub lifetime_objects: [f64; LIFETIME_BUCKETS],
+    /// Estimated bytes freed by lifetime.
+    pub lifetime_bytes: [u64; LIFETIME_BUCKETS],
+    /// Estimated frees sooner than the temporary threshold after allocation.
+    pub temporary_objects: f64,
+    /// Estimated bytes of those.
+    pub temporary_bytes: u64,
+}
+
+impl StackTotals {
+    /// Estimated allocations not freed yet.
+    pub fn inuse_objects(&self) -> f64 {
+        (self.alloc_objects - self.free_objects).max(0.0)
+    }
+
+    /// Estimated bytes not freed yet.
+    pub fn inuse_bytes(&self) -> u64 {
+        self.alloc_bytes.saturating_sub(self.free_bytes)
+    }
+}
+
+/// Every stack bucket with samples, in bucket order. Never blocks allocating threads; frees
+/// are read before allocations, so in-use never reads negative.
+pub fn read_stacks() -> Vec<StackTotals> {
+    let Some(table) = table() else {
+        return Vec::new();
+    };
+    let load = |c: &AtomicU64| c.load(Ordering::Acquire);
+    let objects = |c: &AtomicU64| load(c) as f64 / FP;
+    let mut out = Vec::new();
+    for (i, b) in table.buckets.iter().enumerate() {
+        if i != 0 && !b.ready.load(Ordering::Acquire) {
+            continue;
+        }
+        let mut t = StackTotals {
+            bucket: i as u32,
+            freed_samples: load(&b.freed_samples),
+            freed_sampled_bytes: load(&b.freed_sampled_bytes),
+            free_objects: objects(&b.free_objects_fp),
+            free_bytes: load(&b.free_bytes),
+            lifetime_objects: std::array::from_fn(|k| objects(&b.life_objects_fp[k])),
+            lifetime_bytes: std::array::from_fn(|k| load(&b.life_bytes[k])),
+            temporary_objects: objects(&b.temp_objects_fp),
+            temporary_bytes: load(&b.temp_bytes),
+            ..StackTotals::default()
+        };
+        t.samples = load(&b.samples);
+        if t.samples == 0 {
+            continue;
+        }
+        t.sampled_bytes = load(&b.sampled_bytes);
+        t.alloc_objects = objects(&b.alloc_objects_fp);
+        t.alloc_bytes = load(&b.alloc_bytes);
+        if i != 0 {
+            t.tag = Tag::new(b.tag.load(Ordering::Relaxed));
+            let depth = (b.depth.load(Ordering::Relaxed) as usize).min(MAX_FRAMES);
+            t.ips = b.ips[..depth]
+                .iter()
+                .map(|ip| ip.load(Ordering::Relaxed))
+                .collect();
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// Counters about the sampler itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SamplerStats {
+    /// Mean bytes between samples (0: off).
+    pub rate: u64,
+    /// Stack buckets in use, out of [`MAX_STACKS`] - 1.
+    pub stacks: usize,
+    /// Samples counted in bucket 0 because their stack found no free bucket.
+    pub table_full: u64,
+}
+
+/// Counters about the sampler itself.
+pub fn sampler_stats() -> SamplerStats {
+    let stacks = table().map_or(0, |t| {
+        t.buckets
+            .iter()
+            .skip(1)
+            .filter(|b| b.key.load(Ordering::Relaxed) != 0)
+            .count()
+    });
+    SamplerStats {
+        rate: sample_rate(),
+        stacks,
+        table_full: TABLE_FULL.load(Ordering::Relaxed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_follow_go() {
+        assert_eq!(weight_for(100, 1), 1.0);
+        assert_eq!(weight_for(100, 0), 1.0);
+        // Much larger than the rate: always sampled, weight 1.
+        assert!((weight_for(64 << 20, 512 << 10) - 1.0).abs() < 1e-6);
+        // Small: about rate / size.
+        let w = weight_for(64, 512 << 10);
+        assert!((f64::from(w) - 8192.5).abs() < 1.0, "{w}");
+    }
+
+    #[test]
+    fn distances_have_the_right_mean() {
+        STATE.with(|s| {
+            let n = 200_000;
+            let rate = 4096;
+            let sum: i64 = (0..n).map(|_| next_distance(s, rate)).sum();
+            let mean = sum as f64 / n as f64;
+            assert!((mean / rate as f64 - 1.0).abs() < 0.02, "mean {mean}");
+        });
+    }
+}
