@@ -69,7 +69,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
         head.starts_with("HTTP/1.1 200") && body.contains("allocs"),
         "{head}\n{body}"
     );
-    let (head, body) = get(&open_addr, "/debug/pprof/heap?debug=1", "");
+    let (head, body) = get(&open_addr, "/debug/pprof/span_memory?debug=1", "");
     assert!(
         head.starts_with("HTTP/1.1 200") && body.contains("axum_work"),
         "{head}\n{body}"
@@ -95,7 +95,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
     );
 
     if common::have_go() {
-        let url = format!("http://{open_addr}/debug/pprof/heap");
+        let url = format!("http://{open_addr}/debug/pprof/span_memory");
         let top = common::pprof(&["-top", "-nodefraction=0"], url);
         assert!(top.contains("axum_pprof::axum_work"), "{top}");
     }

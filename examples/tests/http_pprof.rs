@@ -126,9 +126,11 @@ fn go_tool_pprof_reads_the_live_endpoint() {
         status.contains("200") && index.contains("heap") && index.contains("spans"),
         "{status}\n{index}"
     );
-    let (status, table) = get(&base, "/debug/pprof/heap?debug=1", "");
+    let (status, table) = get(&base, "/debug/pprof/span_memory?debug=1", "");
     assert!(
-        status.contains("200") && table.contains("request -> cache_lookup -> cache_fill"),
+        status.contains("200") && table.contains(
+                "tracing_prof_examples::request -> tracing_prof_examples::cache_lookup -> tracing_prof_examples::cache_fill"
+            ),
         "{table}"
     );
     let (status, _) = get(&base, "/debug/pprof/heap?seconds=999", "");
@@ -138,13 +140,17 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     if !have_go {
         return; // reported by have_go
     }
-    let heap = common::pprof(&["-top"], format!("{base}/heap"));
-    assert!(heap.contains("Type: inuse_space"), "{heap}");
+    let memory = common::pprof(&["-top"], format!("{base}/span_memory"));
+    assert!(memory.contains("Type: inuse_space"), "{memory}");
     assert_eq!(
-        top_entry(&heap),
+        top_entry(&memory),
         "tracing_prof_examples::cache_fill",
-        "{heap}"
+        "{memory}"
     );
+    // The sampled heap: code stacks under the same span frames.
+    let heap = common::pprof(&["-traces"], format!("{base}/heap"));
+    assert!(heap.contains("Type: inuse_space"), "{heap}");
+    assert!(heap.contains("tracing_prof_examples::cache_fill"), "{heap}");
     let allocs = common::pprof(&["-top"], format!("{base}/allocs"));
     assert!(allocs.contains("Type: alloc_space"), "{allocs}");
     assert_cpu_shape(&base, &[]);
@@ -195,7 +201,7 @@ fn slow_and_oversized_clients_are_cut_off() {
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
     }
     std::thread::sleep(Duration::from_secs(6)); // past READ_TIMEOUT: the idle ones are dropped
-    let (status, _) = get(&base, "/debug/pprof/heap?debug=1", "");
+    let (status, _) = get(&base, "/debug/pprof/span_memory?debug=1", "");
     assert!(
         status.contains("200"),
         "the endpoint must recover once slow clients time out: {status}"

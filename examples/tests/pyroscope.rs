@@ -86,7 +86,7 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
             .iter()
             .map(|s| label(&s.labels, "__name__"))
             .collect();
-        assert_eq!(names, ["spans", "memory"]);
+        assert_eq!(names, ["spans", "memory", "span_memory"]);
         for s in &req.series {
             assert_eq!(label(&s.labels, "service_name"), "shop");
             assert_eq!(
@@ -107,7 +107,9 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
                 "inuse_space"
             ]
         );
-        assert!(value(&memory, "tracing_prof_examples::render", "alloc_space") > 0);
+        let exact = pprof(&req.series[2].samples[0].raw_profile);
+        assert_eq!(sample_types(&exact), sample_types(&memory));
+        assert!(value(&exact, "tracing_prof_examples::render", "alloc_space") > 0);
     }
     assert_eq!(
         requests, 500,
@@ -116,7 +118,7 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
 
     // /ingest: one request per kind per interval.
     let ingested = ingest.taken();
-    assert_eq!(ingested.len(), 4);
+    assert_eq!(ingested.len(), 6);
     let mut requests = 0;
     for r in &ingested {
         assert!(r.target.starts_with("/ingest?"), "{}", r.target);

@@ -1,14 +1,17 @@
 //! Giant allocations: requests at or above a threshold, reported and optionally refused.
 //!
 //! The hot path pays one relaxed load and one compare. A giant request takes a cold path that
-//! writes a record into a fixed ring of [`GIANT_RING`] slots (no allocation, no lock; each slot
+//! captures its code stack and writes a record into a fixed ring of [`GIANT_RING`] slots (no allocation, no lock; each slot
 //! carries a sequence number so a reader can tell a finished record from one being written) and,
 //! when refusal is on, returns null *before* the inner allocator is asked, so nothing can leak
 //! and the program's allocation-error handling runs (`try_reserve` returns an error, `Vec::new`
 //! and friends call `handle_alloc_error`). The profiler's own requests and requests made while
 //! the thread is panicking are reported but never refused.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Frames of code stack kept per giant request, innermost first.
+pub const GIANT_FRAMES: usize = 32;
 
 /// Records kept between two reads; older ones are overwritten and counted as missed.
 pub const GIANT_RING: usize = 64;
@@ -30,6 +33,8 @@ struct Slot {
     size: AtomicU64,
     tag: AtomicU64,
     refused: AtomicBool,
+    depth: AtomicU32,
+    ips: [AtomicUsize; GIANT_FRAMES],
 }
 
 static RING: [Slot; GIANT_RING] = [const {
@@ -38,6 +43,8 @@ static RING: [Slot; GIANT_RING] = [const {
         size: AtomicU64::new(0),
         tag: AtomicU64::new(0),
         refused: AtomicBool::new(false),
+        depth: AtomicU32::new(0),
+        ips: [const { AtomicUsize::new(0) }; GIANT_FRAMES],
     }
 }; GIANT_RING];
 
@@ -75,18 +82,24 @@ pub(crate) fn record(size: usize, tag: u32) -> bool {
     let refused = REFUSE.load(Ordering::Relaxed)
         && tag != crate::Tag::PROFILER.get()
         && !std::thread::panicking();
+    let mut ips = [0usize; GIANT_FRAMES];
+    let depth = crate::unwind::capture(&mut ips);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let slot = &RING[(n % GIANT_RING as u64) as usize];
     slot.seq.store(2 * n + 1, Ordering::Release);
     slot.size.store(size as u64, Ordering::Relaxed);
     slot.tag.store(u64::from(tag), Ordering::Relaxed);
     slot.refused.store(refused, Ordering::Relaxed);
+    slot.depth.store(depth as u32, Ordering::Relaxed);
+    for (s, &ip) in slot.ips.iter().zip(&ips[..depth]) {
+        s.store(ip, Ordering::Relaxed);
+    }
     slot.seq.store(2 * n + 2, Ordering::Release);
     refused
 }
 
 /// One giant request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GiantAllocation {
     /// Its position among all giant requests of the process, from 0.
@@ -97,6 +110,9 @@ pub struct GiantAllocation {
     pub tag: crate::Tag,
     /// Whether it was refused (null returned).
     pub refused: bool,
+    /// Return addresses of the code that asked, innermost first (the first few are the
+    /// allocator's own frames).
+    pub ips: Vec<usize>,
 }
 
 /// Giant requests recorded since `after` (a `seq`, or `None` for all still in the ring), oldest
@@ -118,6 +134,13 @@ pub fn giant_allocations_since(after: Option<u64>) -> (Vec<GiantAllocation>, u64
             size: slot.size.load(Ordering::Relaxed) as usize,
             tag: crate::Tag::new(slot.tag.load(Ordering::Relaxed) as u32),
             refused: slot.refused.load(Ordering::Relaxed),
+            ips: {
+                let depth = (slot.depth.load(Ordering::Relaxed) as usize).min(GIANT_FRAMES);
+                slot.ips[..depth]
+                    .iter()
+                    .map(|ip| ip.load(Ordering::Relaxed))
+                    .collect()
+            },
         };
         if slot.seq.load(Ordering::Acquire) == 2 * n + 2 {
             out.push(record);

@@ -62,7 +62,9 @@ pub use counters::{
     MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
     record_interval, record_span_closed, thread_tables,
 };
-pub use giant::{GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy};
+pub use giant::{
+    GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy,
+};
 pub use header::HEADER_SIZE;
 pub use sample::{
     DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,

@@ -19,6 +19,12 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_LEAK_LEVEL: tracing::Level = tracing::Level::WARN;
 pub use crate::leak::{DEFAULT_LEAK_MIN_BYTES, DEFAULT_LEAK_SNAPSHOTS};
 
+/// Mean bytes allocated between two heap samples (code stacks): 512 KiB, Go's and jemalloc's
+/// default. `0` turns sampling off; `1` samples every allocation.
+pub const DEFAULT_SAMPLE_RATE: u64 = tracing_prof_alloc::DEFAULT_SAMPLE_RATE;
+/// Sampled blocks freed sooner than this after allocation count as temporary: 1 ms.
+pub const DEFAULT_TEMPORARY_THRESHOLD: Duration = tracing_prof_alloc::DEFAULT_TEMPORARY_THRESHOLD;
+
 /// Size at or above which an allocation is reported as giant: none (off).
 pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
 
@@ -40,6 +46,10 @@ pub const ENV_LEAK_LEVEL: &str = "TRACING_PROF_LEAK_LEVEL";
 pub const ENV_GIANT_BYTES: &str = "TRACING_PROF_GIANT_BYTES";
 /// Refuse giant allocations (return null): `1`/`0`, `true`/`false`, ...
 pub const ENV_GIANT_REFUSE: &str = "TRACING_PROF_GIANT_REFUSE";
+/// Heap sampling rate in bytes (`0`: off, `1`: every allocation).
+pub const ENV_SAMPLE_RATE: &str = "TRACING_PROF_SAMPLE_RATE";
+/// Temporary-allocation threshold, a duration like [`ENV_INTERVAL`] (`us` accepted too).
+pub const ENV_TEMPORARY: &str = "TRACING_PROF_TEMPORARY";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
 
@@ -91,6 +101,10 @@ pub struct Config {
     pub giant_bytes: Option<usize>,
     /// Whether giant allocations are refused (null returned) rather than only reported.
     pub giant_refuse: bool,
+    /// See [`DEFAULT_SAMPLE_RATE`].
+    pub sample_rate: u64,
+    /// See [`DEFAULT_TEMPORARY_THRESHOLD`].
+    pub temporary_threshold: Duration,
 }
 
 impl Default for Config {
@@ -106,6 +120,8 @@ impl Default for Config {
             leak_level: DEFAULT_LEAK_LEVEL,
             giant_bytes: DEFAULT_GIANT_BYTES,
             giant_refuse: false,
+            sample_rate: DEFAULT_SAMPLE_RATE,
+            temporary_threshold: DEFAULT_TEMPORARY_THRESHOLD,
         }
     }
 }
@@ -164,6 +180,16 @@ impl Config {
         if let Some(b) = env_var(ENV_GIANT_REFUSE, parse_bool)? {
             self.giant_refuse = b;
         }
+        if let Some(n) = env_var(ENV_SAMPLE_RATE, |s| {
+            s.parse::<u64>().map_err(|_| {
+                format!("expected mean bytes between samples (0: off, 1: all), got {s:?}")
+            })
+        })? {
+            self.sample_rate = n;
+        }
+        if let Some(d) = env_var(ENV_TEMPORARY, parse_duration)? {
+            self.temporary_threshold = d;
+        }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;
         }
@@ -214,13 +240,14 @@ pub fn env_var<T>(
         .map_err(|reason| err(value.to_owned(), reason))
 }
 
-/// Parses `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
+/// Parses `100us`, `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let expected = || format!("expected a duration like 500ms, 10s, 2m or 1h, got {s:?}");
     let n: u64 = num.parse().map_err(|_| expected())?;
     let d = match unit.trim() {
+        "us" | "µs" => Duration::from_micros(n),
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.saturating_mul(60)),
@@ -262,6 +289,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
         assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("0s").is_err());

@@ -1,12 +1,16 @@
-//! Suspected leaks: span paths whose in-use memory keeps growing.
+//! Suspected leaks: span paths and sampled code stacks whose in-use memory keeps growing.
 //!
 //! Every capture of the aggregator (each interval, and each flush) is compared with the previous
-//! one. A path whose in-use bytes grew in each of the last `snapshots` captures, by at least
-//! `min_bytes` in all, is a suspected leak until its in-use bytes stop growing. A steady working
+//! one. A span path (exact in-use bytes) or a sampled stack under a span path (estimated in-use
+//! bytes) whose in-use bytes grew in each of the last `snapshots` captures, by at least
+//! `min_bytes` in all, is a suspected leak until its in-use bytes stop growing. A sampled stack
+//! tells which code holds the memory; its estimate moves only when a sample is taken or freed,
+//! so a slow leak is found at the span path first. A steady working
 //! set (allocations freed at the pace they are made) never qualifies, however large it is. It is
 //! a heuristic: a cache still warming up looks the same as a leak until it stops growing.
 
 use crate::profile::{Frame, PathKind, Profile};
+use crate::symbolize::CodeFrame;
 use std::collections::HashMap;
 
 /// Consecutive growing captures before a path is suspected: 5.
@@ -22,7 +26,10 @@ pub struct SuspectedLeak {
     pub kind: PathKind,
     /// The path, root first.
     pub frames: Vec<Frame>,
-    /// Its span names joined by ` -> `.
+    /// The sampled code stack under the path, root first; empty when the whole span path is
+    /// suspected.
+    pub code: Vec<CodeFrame>,
+    /// Its span names joined by ` -> `, then ` @ ` and the innermost code frame for a stack.
     pub path: String,
     /// In-use bytes now.
     pub inuse_bytes: u64,
@@ -45,7 +52,7 @@ struct Track {
 pub(crate) struct LeakDetector {
     snapshots: usize,
     min_bytes: u64,
-    tracks: HashMap<(PathKind, Vec<Frame>), Track>,
+    tracks: HashMap<(PathKind, Vec<Frame>, Vec<CodeFrame>), Track>,
 }
 
 impl LeakDetector {
@@ -65,13 +72,37 @@ impl LeakDetector {
     ) -> (Vec<SuspectedLeak>, Vec<SuspectedLeak>) {
         let (mut now, mut new) = (Vec::new(), Vec::new());
         let mut seen = std::collections::HashSet::new();
-        for p in profile
+        let paths = profile
             .paths
             .iter()
             .filter(|p| p.kind != PathKind::Profiler)
-        {
-            let inuse = p.memory.inuse_bytes;
-            let key = (p.kind, p.frames.clone());
+            .map(|p| {
+                (
+                    p.kind,
+                    &p.frames,
+                    &[][..],
+                    p.memory.inuse_bytes,
+                    p.display_path(),
+                )
+            });
+        let stacks = profile
+            .stacks
+            .iter()
+            .filter(|s| s.kind != PathKind::Profiler)
+            .map(|s| {
+                let names: Vec<&str> = s.frames.iter().map(|f| f.name).collect();
+                let leaf = s.code.last().map_or("?", |f| &*f.function);
+                let display = format!("{} @ {leaf}", names.join(" -> "));
+                (
+                    s.kind,
+                    &s.frames,
+                    s.code.as_slice(),
+                    s.memory.inuse_bytes,
+                    display,
+                )
+            });
+        for (kind, frames, code, inuse, display) in paths.chain(stacks) {
+            let key = (kind, frames.clone(), code.to_vec());
             seen.insert(key.clone());
             let t = self.tracks.entry(key).or_insert(Track {
                 last: inuse,
@@ -92,9 +123,10 @@ impl LeakDetector {
             t.last = inuse;
             if t.rises >= self.snapshots && inuse - t.base >= self.min_bytes {
                 let leak = SuspectedLeak {
-                    kind: p.kind,
-                    frames: p.frames.clone(),
-                    path: p.display_path(),
+                    kind,
+                    frames: frames.clone(),
+                    code: code.to_vec(),
+                    path: display,
                     inuse_bytes: inuse,
                     growth_bytes: inuse - t.base,
                     snapshots: t.rises,

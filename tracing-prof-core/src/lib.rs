@@ -37,6 +37,8 @@ pub mod leak;
 mod profile;
 mod profiler;
 mod span_path;
+mod symbolize;
+mod threads;
 
 pub use budget::{Budget, BudgetError, BudgetReport};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
@@ -45,11 +47,13 @@ pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use leak::SuspectedLeak;
 pub use profile::{
-    Frame, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile,
-    Profile, TimeStats,
+    Frame, LIFETIME_BUCKET_NAMES, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME,
+    PROFILER_FRAME, PathKind, PathProfile, Profile, StackProfile, TABLE_FULL_FRAME, ThreadProfile,
+    TimeStats,
 };
 pub use profiler::{
     BuildError, FlushTimeout, GiantReport, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
     SinkError, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
+pub use symbolize::CodeFrame;

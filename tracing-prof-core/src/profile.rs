@@ -1,9 +1,10 @@
 //! The profile model: per span path, its frames and its numbers. Knows nothing of pprof.
 
+use crate::symbolize::CodeFrame;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use tracing_core::Metadata;
-use tracing_prof_alloc::{Tag, TagGuard, TagTotals};
+use tracing_prof_alloc::{LIFETIME_BUCKETS, StackTotals, Tag, TagGuard, TagTotals};
 
 /// Frame name of allocations made while no span was entered.
 pub const NO_SPAN_FRAME: &str = "(no span)";
@@ -11,6 +12,8 @@ pub const NO_SPAN_FRAME: &str = "(no span)";
 pub const PROFILER_FRAME: &str = "(tracing-prof)";
 /// Frame name standing for span paths beyond the cap.
 pub const OVERFLOW_FRAME: &str = "(other span paths)";
+/// Code frame of samples whose stack found no room in the allocator's stack table.
+pub const TABLE_FULL_FRAME: &str = "(stack table full)";
 
 /// One span callsite in a path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -172,6 +175,112 @@ pub struct Profile {
     /// Paths whose in-use memory keeps growing, as the aggregator's leak detection last saw
     /// them (empty when it is off); see [`crate::leak`].
     pub suspected_leaks: Vec<crate::leak::SuspectedLeak>,
+    /// Mean bytes between heap samples when captured (0: sampling off, `stacks` empty).
+    pub sample_rate: u64,
+    /// Frees sooner than this after allocation count as temporary in [`Lifetimes`].
+    pub temporary_threshold: Duration,
+    /// Sampled code stacks under their span paths, with estimated memory; see
+    /// [`StackProfile`].
+    pub stacks: Vec<StackProfile>,
+    /// Memory per thread (exact).
+    pub threads: Vec<ThreadProfile>,
+}
+
+/// Frees of sampled allocations by lifetime, estimated like [`StackProfile::memory`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lifetimes {
+    /// Blocks freed, by lifetime bucket (see [`LIFETIME_BUCKET_NAMES`]).
+    pub freed_objects: [u64; LIFETIME_BUCKETS],
+    /// Bytes freed, by lifetime bucket.
+    pub freed_bytes: [u64; LIFETIME_BUCKETS],
+    /// Blocks freed sooner than the temporary threshold.
+    pub temporary_objects: u64,
+    /// Bytes of those.
+    pub temporary_bytes: u64,
+}
+
+/// Names of the lifetime buckets, matching `tracing_prof_alloc::LIFETIME_BOUNDS_NS`.
+pub const LIFETIME_BUCKET_NAMES: [&str; LIFETIME_BUCKETS] = [
+    "<1us", "<10us", "<100us", "<1ms", "<10ms", "<100ms", "<1s", "<10s", ">=10s",
+];
+
+impl Lifetimes {
+    fn add(&mut self, o: &Lifetimes) {
+        for k in 0..LIFETIME_BUCKETS {
+            self.freed_objects[k] += o.freed_objects[k];
+            self.freed_bytes[k] += o.freed_bytes[k];
+        }
+        self.temporary_objects += o.temporary_objects;
+        self.temporary_bytes += o.temporary_bytes;
+    }
+
+    fn since(&self, o: &Lifetimes) -> Lifetimes {
+        Lifetimes {
+            freed_objects: std::array::from_fn(|k| {
+                self.freed_objects[k].saturating_sub(o.freed_objects[k])
+            }),
+            freed_bytes: std::array::from_fn(|k| {
+                self.freed_bytes[k].saturating_sub(o.freed_bytes[k])
+            }),
+            temporary_objects: self.temporary_objects.saturating_sub(o.temporary_objects),
+            temporary_bytes: self.temporary_bytes.saturating_sub(o.temporary_bytes),
+        }
+    }
+
+    /// Blocks freed, all lifetimes.
+    pub fn freed(&self) -> u64 {
+        self.freed_objects.iter().sum()
+    }
+}
+
+/// The sampled allocations of one code stack under one span path.
+///
+/// `memory` and `lifetimes` are *estimates*: each sample of `size` bytes stands for
+/// `1 / (1 - e^(-size/rate))` allocations, as Go scales its heap profiles (unbiased; at rate 1
+/// they are exact counts). `samples` and `sampled_bytes` are the raw samples behind them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StackProfile {
+    /// What the span path stands for.
+    pub kind: PathKind,
+    /// The span path, root first.
+    pub frames: Vec<Frame>,
+    /// The code stack under it, root first, ending at the function that allocated.
+    pub code: Vec<CodeFrame>,
+    /// Allocations sampled.
+    pub samples: u64,
+    /// Their bytes.
+    pub sampled_bytes: u64,
+    /// Estimated memory.
+    pub memory: MemoryStats,
+    /// Estimated frees by lifetime.
+    pub lifetimes: Lifetimes,
+}
+
+impl StackProfile {
+    /// Mean size of the sampled allocations (Go's `bytes` label).
+    pub fn mean_size(&self) -> u64 {
+        self.sampled_bytes.checked_div(self.samples).unwrap_or(0)
+    }
+}
+
+/// Memory of one thread (exactly counted, not sampled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThreadProfile {
+    /// The thread's counter table index (see `tracing_prof_alloc::ThreadTotals`); 0 for work
+    /// done without one.
+    pub index: u32,
+    /// OS thread id (0: unknown).
+    pub tid: u64,
+    /// Thread name as the OS knows it, `(exited) name` when the thread has exited,
+    /// `(no thread table)` for index 0.
+    pub name: String,
+    /// Whether the thread is alive.
+    pub alive: bool,
+    /// Allocated by the thread; in use: allocated by it and not freed yet, by any thread.
+    pub memory: MemoryStats,
 }
 
 impl Profile {
@@ -187,15 +296,17 @@ impl Profile {
             (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
         ]
         .map(|(tag, kind, name)| (tag, kind, vec![Frame::synthetic(name)]));
-        let all = special
+        let all: Vec<(Tag, PathKind, Vec<Frame>)> = special
             .into_iter()
-            .chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)));
+            .chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)))
+            .collect();
         let paths = all
+            .iter()
             .filter_map(|(tag, kind, frames)| {
                 let t = totals.get(tag.get() as usize)?;
                 let p = PathProfile {
-                    kind,
-                    frames,
+                    kind: *kind,
+                    frames: frames.clone(),
                     time: time_of(t),
                     memory: memory_of(t),
                 };
@@ -203,6 +314,11 @@ impl Profile {
                 (!empty).then_some(p)
             })
             .collect();
+        let by_tag: HashMap<Tag, (PathKind, &[Frame])> = all
+            .iter()
+            .map(|(tag, kind, frames)| (*tag, (*kind, frames.as_slice())))
+            .collect();
+        let stacks = stacks_of(tracing_prof_alloc::read_stacks(), &by_tag);
         Profile {
             time: SystemTime::now(),
             duration,
@@ -210,6 +326,10 @@ impl Profile {
             paths,
             overflowed_spans: crate::span_path::overflowed_spans(),
             suspected_leaks: Vec::new(),
+            sample_rate: tracing_prof_alloc::sample_rate(),
+            temporary_threshold: tracing_prof_alloc::temporary_threshold(),
+            stacks,
+            threads: crate::threads::threads(),
         }
     }
 
@@ -267,7 +387,82 @@ impl Profile {
             paths,
             overflowed_spans: self.overflowed_spans.saturating_sub(base.overflowed_spans),
             suspected_leaks: self.suspected_leaks.clone(),
+            sample_rate: self.sample_rate,
+            temporary_threshold: self.temporary_threshold,
+            stacks: self.stacks_since(base),
+            threads: self.threads_since(base),
         }
+    }
+
+    fn stacks_since(&self, base: &Profile) -> Vec<StackProfile> {
+        let before: HashMap<(PathKind, &[Frame], &[CodeFrame]), &StackProfile> = base
+            .stacks
+            .iter()
+            .map(|s| ((s.kind, s.frames.as_slice(), s.code.as_slice()), s))
+            .collect();
+        self.stacks
+            .iter()
+            .filter_map(|s| {
+                let b = before.get(&(s.kind, s.frames.as_slice(), s.code.as_slice()));
+                let mut out = s.clone();
+                if let Some(b) = b {
+                    out.samples = s.samples.saturating_sub(b.samples);
+                    out.sampled_bytes = s.sampled_bytes.saturating_sub(b.sampled_bytes);
+                    out.memory.alloc_objects = s
+                        .memory
+                        .alloc_objects
+                        .saturating_sub(b.memory.alloc_objects);
+                    out.memory.alloc_bytes =
+                        s.memory.alloc_bytes.saturating_sub(b.memory.alloc_bytes);
+                    out.lifetimes = s.lifetimes.since(&b.lifetimes);
+                }
+                (out.samples > 0 || out.memory.inuse_bytes > 0 || out.lifetimes.freed() > 0)
+                    .then_some(out)
+            })
+            .collect()
+    }
+
+    fn threads_since(&self, base: &Profile) -> Vec<ThreadProfile> {
+        self.threads
+            .iter()
+            .map(|t| {
+                let mut out = t.clone();
+                if let Some(b) = base.threads.iter().find(|b| b.index == t.index) {
+                    out.memory.alloc_objects = t
+                        .memory
+                        .alloc_objects
+                        .saturating_sub(b.memory.alloc_objects);
+                    out.memory.alloc_bytes =
+                        t.memory.alloc_bytes.saturating_sub(b.memory.alloc_bytes);
+                }
+                out
+            })
+            .collect()
+    }
+
+    /// The estimated memory of the span path whose span names are `names`, summed over its
+    /// sampled stacks (not over the paths below it).
+    pub fn sampled_memory(&self, names: &[&str]) -> MemoryStats {
+        let mut m = MemoryStats::default();
+        for s in self.stacks.iter().filter(|s| {
+            s.frames.len() == names.len() && s.frames.iter().zip(names).all(|(f, n)| f.name == *n)
+        }) {
+            m.add(&s.memory);
+        }
+        m
+    }
+
+    /// The lifetimes of the sampled allocations of `path`'s own spans.
+    pub fn lifetimes(&self, path: &PathProfile) -> Lifetimes {
+        let mut l = Lifetimes::default();
+        for s in self
+            .stacks
+            .iter()
+            .filter(|s| s.kind == path.kind && s.frames == path.frames)
+        {
+            l.add(&s.lifetimes);
+        }
+        l
     }
 
     /// The span path whose span names, root first, are `names`.
@@ -279,7 +474,14 @@ impl Profile {
     pub fn is_suspected_leak(&self, path: &PathProfile) -> bool {
         self.suspected_leaks
             .iter()
-            .any(|l| l.kind == path.kind && l.frames == path.frames)
+            .any(|l| l.kind == path.kind && l.frames == path.frames && l.code.is_empty())
+    }
+
+    /// Whether `stack` is among [`Profile::suspected_leaks`] as a stack of its own.
+    pub fn is_suspected_stack_leak(&self, stack: &StackProfile) -> bool {
+        self.suspected_leaks
+            .iter()
+            .any(|l| l.kind == stack.kind && l.frames == stack.frames && l.code == stack.code)
     }
 
     /// Memory summed over every path except the profiler's own.
@@ -312,6 +514,66 @@ impl Profile {
         v.sort_by_key(|p| std::cmp::Reverse(key(p)));
         v
     }
+}
+
+/// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
+/// span paths are equal become one [`StackProfile`].
+fn stacks_of(
+    buckets: Vec<StackTotals>,
+    by_tag: &HashMap<Tag, (PathKind, &[Frame])>,
+) -> Vec<StackProfile> {
+    let mut merged: Vec<StackProfile> = Vec::new();
+    let mut index: HashMap<(PathKind, Vec<Frame>, Vec<CodeFrame>), usize> = HashMap::new();
+    // Estimates are summed unrounded, then rounded once.
+    let mut estimates: Vec<[f64; 2]> = Vec::new();
+    for b in buckets {
+        let (kind, frames) = by_tag
+            .get(&b.tag)
+            .map_or((PathKind::Overflow, &[][..]), |&(k, f)| (k, f));
+        let code = if b.ips.is_empty() {
+            vec![CodeFrame {
+                function: std::sync::Arc::from(TABLE_FULL_FRAME),
+                file: None,
+                line: None,
+            }]
+        } else {
+            crate::symbolize::code_stack(&b.ips, kind == PathKind::Span)
+        };
+        let key = (kind, frames.to_vec(), code);
+        let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
+            merged.push(StackProfile {
+                kind: *kind,
+                frames: frames.clone(),
+                code: code.clone(),
+                samples: 0,
+                sampled_bytes: 0,
+                memory: MemoryStats::default(),
+                lifetimes: Lifetimes::default(),
+            });
+            estimates.push([0.0; 2]);
+            merged.len() - 1
+        });
+        let m = &mut merged[i];
+        m.samples += b.samples;
+        m.sampled_bytes += b.sampled_bytes;
+        m.memory.alloc_bytes += b.alloc_bytes;
+        m.memory.inuse_bytes += b.inuse_bytes();
+        estimates[i][0] += b.alloc_objects;
+        estimates[i][1] += b.inuse_objects();
+        let round = |v: f64| v.round() as u64;
+        m.lifetimes.add(&Lifetimes {
+            freed_objects: b.lifetime_objects.map(round),
+            freed_bytes: b.lifetime_bytes,
+            temporary_objects: round(b.temporary_objects),
+            temporary_bytes: b.temporary_bytes,
+        });
+    }
+    crate::symbolize::release_debug_info();
+    for (m, [alloc, inuse]) in merged.iter_mut().zip(estimates) {
+        m.memory.alloc_objects = alloc.round() as u64;
+        m.memory.inuse_objects = inuse.round() as u64;
+    }
+    merged
 }
 
 fn time_of(t: &TagTotals) -> TimeStats {

@@ -80,6 +80,15 @@ pub struct GiantReport {
     pub span_path: String,
     /// Whether it was refused.
     pub refused: bool,
+    /// The code that asked, root first (trimmed like the sampled stacks).
+    pub stack: Vec<crate::CodeFrame>,
+}
+
+impl GiantReport {
+    /// The innermost code frame: the function that asked, or `?` when unknown.
+    pub fn site(&self) -> &str {
+        self.stack.last().map_or("?", |f| &f.function)
+    }
 }
 
 /// A handle to read the profiler's numbers from any thread.
@@ -235,6 +244,22 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Heap sampling: a mean of one allocation sampled, with its code stack, per `rate` bytes
+    /// allocated (`0`: off; `1`: every allocation, for tests). Default
+    /// [`DEFAULT_SAMPLE_RATE`](crate::config::DEFAULT_SAMPLE_RATE). Needs the tagging allocator.
+    /// Process-wide: the last profiler built sets it.
+    pub fn heap_sampling(mut self, rate: u64) -> Self {
+        self.config.sample_rate = rate;
+        self
+    }
+
+    /// Sampled allocations freed sooner than `threshold` count as temporary. Default
+    /// [`DEFAULT_TEMPORARY_THRESHOLD`](crate::config::DEFAULT_TEMPORARY_THRESHOLD).
+    pub fn temporary_threshold(mut self, threshold: Duration) -> Self {
+        self.config.temporary_threshold = threshold;
+        self
+    }
+
     /// How long the guard's drop waits for the final export. Default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
@@ -258,6 +283,13 @@ impl ProfilerBuilder {
         self.config.validate()?;
         crate::span_path::set_cap(self.config.max_span_paths);
         tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
+        tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
+        if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
+            return Err(BuildError::Config(ConfigError::Value {
+                setting: "sample_rate",
+                reason: "the system allocator refused the sample table".into(),
+            }));
+        }
         let shared = Arc::new(Shared {
             started: Instant::now(),
             exports: AtomicU64::new(0),
@@ -372,11 +404,16 @@ impl Aggregator {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for g in new {
                 self.last_giant = Some(g.seq);
+                if g.tag == Tag::PROFILER {
+                    continue; // the profiler's own (symbolization, encoding): never refused
+                }
                 let report = GiantReport {
                     size: g.size,
                     span_path: crate::span_path::display(g.tag),
                     refused: g.refused,
+                    stack: crate::symbolize::code_stack(&g.ips, g.tag.get() >= Tag::FIRST_PATH),
                 };
+                crate::symbolize::release_debug_info();
                 events.push(Box::new({
                     let r = report.clone();
                     move || log_giant(&r)
@@ -451,6 +488,7 @@ fn log_giant(g: &GiantReport) {
         size = g.size,
         span_path = %g.span_path,
         refused = g.refused,
+        site = %g.site(),
         "giant allocation of {} bytes in span path `{}`{}",
         g.size,
         g.span_path,

@@ -22,10 +22,21 @@ pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
 /// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
 pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
 
+/// Kinds written by default: `spans`, `span_memory`, `heap`, `lifetimes`, `threads` (`allocs` is
+/// `heap` with another default sample type).
+pub const DEFAULT_KINDS: [ProfileKind; 5] = [
+    ProfileKind::Spans,
+    ProfileKind::SpanMemory,
+    ProfileKind::Heap,
+    ProfileKind::Lifetimes,
+    ProfileKind::Threads,
+];
+
 /// Sample types drawn by [`FileExporter::flamegraphs`]`(true)`.
-pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 4] = [
+pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
     (ProfileKind::Spans, "cpu"),
     (ProfileKind::Spans, "wall_busy"),
+    (ProfileKind::SpanMemory, "alloc_space"),
     (ProfileKind::Heap, "inuse_space"),
     (ProfileKind::Heap, "alloc_space"),
 ];
@@ -84,11 +95,11 @@ pub struct FileExporter {
 }
 
 impl FileExporter {
-    /// Writes the `spans` and `heap` kinds into `dir`, keeping [`DEFAULT_KEEP_FILES`] of each.
+    /// Writes the [`DEFAULT_KINDS`] into `dir`, keeping [`DEFAULT_KEEP_FILES`] of each.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         FileExporter {
             dir: dir.into(),
-            kinds: vec![ProfileKind::Spans, ProfileKind::Heap],
+            kinds: DEFAULT_KINDS.to_vec(),
             keep: DEFAULT_KEEP_FILES,
             pid: std::process::id(),
             written: Vec::new(),
@@ -324,6 +335,10 @@ mod tests {
             paths: vec![],
             overflowed_spans: 0,
             suspected_leaks: vec![],
+            sample_rate: 0,
+            temporary_threshold: Duration::from_millis(1),
+            stacks: vec![],
+            threads: vec![],
         };
         let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
         let mut sorted = names.clone();

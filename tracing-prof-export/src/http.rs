@@ -20,6 +20,7 @@
 //! for at most those timeouts; the application and the profiler never wait on it.
 
 use crate::{ProfileKind, encode};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_prof_core::config::{ConfigError, env_var};
-use tracing_prof_core::{PathKind, Profile, Profiler};
+use tracing_prof_core::{PROFILER_FRAME, Profile, Profiler};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
 /// loopback only, Go's customary port.
@@ -171,14 +172,17 @@ impl PprofHandler {
         }
         let kind = match path.trim_end_matches('/') {
             "/debug/pprof" => return index(),
-            "/debug/pprof/heap" => ProfileKind::Heap,
-            "/debug/pprof/allocs" => ProfileKind::Allocs,
-            "/debug/pprof/spans" => ProfileKind::Spans,
             "/debug/pprof/profile" => {
                 seconds = Some(seconds.unwrap_or(DEFAULT_PROFILE_SECONDS.min(self.max_seconds)));
                 ProfileKind::Spans
             }
-            _ => return HttpResponse::text(404, "not found; see /debug/pprof/\n"),
+            other => match other
+                .strip_prefix("/debug/pprof/")
+                .and_then(ProfileKind::from_name)
+            {
+                Some(kind) => kind,
+                None => return HttpResponse::text(404, "not found; see /debug/pprof/\n"),
+            },
         };
         let profile = match seconds {
             Some(n) => {
@@ -213,8 +217,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 fn index() -> HttpResponse {
     let body = "<html><head><title>/debug/pprof/</title></head><body>\n\
         <h1>tracing-prof: /debug/pprof/</h1>\n<table>\n\
-        <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, per span path (inuse_space by default)</td></tr>\n\
-        <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, per span path (alloc_space by default)</td></tr>\n\
+        <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, by code stack under span path, sampled (inuse_space by default)</td></tr>\n\
+        <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, as heap (alloc_space by default)</td></tr>\n\
+        <tr><td><a href=\"span_memory?debug=1\">span_memory</a></td><td>memory per span path, exact (inuse_space by default)</td></tr>\n\
+        <tr><td><a href=\"lifetimes?debug=1\">lifetimes</a></td><td>frees by lifetime and temporary allocations, by code stack, sampled</td></tr>\n\
+        <tr><td><a href=\"threads?debug=1\">threads</a></td><td>memory per thread, exact (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU</td></tr>\n\
         <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>time per span path over the next <code>seconds</code> (default 30)</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
@@ -227,30 +234,59 @@ fn index() -> HttpResponse {
     }
 }
 
-/// `?debug=1`: the kind's sample types per span path, largest default sample type first.
+/// `?debug=1`: the kind's samples as a table, largest default sample type first: the values of
+/// each sample, then its stack root first (span path, then code frames) and its labels.
 fn text_table(profile: &Profile, kind: ProfileKind) -> String {
+    let p = crate::pprof::to_proto(profile, kind);
+    let s = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
     let types = kind.sample_types();
     let main = types
         .iter()
         .position(|(t, _)| *t == kind.default_sample_type())
         .unwrap_or(0);
-    let mut rows: Vec<(Vec<i64>, String)> = profile
-        .paths
+    let names: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, s(f.name))).collect();
+    let location_name = |id: &u64| {
+        p.location
+            .iter()
+            .find(|l| l.id == *id)
+            .and_then(|l| l.line.first())
+            .and_then(|l| names.get(&l.function_id).copied())
+            .unwrap_or("?")
+    };
+    let mut rows: Vec<(Vec<i64>, String)> = p
+        .sample
         .iter()
-        .filter(|p| p.kind != PathKind::Profiler || kind != ProfileKind::Spans)
-        .map(|p| {
-            let leak = if profile.is_suspected_leak(p) {
-                "  (suspected leak)"
-            } else {
-                ""
-            };
-            (kind.values(p), format!("{}{leak}", p.display_path()))
+        .filter(|x| {
+            kind != ProfileKind::Spans
+                || !x
+                    .location_id
+                    .iter()
+                    .any(|l| location_name(l) == PROFILER_FRAME)
         })
-        .filter(|(v, _)| v.iter().any(|&x| x != 0))
+        .map(|x| {
+            let mut stack: Vec<&str> = x.location_id.iter().map(location_name).collect();
+            stack.reverse();
+            let mut line = stack.join(" -> ");
+            for l in &x.label {
+                if l.str != 0 {
+                    let _ = write!(line, "  [{}={}]", s(l.key), s(l.str));
+                } else if s(l.key) != "bytes" {
+                    let _ = write!(line, "  [{}={}]", s(l.key), l.num);
+                }
+            }
+            (x.value.clone(), line)
+        })
         .collect();
     rows.sort_by(|a, b| b.0[main].cmp(&a.0[main]).then_with(|| a.1.cmp(&b.1)));
+    let what = if kind == ProfileKind::Threads {
+        "threads"
+    } else if kind.is_sampled(profile) {
+        "sampled stacks"
+    } else {
+        "span paths"
+    };
     let mut out = format!(
-        "tracing-prof {} profile{}: {} span paths\n\n",
+        "tracing-prof {} profile{}: {} {what}\n",
         kind.name(),
         if profile.window {
             format!(", last {:.1} s", profile.duration.as_secs_f64())
@@ -259,6 +295,14 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
         },
         rows.len()
     );
+    if kind.is_sampled(profile) {
+        let _ = writeln!(
+            out,
+            "estimates from one sample per {} bytes allocated on average",
+            profile.sample_rate
+        );
+    }
+    out.push('\n');
     for (t, u) in types {
         let _ = write!(
             out,
@@ -266,7 +310,7 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
             format!("{t}/{u}").chars().take(16).collect::<String>()
         );
     }
-    out.push_str(" span path\n");
+    out.push_str(" stack (root first)\n");
     for (values, path) in rows {
         for v in values {
             let _ = write!(out, "{v:>16} ");

@@ -8,11 +8,7 @@
 //! - [`http`]: a Go-compatible `/debug/pprof` handler and a small standalone server.
 //! - [`pyroscope`]: pushes to Pyroscope / Grafana Cloud, never blocking the application.
 //!
-//! | kind | sample types (Go's names) | default |
-//! |------|---------------------------|---------|
-//! | `spans` | `spans/count`, `wall/nanoseconds`, `wall_busy/nanoseconds`, `wall_idle/nanoseconds`, `cpu/nanoseconds`, `cpu_user/nanoseconds`, `cpu_sys/nanoseconds` | `cpu` |
-//! | `heap` | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
-//! | `allocs` | same as `heap` | `alloc_space` |
+//! The kinds, their samples and sample types are listed in [`pprof`].
 
 pub mod files;
 pub mod flamegraph;
@@ -32,19 +28,45 @@ pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 pub enum ProfileKind {
     /// Time per span path: count, wall, busy, idle, CPU.
     Spans,
-    /// Memory per span path, in-use space shown by default (like Go's `heap`).
+    /// Go's heap profile: sampled code stacks under their span paths, in-use space shown by
+    /// default (exact span paths when sampling is off).
     Heap,
-    /// Memory per span path, allocated space shown by default (like Go's `allocs`).
+    /// As [`ProfileKind::Heap`], allocated space shown by default (like Go's `allocs`).
     Allocs,
+    /// Exact memory per span path (no code stacks), in-use space shown by default.
+    SpanMemory,
+    /// Frees of sampled allocations by lifetime, and temporary allocations, per code stack.
+    Lifetimes,
+    /// Exact memory per thread.
+    Threads,
 }
 
 impl ProfileKind {
-    /// The name used in file names and URLs: `spans`, `heap`, `allocs`.
+    /// Every kind.
+    pub const ALL: [ProfileKind; 6] = [
+        ProfileKind::Spans,
+        ProfileKind::Heap,
+        ProfileKind::Allocs,
+        ProfileKind::SpanMemory,
+        ProfileKind::Lifetimes,
+        ProfileKind::Threads,
+    ];
+
+    /// The name used in file names and URLs: `spans`, `heap`, `allocs`, `span_memory`,
+    /// `lifetimes`, `threads`.
     pub fn name(self) -> &'static str {
         match self {
             ProfileKind::Spans => "spans",
             ProfileKind::Heap => "heap",
             ProfileKind::Allocs => "allocs",
+            ProfileKind::SpanMemory => "span_memory",
+            ProfileKind::Lifetimes => "lifetimes",
+            ProfileKind::Threads => "threads",
         }
+    }
+
+    /// The kind named `name` (see [`ProfileKind::name`]).
+    pub fn from_name(name: &str) -> Option<ProfileKind> {
+        ProfileKind::ALL.into_iter().find(|k| k.name() == name)
     }
 }

@@ -1,8 +1,8 @@
 //! Pushing profiles to Pyroscope / Grafana Cloud Profiles.
 //!
 //! Every interval, [`PyroscopeExporter`] (a [`Sink`]) turns the profile into a window since the
-//! previous push (counters over the interval, in-use memory at its end), encodes the `spans` and
-//! `heap` kinds as pprof and hands them to its own sender thread through a bounded queue. The
+//! previous push (counters over the interval, in-use memory at its end), encodes the `spans`,
+//! `heap` (sampled code stacks) and `span_memory` (exact) kinds as pprof and hands them to its own sender thread through a bounded queue. The
 //! aggregator never waits on the network: when the queue is full the oldest batch is dropped and
 //! counted. The sender retries transport errors, `429` and `5xx` answers with exponential backoff,
 //! and gives up on other `4xx` answers (a configuration error) at once; every failure is counted
@@ -11,7 +11,7 @@
 //!
 //! Two APIs:
 //! - [`PyroscopeApi::Push`] (default): `POST /push.v1.PusherService/Push`, a protobuf
-//!   `PushRequest` with one series per kind, labels `__name__` (`spans` or `memory`),
+//!   `PushRequest` with one series per kind, labels `__name__` (`spans`, `memory` or `span_memory`),
 //!   `service_name` and your tags.
 //! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&format=pprof`, a
 //!   multipart form with the pprof in `profile` and a `sample_type_config`.
@@ -434,10 +434,14 @@ impl Sink for PyroscopeExporter {
             .time
             .checked_sub(window.duration)
             .unwrap_or(window.time);
-        let profiles = [ProfileKind::Spans, ProfileKind::Heap]
-            .into_iter()
-            .map(|k| encode(&window, k).map(|bytes| (k, bytes)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let profiles = [
+            ProfileKind::Spans,
+            ProfileKind::Heap,
+            ProfileKind::SpanMemory,
+        ]
+        .into_iter()
+        .map(|k| encode(&window, k).map(|bytes| (k, bytes)))
+        .collect::<Result<Vec<_>, _>>()?;
         self.previous = Some(profile.clone());
         let Some(queue) = &self.queue else {
             return Ok(());
@@ -623,6 +627,7 @@ impl Pusher {
                 let name = match kind {
                     ProfileKind::Spans => "spans",
                     ProfileKind::Heap | ProfileKind::Allocs => "memory",
+                    other => other.name(),
                 };
                 let mut labels = vec![
                     push::LabelPair {

@@ -86,11 +86,14 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     );
 
     if common::have_go() {
+        let memory = &files(&dir.join("final"), "span_memory")[0];
         let top = common::pprof(
             &["-top", "-nodefraction=0", "-sample_index=alloc_space"],
-            &heap[0],
+            memory,
         );
         assert!(top.contains("file_export::fe_request"), "{top}");
+        // The sampled heap profile opens too (its small allocations may not be sampled).
+        common::pprof(&["-top"], &heap[0]);
         let spans = &files(&dir.join("final"), "spans")[0];
         let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
         assert!(top.contains("file_export::fe_request"), "{top}");

@@ -3,15 +3,25 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tracing::field::{Field, Visit};
 use tracing_prof::{Profiler, TaggingAllocator};
 use tracing_subscriber::Layer;
 use tracing_subscriber::prelude::*;
 
-/// Bytes the inner allocator holds (header and padding included).
-static INNER_BYTES: AtomicI64 = AtomicI64::new(0);
+thread_local! {
+    /// Bytes the inner allocator holds for this thread's requests (header and padding
+    /// included); per thread, so that other threads' work cannot move it.
+    static INNER_BYTES: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+fn add_inner(n: i64) {
+    let _ = INNER_BYTES.try_with(|c| c.set(c.get() + n));
+}
+
+fn inner_bytes() -> i64 {
+    INNER_BYTES.with(std::cell::Cell::get)
+}
 
 struct Inner;
 
@@ -21,12 +31,12 @@ unsafe impl GlobalAlloc for Inner {
         // SAFETY: same contract.
         let p = unsafe { System.alloc(l) };
         if !p.is_null() {
-            INNER_BYTES.fetch_add(l.size() as i64, Ordering::SeqCst);
+            add_inner(l.size() as i64);
         }
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        INNER_BYTES.fetch_sub(l.size() as i64, Ordering::SeqCst);
+        add_inner(-(l.size() as i64));
         // SAFETY: same contract.
         unsafe { System.dealloc(p, l) }
     }
@@ -34,7 +44,7 @@ unsafe impl GlobalAlloc for Inner {
         // SAFETY: same contract.
         let q = unsafe { System.realloc(p, l, n) };
         if !q.is_null() {
-            INNER_BYTES.fetch_add(n as i64 - l.size() as i64, Ordering::SeqCst);
+            add_inner(n as i64 - l.size() as i64);
         }
         q
     }
@@ -83,7 +93,7 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
     let mut small = vec![7u8; 1024];
     tracing::info_span!("giant_refused").in_scope(|| {
         // Measured inside the entered span: creating it allocates (the registry's first use).
-        let before = INNER_BYTES.load(Ordering::SeqCst);
+        let before = inner_bytes();
         // On an empty Vec, a fresh allocation; on `small`, a realloc.
         assert!(
             Vec::<u8>::new().try_reserve_exact(8 * MIB).is_err(),
@@ -93,7 +103,7 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
             small.try_reserve_exact(4 * MIB).is_err(),
             "a refused growth must fail"
         );
-        let after = INNER_BYTES.load(Ordering::SeqCst);
+        let after = inner_bytes();
         assert_eq!(
             after, before,
             "refused requests must not reach the inner allocator"
@@ -106,8 +116,17 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
 
     tracing::info_span!("giant_below").in_scope(|| drop(std::hint::black_box(vec![0u8; MIB - 1])));
     guard.flush(Duration::from_secs(30)).unwrap();
-    let got: Vec<(usize, String, bool)> = profiler
-        .giant_allocations()
+    let reports = profiler.giant_allocations();
+    for r in &reports {
+        // The code that asked, under the span frames.
+        assert!(
+            r.site()
+                .starts_with("giant::giant_allocations_are_reported_and_refused_without_leaking"),
+            "{:?}",
+            r.stack
+        );
+    }
+    let got: Vec<(usize, String, bool)> = reports
         .into_iter()
         .map(|g| (g.size, g.span_path, g.refused))
         .collect();

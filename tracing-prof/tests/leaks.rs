@@ -47,7 +47,7 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .interval(Duration::from_secs(3600))
         .leak_detection(SNAPSHOTS, 8 * 1024)
         .leak_level(tracing::Level::WARN)
-        .sink(FileExporter::new(&dir).kinds([tracing_prof::ProfileKind::Heap]))
+        .sink(FileExporter::new(&dir).kinds([tracing_prof::ProfileKind::SpanMemory]))
         .build()
         .unwrap();
     tracing_subscriber::registry()

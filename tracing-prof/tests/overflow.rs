@@ -56,7 +56,7 @@ fn paths_beyond_the_cap_are_counted_not_lost() {
     assert_eq!(guard.profiler().stats().overflowed_spans, 8);
 
     if common::have_go() {
-        let file = common::write_profile(&p, tracing_prof::ProfileKind::Heap, "overflow");
+        let file = common::write_profile(&p, tracing_prof::ProfileKind::SpanMemory, "overflow");
         let comments = common::pprof(&["-comments"], &file);
         assert!(
             comments.contains("8 spans were counted under (other span paths)"),

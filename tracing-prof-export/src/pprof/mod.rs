@@ -1,17 +1,34 @@
 //! Encoding a [`Profile`] as pprof `profile.proto`.
 //!
-//! Each span path becomes one sample whose locations are the path's frames, leaf first. Each span
-//! callsite is one `Function` named `target::name` with its file and line, and one `Location`
-//! with no address under a single mapping that says the profile is already symbolized, so
-//! `go tool pprof` never tries to symbolize it again. Output is deterministic for a given
-//! `Profile`: ids are handed out in path order, from 1.
+//! Span frames: each span callsite is one `Function` named `target::name` with its file and
+//! line. Code frames (sampled stacks): one `Function` per function name and file, one
+//! `Location` per function and line; inlined functions are frames of their own. Locations have
+//! no address and sit under a single mapping that says the profile is already symbolized, so
+//! `go tool pprof` never tries to symbolize it again. Stacks are leaf first: code frames, then
+//! the span path from its innermost span to its root. Output is deterministic for a given
+//! `Profile`: ids are handed out in order of first use, from 1.
+//!
+//! | kind | samples | sample types | default |
+//! |------|---------|--------------|---------|
+//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, `cpu`, `cpu_user`, `cpu_sys` (nanoseconds) | `cpu` |
+//! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
+//! | `allocs` | as `heap` | as `heap` | `alloc_space` |
+//! | `span_memory` | span paths, exact | as `heap` | `inuse_space` |
+//! | `lifetimes` | sampled stacks, one sample per lifetime bucket (label `lifetime`) | `freed_objects/count`, `freed_space/bytes`, `temporary_objects/count`, `temporary_space/bytes` | `temporary_space` |
+//! | `threads` | one per thread (label `thread`, numeric label `tid`), exact | as `heap` | `inuse_space` |
+//!
+//! The sampled kinds are Go's heap profile exactly: period type `space/bytes`, period = the
+//! sampling rate, values scaled to unbiased estimates, numeric label `bytes` (the mean sampled
+//! size).
 
 pub mod proto;
 
 use crate::ProfileKind;
 use std::collections::HashMap;
 use std::io::Write;
-use tracing_prof_core::{Frame, PathProfile, Profile};
+use tracing_prof_core::{
+    CodeFrame, Frame, LIFETIME_BUCKET_NAMES, MemoryStats, PathProfile, Profile,
+};
 
 /// An encoding failure (in practice only gzip over a `Vec` can fail, and it does not).
 #[derive(Debug, thiserror::Error)]
@@ -41,12 +58,24 @@ pub const MEMORY_SAMPLE_TYPES: [(&str, &str); 4] = [
     ("inuse_space", "bytes"),
 ];
 
+/// Sample types of [`ProfileKind::Lifetimes`].
+pub const LIFETIME_SAMPLE_TYPES: [(&str, &str); 4] = [
+    ("freed_objects", "count"),
+    ("freed_space", "bytes"),
+    ("temporary_objects", "count"),
+    ("temporary_space", "bytes"),
+];
+
 impl ProfileKind {
     /// `(type, unit)` of each value in this kind's samples.
     pub fn sample_types(self) -> &'static [(&'static str, &'static str)] {
         match self {
             ProfileKind::Spans => &SPAN_SAMPLE_TYPES,
-            ProfileKind::Heap | ProfileKind::Allocs => &MEMORY_SAMPLE_TYPES,
+            ProfileKind::Heap
+            | ProfileKind::Allocs
+            | ProfileKind::SpanMemory
+            | ProfileKind::Threads => &MEMORY_SAMPLE_TYPES,
+            ProfileKind::Lifetimes => &LIFETIME_SAMPLE_TYPES,
         }
     }
 
@@ -54,33 +83,56 @@ impl ProfileKind {
     pub fn default_sample_type(self) -> &'static str {
         match self {
             ProfileKind::Spans => "cpu",
-            ProfileKind::Heap => "inuse_space",
+            ProfileKind::Heap | ProfileKind::SpanMemory | ProfileKind::Threads => "inuse_space",
             ProfileKind::Allocs => "alloc_space",
+            ProfileKind::Lifetimes => "temporary_space",
         }
     }
 
-    /// The values of one path, one per sample type, in [`ProfileKind::sample_types`] order.
-    pub fn values(self, p: &PathProfile) -> Vec<i64> {
-        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let (t, m) = (&p.time, &p.memory);
+    /// Whether this kind shows sampled code stacks for `profile` (else exact span paths).
+    pub fn is_sampled(self, profile: &Profile) -> bool {
         match self {
-            ProfileKind::Spans => vec![
-                i(t.spans),
-                i(t.wall_ns),
-                i(t.busy_ns),
-                i(t.idle_ns),
-                i(t.cpu_ns),
-                i(t.cpu_user_ns),
-                i(t.cpu_sys_ns),
-            ],
-            ProfileKind::Heap | ProfileKind::Allocs => vec![
-                i(m.alloc_objects),
-                i(m.alloc_bytes),
-                i(m.inuse_objects),
-                i(m.inuse_bytes),
-            ],
+            ProfileKind::Heap | ProfileKind::Allocs => profile.sample_rate > 0,
+            ProfileKind::Lifetimes => true,
+            _ => false,
         }
     }
+
+    /// The values of one span path, one per sample type, in [`ProfileKind::sample_types`]
+    /// order (the memory kinds show the exact counters).
+    pub fn values(self, p: &PathProfile) -> Vec<i64> {
+        let t = &p.time;
+        match self {
+            ProfileKind::Spans => [
+                t.spans,
+                t.wall_ns,
+                t.busy_ns,
+                t.idle_ns,
+                t.cpu_ns,
+                t.cpu_user_ns,
+                t.cpu_sys_ns,
+            ]
+            .map(int)
+            .to_vec(),
+            ProfileKind::Lifetimes => vec![0; 4],
+            _ => memory_values(&p.memory),
+        }
+    }
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn memory_values(m: &MemoryStats) -> Vec<i64> {
+    [
+        m.alloc_objects,
+        m.alloc_bytes,
+        m.inuse_objects,
+        m.inuse_bytes,
+    ]
+    .map(int)
+    .to_vec()
 }
 
 /// Strings interned into `string_table`, whose slot 0 is always `""`.
@@ -109,6 +161,92 @@ impl StringTable {
     }
 }
 
+/// Functions and locations, each made once.
+#[derive(Default)]
+struct Locations {
+    functions: HashMap<(String, Option<String>), u64>,
+    locations: HashMap<(u64, i64), u64>,
+}
+
+impl Locations {
+    fn get(
+        &mut self,
+        out: &mut proto::Profile,
+        strings: &mut StringTable,
+        name: &str,
+        file: Option<&str>,
+        line: Option<u32>,
+    ) -> u64 {
+        let next_fn = out.function.len() as u64 + 1;
+        let function_id = *self
+            .functions
+            .entry((name.to_owned(), file.map(str::to_owned)))
+            .or_insert_with(|| {
+                let name = strings.get(name);
+                out.function.push(proto::Function {
+                    id: next_fn,
+                    name,
+                    system_name: name,
+                    filename: file.map_or(0, |f| strings.get(f)),
+                    start_line: 0,
+                });
+                next_fn
+            });
+        let line = line.map_or(0, i64::from);
+        let next_loc = out.location.len() as u64 + 1;
+        *self
+            .locations
+            .entry((function_id, line))
+            .or_insert_with(|| {
+                out.location.push(proto::Location {
+                    id: next_loc,
+                    mapping_id: 1,
+                    line: vec![proto::Line { function_id, line }],
+                    ..Default::default()
+                });
+                next_loc
+            })
+    }
+
+    fn span(&mut self, out: &mut proto::Profile, s: &mut StringTable, f: &Frame) -> u64 {
+        self.get(out, s, &f.qualified_name(), f.file, f.line)
+    }
+
+    fn code(&mut self, out: &mut proto::Profile, s: &mut StringTable, f: &CodeFrame) -> u64 {
+        self.get(out, s, &f.function, f.file.as_deref(), f.line)
+    }
+
+    /// Leaf first: `code` (root first) reversed, then `frames` (root first) reversed.
+    fn stack(
+        &mut self,
+        out: &mut proto::Profile,
+        s: &mut StringTable,
+        frames: &[Frame],
+        code: &[CodeFrame],
+    ) -> Vec<u64> {
+        let mut ids: Vec<u64> = code.iter().rev().map(|f| self.code(out, s, f)).collect();
+        ids.extend(frames.iter().rev().map(|f| self.span(out, s, f)));
+        ids
+    }
+}
+
+fn str_label(s: &mut StringTable, key: &str, value: &str) -> proto::Label {
+    proto::Label {
+        key: s.get(key),
+        str: s.get(value),
+        ..Default::default()
+    }
+}
+
+fn num_label(s: &mut StringTable, key: &str, num: u64, unit: &str) -> proto::Label {
+    proto::Label {
+        key: s.get(key),
+        num: int(num),
+        num_unit: if unit.is_empty() { 0 } else { s.get(unit) },
+        ..Default::default()
+    }
+}
+
 /// Builds the pprof message of `kind` for `profile` (not yet serialized).
 pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
     let mut strings = StringTable::new();
@@ -123,64 +261,172 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
         .map(|&vt| value_type(&mut strings, vt))
         .collect();
     out.default_sample_type = strings.get(kind.default_sample_type());
+    let sampled = kind.is_sampled(profile);
     out.period_type = Some(match kind {
         ProfileKind::Spans => value_type(&mut strings, ("spans", "count")),
-        ProfileKind::Heap | ProfileKind::Allocs => value_type(&mut strings, ("space", "bytes")),
+        _ => value_type(&mut strings, ("space", "bytes")),
     });
-    out.period = 1;
+    out.period = if sampled {
+        int(profile.sample_rate.max(1))
+    } else {
+        1
+    };
     out.mapping = vec![proto::Mapping {
         id: 1,
         has_functions: true,
         has_filenames: true,
         has_line_numbers: true,
+        has_inline_frames: true,
         ..Default::default()
     }];
-    let mut function_ids: HashMap<&Frame, u64> = HashMap::new();
+    let mut locations = Locations::default();
+    match kind {
+        ProfileKind::Threads => thread_samples(profile, &mut out, &mut strings, &mut locations),
+        ProfileKind::Lifetimes => lifetime_samples(profile, &mut out, &mut strings, &mut locations),
+        _ if sampled => stack_samples(profile, &mut out, &mut strings, &mut locations),
+        _ => path_samples(profile, kind, &mut out, &mut strings, &mut locations),
+    }
+    comments(profile, kind, &mut out, &mut strings);
+    // time_nanos is the start of the period the counters cover, as Go's profiles have it.
+    let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let start = profile
+        .time
+        .checked_sub(profile.duration)
+        .unwrap_or(profile.time);
+    out.time_nanos = start
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(nanos)
+        .unwrap_or_default();
+    out.duration_nanos = nanos(profile.duration);
+    out.string_table = strings.strings;
+    out
+}
+
+fn leak_labels(s: &mut StringTable, suspected: bool) -> Vec<proto::Label> {
+    if suspected {
+        vec![str_label(s, "leak", "suspected")]
+    } else {
+        Vec::new()
+    }
+}
+
+/// One sample per span path, exact counters.
+fn path_samples(
+    profile: &Profile,
+    kind: ProfileKind,
+    out: &mut proto::Profile,
+    strings: &mut StringTable,
+    locations: &mut Locations,
+) {
     for path in &profile.paths {
-        let values = kind.values(path);
-        if values.iter().all(|&v| v == 0) {
+        let value = kind.values(path);
+        if value.iter().all(|&v| v == 0) {
             continue;
         }
-        let mut location_id = Vec::with_capacity(path.frames.len());
-        for frame in path.frames.iter().rev() {
-            let next = function_ids.len() as u64 + 1;
-            let id = *function_ids.entry(frame).or_insert_with(|| {
-                let name = strings.get(&frame.qualified_name());
-                out.function.push(proto::Function {
-                    id: next,
-                    name,
-                    system_name: name,
-                    filename: frame.file.map_or(0, |f| strings.get(f)),
-                    start_line: frame.line.map_or(0, i64::from),
-                });
-                out.location.push(proto::Location {
-                    id: next,
-                    mapping_id: 1,
-                    line: vec![proto::Line {
-                        function_id: next,
-                        line: frame.line.map_or(0, i64::from),
-                    }],
-                    ..Default::default()
-                });
-                next
-            });
-            location_id.push(id);
-        }
-        let label = if profile.is_suspected_leak(path) {
-            vec![proto::Label {
-                key: strings.get("leak"),
-                str: strings.get("suspected"),
-                ..Default::default()
-            }]
-        } else {
-            Vec::new()
-        };
+        let location_id = locations.stack(out, strings, &path.frames, &[]);
+        let label = leak_labels(strings, profile.is_suspected_leak(path));
         out.sample.push(proto::Sample {
             location_id,
-            value: values,
+            value,
             label,
         });
     }
+}
+
+/// Go's heap profile: one sample per sampled code stack under its span path.
+fn stack_samples(
+    profile: &Profile,
+    out: &mut proto::Profile,
+    strings: &mut StringTable,
+    locations: &mut Locations,
+) {
+    for stack in &profile.stacks {
+        let value = memory_values(&stack.memory);
+        if value.iter().all(|&v| v == 0) {
+            continue;
+        }
+        let location_id = locations.stack(out, strings, &stack.frames, &stack.code);
+        let suspected = profile.is_suspected_stack_leak(stack)
+            || profile
+                .suspected_leaks
+                .iter()
+                .any(|l| l.kind == stack.kind && l.frames == stack.frames && l.code.is_empty());
+        let mut label = vec![num_label(strings, "bytes", stack.mean_size(), "bytes")];
+        label.extend(leak_labels(strings, suspected));
+        out.sample.push(proto::Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+}
+
+/// Frees of sampled allocations per stack and lifetime bucket; temporaries in a sample of
+/// their own per stack (label `lifetime=temporary`), so that each sample type sums right.
+fn lifetime_samples(
+    profile: &Profile,
+    out: &mut proto::Profile,
+    strings: &mut StringTable,
+    locations: &mut Locations,
+) {
+    for stack in &profile.stacks {
+        let l = &stack.lifetimes;
+        if l.freed() == 0 {
+            continue;
+        }
+        let location_id = locations.stack(out, strings, &stack.frames, &stack.code);
+        for (k, name) in LIFETIME_BUCKET_NAMES.iter().enumerate() {
+            if l.freed_objects[k] == 0 && l.freed_bytes[k] == 0 {
+                continue;
+            }
+            out.sample.push(proto::Sample {
+                location_id: location_id.clone(),
+                value: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0],
+                label: vec![str_label(strings, "lifetime", name)],
+            });
+        }
+        if l.temporary_objects > 0 {
+            out.sample.push(proto::Sample {
+                location_id,
+                value: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes)],
+                label: vec![str_label(strings, "lifetime", "temporary")],
+            });
+        }
+    }
+}
+
+/// One sample per thread, its name as the only frame.
+fn thread_samples(
+    profile: &Profile,
+    out: &mut proto::Profile,
+    strings: &mut StringTable,
+    locations: &mut Locations,
+) {
+    for t in &profile.threads {
+        let value = memory_values(&t.memory);
+        if value.iter().all(|&v| v == 0) {
+            continue;
+        }
+        let function = format!("thread {}", t.name);
+        let location_id = vec![locations.get(out, strings, &function, None, None)];
+        let label = vec![
+            str_label(strings, "thread", &t.name),
+            num_label(strings, "tid", t.tid, ""),
+        ];
+        out.sample.push(proto::Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+}
+
+fn comments(
+    profile: &Profile,
+    kind: ProfileKind,
+    out: &mut proto::Profile,
+    strings: &mut StringTable,
+) {
     for leak in &profile.suspected_leaks {
         let note = format!(
             "tracing-prof: suspected leak: {}: in-use grew in each of the last {} captures, by {} bytes, to {} bytes",
@@ -202,19 +448,20 @@ pub fn to_proto(profile: &Profile, kind: ProfileKind) -> proto::Profile {
         );
         out.comment.push(strings.get(&note));
     }
-    // time_nanos is the start of the period the counters cover, as Go's profiles have it.
-    let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    let start = profile
-        .time
-        .checked_sub(profile.duration)
-        .unwrap_or(profile.time);
-    out.time_nanos = start
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(nanos)
-        .unwrap_or_default();
-    out.duration_nanos = nanos(profile.duration);
-    out.string_table = strings.strings;
-    out
+    if kind.is_sampled(profile) {
+        let note = format!(
+            "tracing-prof: sampled: one allocation per {} bytes on average; values are estimates scaled as Go scales them",
+            profile.sample_rate
+        );
+        out.comment.push(strings.get(&note));
+    }
+    if kind == ProfileKind::Lifetimes {
+        let note = format!(
+            "tracing-prof: temporary = freed within {:?} of allocation",
+            profile.temporary_threshold
+        );
+        out.comment.push(strings.get(&note));
+    }
 }
 
 /// Serializes the pprof message of `kind` for `profile`, gzip-compressed as `go tool pprof`
@@ -280,6 +527,10 @@ mod tests {
                 },
             ],
             overflowed_spans: 0,
+            sample_rate: 0,
+            temporary_threshold: Duration::from_millis(1),
+            stacks: Vec::new(),
+            threads: Vec::new(),
         }
     }
 

@@ -107,11 +107,15 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
             break;
         }
         // "      1       1000: 1 2 " — values, then location ids after the colon.
+        // Label lines ("bytes:[48 bytes]") do not parse as numbers and are skipped.
         if let Some((vals, locs)) = l.split_once(':') {
-            let vals: Vec<i64> = vals
+            let Ok(vals) = vals
                 .split_whitespace()
-                .map(|v| v.parse().unwrap())
-                .collect();
+                .map(str::parse)
+                .collect::<Result<Vec<i64>, _>>()
+            else {
+                continue;
+            };
             let locs: Vec<u64> = locs
                 .split_whitespace()
                 .map(|v| v.parse().unwrap())

@@ -1,0 +1,308 @@
+//! Turning sampled return addresses into code frames, off the hot path, with a cache.
+//!
+//! The allocator stores raw return addresses; this module resolves them with the `backtrace`
+//! crate (DWARF line tables through `addr2line`; inlined functions become frames of their own)
+//! on the thread that captures a profile, under the profiler's own tag. Each address is
+//! resolved once per process. The first resolution reads the binary's debug info, which takes
+//! time and memory once (build with at least `debug = "line-tables-only"` for file and line
+//! numbers; without any debug info, function names still come from the symbol table).
+//!
+//! Two trims make the stacks read like Go's:
+//! - at the leaf, the allocator's own frames (`tracing_prof_alloc`, `__rust_alloc`,
+//!   `alloc::alloc::*`) are dropped, so the innermost frame is the code that asked for memory;
+//! - at the root, when the stack runs through the place a span was entered by
+//!   `Span::in_scope` or an `Instrumented` future's `poll`, everything from there outwards is
+//!   dropped: those frames are already shown as span frames. Stacks entered with
+//!   `span.enter()` keep their whole code stack, less the runtime's own root frames.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One function in a code stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeFrame {
+    /// Demangled function name without its hash, e.g. `my_app::handler::parse`.
+    pub function: Arc<str>,
+    /// Source file, when the binary has line tables.
+    pub file: Option<Arc<str>>,
+    /// Source line, when the binary has line tables.
+    pub line: Option<u32>,
+}
+
+impl CodeFrame {
+    fn unknown(ip: usize) -> Self {
+        CodeFrame {
+            function: Arc::from(format!("0x{ip:x}")),
+            file: None,
+            line: None,
+        }
+    }
+}
+
+/// Set when debug info was parsed since the last [`release_debug_info`].
+static PARSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Frees the debug info parsed to resolve new addresses (tens of MB for a service); resolved
+/// frames stay cached. Called once per capture, after all its stacks are resolved.
+pub(crate) fn release_debug_info() {
+    if PARSED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        backtrace::clear_symbol_cache();
+    }
+}
+
+/// Resolved frames per return address, innermost (inlined) first.
+static CACHE: Mutex<Option<HashMap<usize, Arc<[CodeFrame]>>>> = Mutex::new(None);
+
+/// Leaf frames that belong to the allocator machinery or to the containers of `core`/`alloc`,
+/// by function name (for frames without line tables)...
+const LEAF_NAMES: &[&str] = &[
+    "tracing_prof_alloc::",
+    "<tracing_prof_alloc::",
+    "__rust_alloc",
+    "__rust_realloc",
+    "__rustc::",
+    "__rdl_",
+    "__rg_",
+    "_Unwind_",
+];
+
+/// ... and by source file.
+const LEAF_FILES: &[&str] = &[
+    "/tracing-prof-alloc/src/",
+    "/library/alloc/",
+    "/library/core/",
+    "/library/std/src/alloc.rs",
+    "/hashbrown-",
+];
+
+/// Root frames of the runtime, thread start-up and the test harness, by name...
+const ROOT_NAMES: &[&str] = &[
+    "main",
+    "_start",
+    "__libc_start",
+    "start_thread",
+    "clone",
+    "0x",
+];
+
+/// ... and by source file.
+const ROOT_FILES: &[&str] = &[
+    "/library/std/src/rt.rs",
+    "/library/std/src/sys/",
+    "/library/std/src/panicking.rs",
+    "/library/std/src/panic.rs",
+    "/library/std/src/thread/",
+    "/library/core/",
+    "/library/alloc/src/boxed.rs",
+    "/library/test/src/",
+];
+
+fn matches(f: &CodeFrame, names: &[&str], files: &[&str]) -> bool {
+    names.iter().any(|n| f.function.starts_with(n))
+        || f.file
+            .as_deref()
+            .is_some_and(|file| files.iter().any(|p| file.contains(p)))
+}
+
+/// Whether a frame is where a span was entered for the code below it: `Span::in_scope`, or the
+/// `poll` of an `Instrumented` future (by name, and by file for builds whose names are short).
+fn is_span_entry(f: &CodeFrame) -> bool {
+    let name = &*f.function;
+    let file = f.file.as_deref().unwrap_or("");
+    let in_tracing = file.contains("/tracing-0.") || file.contains("/tracing/src/");
+    name.starts_with("tracing::span::Span::in_scope")
+        || (name.contains("tracing::instrument::Instrumented<") && name.ends_with("::poll"))
+        || (in_tracing
+            && file.ends_with("span.rs")
+            && (name == "in_scope" || name.starts_with("in_scope<")))
+        || (in_tracing
+            && file.ends_with("instrument.rs")
+            && (name == "poll" || name.starts_with("poll<")))
+}
+
+/// `<Vec<T> as Trait>::f` becomes `Vec<T> as Trait::f`: pprof's viewers drop every `<...>` group
+/// from names (C++ templates), which would leave `::f`.
+fn unwrap_qualified_path(name: &str) -> String {
+    if !name.starts_with('<') {
+        return name.to_owned();
+    }
+    let mut depth = 0usize;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return format!("{}{}", &name[1..i], &name[i + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    name.to_owned()
+}
+
+fn resolve(ip: usize) -> Arc<[CodeFrame]> {
+    let mut frames = Vec::new();
+    // Return addresses point after the call; the call itself is one byte before.
+    let pc = ip.saturating_sub(1);
+    backtrace::resolve(pc as *mut std::ffi::c_void, |sym| {
+        let Some(name) = sym.name() else { return };
+        frames.push(CodeFrame {
+            function: Arc::from(unwrap_qualified_path(&format!("{name:#}"))),
+            file: sym
+                .filename()
+                .map(|f| Arc::from(f.to_string_lossy().as_ref())),
+            line: sym.lineno(),
+        });
+    });
+    if frames.is_empty() {
+        frames.push(CodeFrame::unknown(ip));
+    }
+    frames.into()
+}
+
+/// The code stack of `ips` (innermost first, as the allocator captured them), root first and
+/// trimmed as the module docs say. `in_span`: whether the sample was taken inside a span.
+pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
+    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = guard.get_or_insert_with(HashMap::new);
+    let mut leaf_first: Vec<CodeFrame> = Vec::with_capacity(ips.len() * 2);
+    let mut resolved = false;
+    for &ip in ips {
+        let frames = cache.entry(ip).or_insert_with(|| {
+            resolved = true;
+            resolve(ip)
+        });
+        leaf_first.extend(frames.iter().cloned());
+    }
+    if resolved {
+        PARSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    drop(guard);
+    trim(leaf_first, in_span)
+}
+
+/// Trims a leaf-first stack and returns it root first.
+fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool) -> Vec<CodeFrame> {
+    // Leaf: the allocator's frames and the library containers' frames that called it, so that
+    // the innermost frame is the code that asked for memory (its file and line say where).
+    let leading = leaf_first
+        .iter()
+        .position(|f| !matches(f, LEAF_NAMES, LEAF_FILES))
+        .unwrap_or(leaf_first.len());
+    leaf_first.drain(..leading);
+    // Root: cut at the innermost span entry point, and the closure it was given.
+    if in_span && let Some(i) = leaf_first.iter().position(is_span_entry) {
+        leaf_first.truncate(i);
+        while leaf_first.len() > 1
+            && leaf_first
+                .last()
+                .is_some_and(|f| f.function.ends_with("{{closure}}"))
+        {
+            leaf_first.pop();
+        }
+    } else {
+        while leaf_first.len() > 1
+            && leaf_first
+                .last()
+                .is_some_and(|f| matches(f, ROOT_NAMES, ROOT_FILES))
+        {
+            leaf_first.pop();
+        }
+    }
+    leaf_first.reverse();
+    leaf_first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, file: &str) -> CodeFrame {
+        CodeFrame {
+            function: Arc::from(name),
+            file: (!file.is_empty()).then(|| Arc::from(file)),
+            line: None,
+        }
+    }
+
+    fn names(v: &[CodeFrame]) -> Vec<&str> {
+        v.iter().map(|f| &*f.function).collect()
+    }
+
+    const STD: &str = "/rustc/abc/library";
+
+    #[test]
+    fn trims_allocator_leaves_and_cuts_at_the_span_entry() {
+        let stack = vec![
+            f(
+                "tracing_prof_alloc::unwind::capture",
+                "/src/tracing-prof-alloc/src/unwind.rs",
+            ),
+            f("__rust_alloc", ""),
+            f(
+                "alloc::raw_vec::RawVecInner<A>::try_allocate_in",
+                &format!("{STD}/alloc/src/raw_vec/mod.rs"),
+            ),
+            f("app::parse", "/src/app/src/main.rs"),
+            f("app::handle::{{closure}}", "/src/app/src/main.rs"),
+            f(
+                "tracing::span::Span::in_scope",
+                "/cargo/tracing-0.1.41/src/span.rs",
+            ),
+            f("app::handle", "/src/app/src/main.rs"),
+            f("app::main", "/src/app/src/main.rs"),
+            f(
+                "std::rt::lang_start_internal",
+                &format!("{STD}/std/src/rt.rs"),
+            ),
+            f("main", ""),
+        ];
+        assert_eq!(names(&trim(stack.clone(), true)), ["app::parse"]);
+        assert_eq!(
+            names(&trim(stack.clone(), false)),
+            [
+                "app::main",
+                "app::handle",
+                "tracing::span::Span::in_scope",
+                "app::handle::{{closure}}",
+                "app::parse"
+            ]
+        );
+        // Short names (line-tables-only builds): the entry point is found by its file.
+        let mut short = stack;
+        short[5] = f(
+            "in_scope<app::handle::{closure_env#0}, ()>",
+            "/cargo/tracing-0.1.41/src/span.rs",
+        );
+        short[4] = f("{closure#0}", "/src/app/src/main.rs");
+        assert_eq!(names(&trim(short, true)), ["{closure#0}", "app::parse"]);
+    }
+
+    #[test]
+    fn qualified_paths_survive_pprof_name_shortening() {
+        assert_eq!(
+            unwrap_qualified_path("<alloc::vec::Vec<T> as core::Foo<I>>::from_iter"),
+            "alloc::vec::Vec<T> as core::Foo<I>::from_iter"
+        );
+        assert_eq!(unwrap_qualified_path("app::main"), "app::main");
+        assert_eq!(unwrap_qualified_path("<broken"), "<broken");
+    }
+
+    #[test]
+    fn resolves_this_function() {
+        let mut ips = Vec::new();
+        backtrace::trace(|frame| {
+            ips.push(frame.ip() as usize);
+            ips.len() < 8
+        });
+        let frames = code_stack(&ips, false);
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.function.contains("resolves_this_function")),
+            "{frames:?}"
+        );
+    }
+}

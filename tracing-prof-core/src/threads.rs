@@ -1,0 +1,69 @@
+//! The per-thread view: exact memory per thread, with the names the OS knows the threads by.
+//!
+//! The allocator keeps one counter table per thread and credits every free to the table of the
+//! thread that allocated the block, whichever thread frees it. Names come from
+//! `/proc/self/task/<tid>/comm` (Linux; the name given to `std::thread::Builder::name`, cut to
+//! 15 bytes by the kernel), read on the capturing thread and remembered, so that a thread that
+//! has exited keeps its last known name.
+//!
+//! Limitation: a table is handed to the next new thread once its thread exits, with its counts
+//! (sums stay exact that way). A table's numbers are therefore those of all the threads that
+//! used it; for the long-lived worker threads of a service that is the thread itself.
+
+use crate::profile::{MemoryStats, ThreadProfile};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+/// Last known (tid, name) per table index.
+static NAMES: Mutex<Option<HashMap<u32, (u64, String)>>> = Mutex::new(None);
+
+fn os_name(tid: u64) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_owned())
+}
+
+/// Every thread table's memory, named.
+pub(crate) fn threads() -> Vec<ThreadProfile> {
+    let totals = tracing_prof_alloc::read_threads();
+    let mut guard = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    let names = guard.get_or_insert_with(HashMap::new);
+    totals
+        .into_iter()
+        .filter(|t| t.alloc_objects > 0 || t.inuse_bytes > 0)
+        .map(|t| {
+            let name = if t.index == 0 {
+                "(no thread table)".to_owned()
+            } else {
+                let known = names.get(&t.index).filter(|(tid, _)| *tid == t.tid);
+                let name = match known {
+                    Some((_, n)) => n.clone(),
+                    None => {
+                        let n = (t.tid != 0)
+                            .then(|| os_name(t.tid))
+                            .flatten()
+                            .unwrap_or_else(|| format!("thread-{}", t.index));
+                        names.insert(t.index, (t.tid, n.clone()));
+                        n
+                    }
+                };
+                if t.alive {
+                    name
+                } else {
+                    format!("(exited) {name}")
+                }
+            };
+            ThreadProfile {
+                index: t.index,
+                tid: t.tid,
+                name,
+                alive: t.alive,
+                memory: MemoryStats {
+                    alloc_objects: t.alloc_objects,
+                    alloc_bytes: t.alloc_bytes,
+                    inuse_objects: t.inuse_objects,
+                    inuse_bytes: t.inuse_bytes,
+                },
+            }
+        })
+        .collect()
+}

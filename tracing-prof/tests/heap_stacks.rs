@@ -1,0 +1,99 @@
+//! Sampled heap stacks: at rate 1 every allocation is sampled, values are exact, and
+//! `go tool pprof -traces` shows the function that allocated right under the span frames.
+
+mod common;
+
+use std::time::Duration;
+use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
+
+#[inline(never)]
+fn build_index(n: usize) -> Vec<Vec<u64>> {
+    let index: Vec<Vec<u64>> = (0..n).map(|i| vec![i as u64; 128]).collect();
+    // Not a tail call, so that this function keeps a frame of its own.
+    std::hint::black_box(&index);
+    index
+}
+
+#[test]
+fn the_allocating_function_is_under_the_span_frames() {
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .heap_sampling(1)
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let kept = tracing::subscriber::with_default(subscriber, || {
+        tracing::info_span!("hs_request")
+            .in_scope(|| tracing::info_span!("hs_handler").in_scope(|| build_index(100)))
+    });
+    let profile = guard.profiler().snapshot();
+    drop(guard);
+    // The model: exact at rate 1.
+    let m = profile.sampled_memory(&["hs_request", "hs_handler"]);
+    assert_eq!(
+        (m.inuse_objects, m.inuse_bytes),
+        (101, 100 * 1024 + 100 * 24)
+    );
+    let exact = profile.path(&["hs_request", "hs_handler"]).unwrap().memory;
+    assert_eq!(
+        (m.alloc_objects, m.alloc_bytes),
+        (exact.alloc_objects, exact.alloc_bytes)
+    );
+
+    let file = common::write_profile(&profile, ProfileKind::Heap, "heap_stacks");
+    if !common::have_go() {
+        return;
+    }
+    let traces = common::pprof(&["-traces", "-sample_index=inuse_space"], &file);
+    // Each trace lists its frames leaf first; find the one of the inner vectors.
+    let trace = traces
+        .split("-----------+")
+        .find(|t| t.contains("hs_handler") && t.contains("build_index::{{closure}}"))
+        .unwrap_or_else(|| panic!("no trace under hs_handler:\n{traces}"));
+    let frames: Vec<&str> = trace
+        .lines()
+        .map(|l| l.split_whitespace().last().unwrap_or(""))
+        .filter(|f| f.contains("::"))
+        .collect();
+    // Leaf: the closure that called vec![]; the library frames in between are the iterator's.
+    assert_eq!(
+        frames[0], "heap_stacks::build_index::{{closure}}",
+        "{trace}"
+    );
+    assert_eq!(
+        frames[frames.len() - 3..],
+        [
+            "heap_stacks::build_index",
+            "heap_stacks::hs_handler",
+            "heap_stacks::hs_request"
+        ],
+        "{trace}"
+    );
+    assert!(trace.contains("100kB"), "{trace}");
+    // The outer vector is allocated by build_index itself.
+    let raw = common::raw(&file);
+    let stack = [
+        "heap_stacks::hs_request",
+        "heap_stacks::hs_handler",
+        "heap_stacks::build_index",
+    ];
+    assert_eq!(raw.value(&stack, "inuse_space"), 2400);
+    assert_eq!(raw.value(&stack, "inuse_objects"), 1);
+    let inner = |k: &[String]| {
+        k.len() > 3
+            && k[..3] == stack
+            && k.last().unwrap() == "heap_stacks::build_index::{{closure}}"
+    };
+    assert_eq!(raw.sum("inuse_space", inner), 102_400);
+    assert_eq!(raw.sum("alloc_objects", inner), 100);
+    let head = common::pprof(&["-raw"], &file);
+    assert!(
+        head.contains("PeriodType: space bytes") && head.contains("Period: 1"),
+        "{head}"
+    );
+    drop(kept);
+}
