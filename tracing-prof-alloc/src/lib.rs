@@ -69,7 +69,7 @@ pub use header::HEADER_SIZE;
 pub use sample::{
     DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,
     MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals, read_stacks, sample_rate, sampler_stats,
-    set_sample_rate, set_temporary_threshold, temporary_threshold,
+    seed_this_thread, set_sample_rate, set_temporary_threshold, temporary_threshold,
 };
 pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
 

@@ -1,13 +1,27 @@
-//! Heap sampling: which *code* allocated, by a Poisson process over bytes, as Go and jemalloc do.
+//! Heap sampling: which *code* allocated, by random sample points laid over the bytes a thread
+//! allocates.
 //!
-//! Each thread counts the bytes it requests down to the next sample; the distance between two
-//! samples is drawn from an exponential distribution with mean [`sample_rate`] bytes, so an
-//! allocation of `size` bytes is sampled with probability `1 - e^(-size/rate)` whatever the sizes
-//! around it. The countdown is one subtraction and one compare on the hot path; only when it
-//! runs out does the slow path run: it captures the code stack (see `unwind`), finds or adds
-//! the stack's *bucket* (stack and span path tag) in a fixed table, adds the sample there with
-//! its weight `1 / (1 - e^(-size/rate))` (1 at rate 1), and gives the block the sampled layout
-//! (see [`crate::header`]) whose sample header holds the bucket, the weight and the birth time.
+//! Each thread counts the bytes it requests down to the next *sample point*; an allocation that
+//! covers one or more points is sampled. The distance between two points is random with a
+//! mean of [`sample_rate`] bytes, so every allocated byte has the same chance to be sampled
+//! whatever the sizes and the order of the allocations around it, and a sample that covered
+//! `k` points stands for `k * rate` bytes (`k * rate / size` allocations): an unbiased estimate
+//! for any allocation sequence, periodic ones included. At rate 1 every allocation is sampled
+//! with weight 1 and the numbers are exact.
+//!
+//! Go and jemalloc draw exponential distances (a Poisson process) and scale each sample by
+//! `1 / (1 - e^(-size/rate))`. We draw them uniformly from `[rate/2, 3*rate/2)` instead: the
+//! estimate stays unbiased, and its spread over a stretch of small allocations is 3.5 times
+//! smaller (the count of points in `B` bytes varies by `sqrt(B/rate/12)` instead of
+//! `sqrt(B/rate)`): at the default 512 KiB, 2.5% instead of 8.8% for a span path that
+//! allocated 64 MiB. The jitter of ±50% keeps the points from locking onto a periodic
+//! allocation pattern.
+//!
+//! The countdown is one subtraction and one compare on the hot path; only when it runs out
+//! does the slow path run: it captures the code stack (see `unwind`), finds or adds the stack's
+//! *bucket* (stack and span path tag) in a fixed table, adds the sample there with its weight,
+//! and gives the block the sampled layout (see [`crate::header`]) whose sample header holds the
+//! bucket, the weight and the birth time.
 //! A free reads the header anyway: only blocks flagged as live samples come here, to credit
 //! the bucket and record the block's lifetime.
 //!
@@ -124,6 +138,22 @@ pub fn set_sample_rate(rate: u64) -> bool {
     true
 }
 
+/// Restarts the calling thread's sampler from `seed`: the same seed and the same allocations
+/// on this thread give the same samples. For reproducible tests; threads seed themselves from
+/// the clock and their address otherwise.
+pub fn seed_this_thread(seed: u64) {
+    let _ = STATE.try_with(|s| {
+        s.rng.set(splitmix(seed));
+        s.sample_gen.set(GENERATION.load(Ordering::Relaxed));
+        let rate = RATE.load(Ordering::Relaxed);
+        s.sample_left.set(if rate == 0 {
+            OFF_RECHECK
+        } else {
+            next_distance(s, rate)
+        });
+    });
+}
+
 /// The current sampling rate in bytes (0: off).
 pub fn sample_rate() -> u64 {
     RATE.load(Ordering::Relaxed)
@@ -148,8 +178,8 @@ fn table() -> Option<&'static SampleTable> {
     (!t.is_null()).then(|| unsafe { &*t })
 }
 
-/// The hot path's countdown ran out: decides whether this request is sampled and draws the
-/// next distance.
+/// The hot path's countdown ran out: this request covers one or more sample points. Counts
+/// them for `record_alloc` and draws the distance to the next one.
 #[cold]
 #[inline(never)]
 pub(crate) fn countdown_ran_out(s: &ThreadState) -> bool {
@@ -162,56 +192,95 @@ pub(crate) fn countdown_ran_out(s: &ThreadState) -> bool {
         return false;
     }
     let generation = GENERATION.load(Ordering::Relaxed);
-    let next = next_distance(s, rate);
-    s.sample_left.set(next);
     if s.sample_gen.get() != generation {
-        // A fresh countdown for this rate: the process is memoryless, so starting it here is
-        // as good as anywhere, and this request was not drawn (except at rate 1: all are).
+        // A fresh countdown for this rate, started in the process's steady state; this
+        // request was not drawn (except at rate 1: all are).
         s.sample_gen.set(generation);
+        s.sample_left.set(first_distance(s, rate));
+        s.sample_points.set(1);
         return rate == 1;
     }
+    s.sample_points.set(take_points(s, rate));
     true
 }
 
-/// A distance to the next sample, exponentially distributed with mean `rate`.
+/// Counts the sample points the countdown has run past (it is negative) and leaves it at the
+/// distance to the next point after them.
+fn take_points(s: &ThreadState, rate: u64) -> u32 {
+    if rate <= 1 {
+        s.sample_left.set(0);
+        return 1;
+    }
+    let mut left = s.sample_left.get();
+    let mut points = 0u32;
+    while left < 0 {
+        points = points.saturating_add(1);
+        left += next_distance(s, rate);
+    }
+    s.sample_left.set(left);
+    points
+}
+
+/// A distance between two sample points: uniform in `[rate/2, 3*rate/2)`, mean `rate`.
 fn next_distance(s: &ThreadState, rate: u64) -> i64 {
     if rate <= 1 {
         return 0;
     }
+    let d = rate as f64 * (0.5 + uniform(s));
+    d.min((i64::MAX / 2) as f64) as i64
+}
+
+/// The distance to the first point from an arbitrary position: the forward recurrence time
+/// of the process above, so that counting starts in its steady state.
+fn first_distance(s: &ThreadState, rate: u64) -> i64 {
+    if rate <= 1 {
+        return 0;
+    }
+    let r = rate as f64;
+    let d = if uniform(s) < 0.5 {
+        uniform(s) * r / 2.0
+    } else {
+        1.5 * r - r * uniform(s).sqrt()
+    };
+    d.min((i64::MAX / 2) as f64) as i64
+}
+
+/// A uniform number in `[0, 1)` from this thread's xorshift64* state.
+fn uniform(s: &ThreadState) -> f64 {
     let mut x = s.rng.get();
     if x == 0 {
         x = seed(s);
     }
-    // xorshift64*.
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     s.rng.set(x);
     let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
-    let u = ((r >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // (0, 1]
-    let d = -u.ln() * rate as f64;
-    d.min((i64::MAX / 2) as f64) as i64
+    (r >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn seed(s: &ThreadState) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    // splitmix64 of the time and this thread's state address.
-    let mut z = nanos ^ (std::ptr::from_ref(s) as u64).rotate_left(32);
+    splitmix(nanos ^ (std::ptr::from_ref(s) as u64).rotate_left(32))
+}
+
+/// splitmix64, never 0 (0 means "not seeded").
+fn splitmix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (z ^ (z >> 31)) | 1
 }
 
-/// How many allocations of `size` bytes one sample stands for at `rate`.
-fn weight_for(size: usize, rate: u64) -> f32 {
-    if rate <= 1 {
+/// How many allocations of `size` bytes a sample that covered `points` sample points stands
+/// for: it stands for `points * rate` bytes (1 allocation at rate 1).
+fn weight_for(size: usize, rate: u64, points: u32) -> f32 {
+    if rate <= 1 || size == 0 {
         return 1.0;
     }
-    let p = -(-(size as f64) / rate as f64).exp_m1(); // 1 - e^(-size/rate), precise when small
-    if p <= 0.0 { f32::MAX } else { (1.0 / p) as f32 }
+    (f64::from(points) * rate as f64 / size as f64) as f32
 }
 
 fn hash(tag: u32, ips: &[usize]) -> u64 {
@@ -274,8 +343,13 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     let Some(table) = table() else {
         return false;
     };
-    let _ = STATE.try_with(|s| s.in_sample.set(true));
-    let weight = weight_for(size, RATE.load(Ordering::Relaxed));
+    let points = STATE
+        .try_with(|s| {
+            s.in_sample.set(true);
+            s.sample_points.get()
+        })
+        .unwrap_or(1);
+    let weight = weight_for(size, RATE.load(Ordering::Relaxed), points);
     let mut ips = [0usize; MAX_FRAMES];
     let depth = crate::unwind::capture(&mut ips);
     let index = find_or_insert(table, tag, &ips[..depth]);
@@ -458,14 +532,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn weights_follow_go() {
-        assert_eq!(weight_for(100, 1), 1.0);
-        assert_eq!(weight_for(100, 0), 1.0);
-        // Much larger than the rate: always sampled, weight 1.
-        assert!((weight_for(64 << 20, 512 << 10) - 1.0).abs() < 1e-6);
-        // Small: about rate / size.
-        let w = weight_for(64, 512 << 10);
-        assert!((f64::from(w) - 8192.5).abs() < 1.0, "{w}");
+    fn weights_stand_for_the_points_covered() {
+        assert_eq!(weight_for(100, 1, 1), 1.0);
+        assert_eq!(weight_for(100, 0, 1), 1.0);
+        assert_eq!(weight_for(64, 512 << 10, 1), 8192.0);
+        // 64 MiB covers about 128 points: about one allocation.
+        assert_eq!(weight_for(64 << 20, 512 << 10, 128), 1.0);
+    }
+
+    /// Runs the sampler over `sizes` repeated `n` times and returns, per size, the estimated
+    /// bytes over the true bytes.
+    fn estimate(s: &ThreadState, rate: u64, sizes: &[usize], n: usize) -> Vec<f64> {
+        s.sample_left.set(first_distance(s, rate));
+        let mut est = vec![0.0; sizes.len()];
+        for _ in 0..n {
+            for (i, &size) in sizes.iter().enumerate() {
+                let left = s.sample_left.get() - size as i64;
+                s.sample_left.set(left);
+                if left < 0 {
+                    let points = take_points(s, rate);
+                    est[i] += f64::from(weight_for(size, rate, points)) * size as f64;
+                }
+            }
+        }
+        sizes
+            .iter()
+            .zip(est)
+            .map(|(&size, e)| e / (size * n) as f64)
+            .collect()
+    }
+
+    #[test]
+    fn estimates_are_unbiased_on_periodic_patterns() {
+        STATE.with(|s| {
+            s.rng.set(splitmix(7));
+            // A period that divides the rate, a systematic sampler's worst case.
+            let r = estimate(s, 4096, &[64, 960, 3072], 200_000);
+            for (i, x) in r.iter().enumerate() {
+                // The smallest classes get about 1200 and 3100 points: 3% and 2% spread.
+                assert!((x - 1.0).abs() < 0.1, "size class {i}: {x}");
+            }
+            // Sizes around and above the rate.
+            let r = estimate(s, 4096, &[100, 5000, 20_000], 50_000);
+            for (i, x) in r.iter().enumerate() {
+                // The smallest classes get about 1200 and 3100 points: 3% and 2% spread.
+                assert!((x - 1.0).abs() < 0.1, "size class {i}: {x}");
+            }
+        });
     }
 
     #[test]

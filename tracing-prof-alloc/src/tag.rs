@@ -53,6 +53,8 @@ pub(crate) struct ThreadState {
     pub(crate) sample_left: Cell<i64>,
     /// The sampler's random state (0: not seeded yet).
     pub(crate) rng: Cell<u64>,
+    /// Sample points covered by the request being sampled (see `sample`).
+    pub(crate) sample_points: Cell<u32>,
     /// The sampling generation this thread's countdown was drawn for.
     pub(crate) sample_gen: Cell<u32>,
     /// Set while this thread records a sample, so that nothing in it is sampled again.
@@ -68,6 +70,7 @@ thread_local! {
             origin: Cell::new(0),
             sample_left: Cell::new(0),
             rng: Cell::new(0),
+            sample_points: Cell::new(1),
             sample_gen: Cell::new(0),
             in_sample: Cell::new(false),
         }
