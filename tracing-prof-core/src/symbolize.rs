@@ -16,6 +16,7 @@
 //!   `span.enter()` keep their whole code stack, less the runtime's own root frames.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// One function in a code stack.
@@ -39,13 +40,28 @@ impl CodeFrame {
     }
 }
 
-/// Set when debug info was parsed since the last [`release_debug_info`].
-static PARSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set when an address was resolved since the last [`release_debug_info`].
+static PARSED: AtomicBool = AtomicBool::new(false);
+/// Captures in a row that resolved nothing new while the debug info was loaded.
+static IDLE: AtomicU32 = AtomicU32::new(0);
+/// Whether the debug info may be loaded.
+static LOADED: AtomicBool = AtomicBool::new(false);
 
-/// Frees the debug info parsed to resolve new addresses (tens of MB for a service); resolved
-/// frames stay cached. Called once per capture, after all its stacks are resolved.
+/// Captures without a new address before the parsed debug info is freed.
+const RELEASE_AFTER: u32 = 2;
+
+/// Called once per capture, after all its stacks are resolved: frees the debug info parsed to
+/// resolve new addresses (tens of MB for a service) once two captures in a row needed nothing
+/// new, so that a service that has shown its allocation sites pays for it only while warming
+/// up. Resolved frames stay cached.
 pub(crate) fn release_debug_info() {
-    if PARSED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+    if PARSED.swap(false, Ordering::Relaxed) {
+        LOADED.store(true, Ordering::Relaxed);
+        IDLE.store(0, Ordering::Relaxed);
+    } else if LOADED.load(Ordering::Relaxed)
+        && IDLE.fetch_add(1, Ordering::Relaxed) + 1 >= RELEASE_AFTER
+    {
+        LOADED.store(false, Ordering::Relaxed);
         backtrace::clear_symbol_cache();
     }
 }
@@ -177,7 +193,7 @@ pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
         leaf_first.extend(frames.iter().cloned());
     }
     if resolved {
-        PARSED.store(true, std::sync::atomic::Ordering::Relaxed);
+        PARSED.store(true, Ordering::Relaxed);
     }
     drop(guard);
     trim(leaf_first, in_span)
