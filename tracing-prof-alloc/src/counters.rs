@@ -310,7 +310,7 @@ pub(crate) fn begin_alloc(bytes: usize) -> Ticket {
                 tag: s.tag.get(),
                 origin: s.origin.get(),
                 table,
-                sample: left < 0 && crate::sample::countdown_ran_out(s),
+                sample: left < 0 && crate::sample::countdown_ran_out(s, bytes),
             }
         })
         .unwrap_or(Ticket {

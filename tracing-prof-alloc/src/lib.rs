@@ -54,6 +54,7 @@ mod allocator;
 mod counters;
 mod giant;
 mod sample;
+mod sites;
 mod tag;
 mod unwind;
 
@@ -71,6 +72,7 @@ pub use sample::{
     MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals, read_stacks, sample_rate, sampler_stats,
     seed_this_thread, set_sample_rate, set_temporary_threshold, temporary_threshold,
 };
+pub use sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
 pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
 
 /// Number of distinct tags the counter tables hold (reserved tags included).

@@ -182,8 +182,23 @@ fn table() -> Option<&'static SampleTable> {
 /// them for `record_alloc` and draws the distance to the next one.
 #[cold]
 #[inline(never)]
-pub(crate) fn countdown_ran_out(s: &ThreadState) -> bool {
+pub(crate) fn countdown_ran_out(s: &ThreadState, size: usize) -> bool {
     if s.in_sample.get() {
+        return false;
+    }
+    let recorder = s.recorder.get();
+    if !recorder.is_null() {
+        // The profiler's own allocations are not the code's.
+        if s.tag.get() != Tag::PROFILER.get() {
+            s.in_sample.set(true);
+            // SAFETY: `record_sites` set this pointer from a `&mut SiteRecorder` that stays
+            // borrowed, and unused otherwise, until it resets the pointer; only this thread
+            // reads it, and `in_sample` keeps this from re-entering.
+            unsafe { (*recorder).add(size) };
+            s.in_sample.set(false);
+        }
+        // Keep every allocation coming here; no heap samples while recording.
+        s.sample_left.set(-1);
         return false;
     }
     let rate = RATE.load(Ordering::Relaxed);

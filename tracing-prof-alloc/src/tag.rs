@@ -59,6 +59,8 @@ pub(crate) struct ThreadState {
     pub(crate) sample_gen: Cell<u32>,
     /// Set while this thread records a sample, so that nothing in it is sampled again.
     pub(crate) in_sample: Cell<bool>,
+    /// Where [`crate::record_sites`] records this thread's allocations (null: nowhere).
+    pub(crate) recorder: Cell<*mut crate::sites::SiteRecorder>,
 }
 
 thread_local! {
@@ -73,6 +75,7 @@ thread_local! {
             sample_points: Cell::new(1),
             sample_gen: Cell::new(0),
             in_sample: Cell::new(false),
+            recorder: Cell::new(std::ptr::null_mut()),
         }
     };
 }

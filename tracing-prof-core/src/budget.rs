@@ -19,18 +19,49 @@
 //! never see each other's. Needs the tagging allocator as global allocator and a
 //! [`ProfileLayer`](crate::ProfileLayer) in the current subscriber (as the example shows).
 //!
-//! Limitations: allocations on threads the closure spawns are not counted; the report names span
-//! paths, not yet code locations (that needs sampled stacks).
+//! A failure also lists the top allocation sites: while the closure runs, every allocation of
+//! the thread has its code stack captured (a few microseconds each; turn it off with
+//! [`Budget::sites`]`(false)` for closures that allocate millions of times). A realloc counts
+//! as an allocation of its new size there.
+//!
+//! Limitations: allocations on threads the closure spawns are not counted.
 
 use crate::span_path;
 use std::fmt;
-use tracing_prof_alloc::{Tag, TagGuard, TagTotals, current_tag, read_thread_totals};
+use tracing_prof_alloc::{
+    SiteRecorder, Tag, TagGuard, TagTotals, current_tag, read_thread_totals, record_sites,
+};
 
 /// Limits on what a closure may allocate; see the module docs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     max_allocations: Option<u64>,
     max_bytes: Option<u64>,
+    sites: bool,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_allocations: None,
+            max_bytes: None,
+            sites: true,
+        }
+    }
+}
+
+/// Where a closure allocated, by code location.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AllocationSite {
+    /// The innermost code frame that asked for memory, with its file and line.
+    pub location: String,
+    /// The code stack from the closure down to it, root first.
+    pub stack: Vec<crate::CodeFrame>,
+    /// Allocations made there.
+    pub allocations: u64,
+    /// Bytes requested there.
+    pub bytes: u64,
 }
 
 /// What a closure allocated on its thread, per span path under the budget.
@@ -45,6 +76,8 @@ pub struct BudgetReport {
     pub bytes: u64,
     /// `(span path, allocations, bytes)`, most bytes first; paths start at `budget`.
     pub by_path: Vec<(String, u64, u64)>,
+    /// Allocation sites, most bytes first (empty with [`Budget::sites`]`(false)`).
+    pub sites: Vec<AllocationSite>,
 }
 
 /// Why a budget check failed.
@@ -81,6 +114,13 @@ impl Budget {
         self
     }
 
+    /// Whether to record the code location of every allocation for the report (default: yes;
+    /// each allocation in the closure then costs a few microseconds more).
+    pub fn sites(mut self, on: bool) -> Self {
+        self.sites = on;
+        self
+    }
+
     /// Runs `f` and returns its value, or what it allocated if that exceeds the budget.
     pub fn check<T>(&self, f: impl FnOnce() -> T) -> Result<T, BudgetError> {
         let (value, report) = self.measure(f)?;
@@ -110,8 +150,12 @@ impl Budget {
         if tag == outer || tag == Tag::OVERFLOW {
             return Err(BudgetError::NoProfiler);
         }
+        let mut recorder = self.sites.then(SiteRecorder::new);
         let before = thread_totals();
-        let value = f();
+        let value = match &mut recorder {
+            Some(r) => record_sites(r, f),
+            None => f(),
+        };
         let after = thread_totals();
         drop(entered);
         let _profiler = TagGuard::new(Tag::PROFILER);
@@ -144,9 +188,52 @@ impl Budget {
             allocations: by_path.iter().map(|p| p.1).sum(),
             bytes: by_path.iter().map(|p| p.2).sum(),
             by_path,
+            sites: recorder.map_or_else(Vec::new, |r| sites_of(&r)),
         };
         Ok((value, report))
     }
+}
+
+/// Symbolizes and merges the recorded sites, most bytes first.
+fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
+    let mut merged: Vec<AllocationSite> = Vec::new();
+    for (ips, allocations, bytes) in recorder.sites() {
+        let stack = crate::symbolize::code_stack(ips, true);
+        if let Some(s) = merged.iter_mut().find(|s| s.stack == stack) {
+            s.allocations += allocations;
+            s.bytes += bytes;
+            continue;
+        }
+        let location = stack.last().map_or_else(
+            || "?".to_owned(),
+            |f| match (&f.file, f.line) {
+                (Some(file), Some(line)) => format!("{} ({file}:{line})", f.function),
+                _ => f.function.to_string(),
+            },
+        );
+        merged.push(AllocationSite {
+            location,
+            stack,
+            allocations,
+            bytes,
+        });
+    }
+    let (other_allocations, other_bytes) = recorder.other();
+    if other_allocations > 0 {
+        merged.push(AllocationSite {
+            location: "(more sites than the recorder holds)".to_owned(),
+            stack: Vec::new(),
+            allocations: other_allocations,
+            bytes: other_bytes,
+        });
+    }
+    crate::symbolize::release_debug_info();
+    merged.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| a.location.cmp(&b.location))
+    });
+    merged
 }
 
 fn thread_totals() -> Vec<TagTotals> {
@@ -176,6 +263,19 @@ impl fmt::Display for BudgetReport {
         }
         if self.by_path.len() > 10 {
             writeln!(f, "  ... and {} more span paths", self.by_path.len() - 10)?;
+        }
+        if !self.sites.is_empty() {
+            writeln!(f, "top allocation sites (most bytes first):")?;
+            for s in self.sites.iter().take(5) {
+                writeln!(
+                    f,
+                    "  {:>12} bytes in {:>6} allocations  {}",
+                    s.bytes, s.allocations, s.location
+                )?;
+            }
+            if self.sites.len() > 5 {
+                writeln!(f, "  ... and {} more sites", self.sites.len() - 5)?;
+            }
         }
         Ok(())
     }

@@ -40,7 +40,7 @@ mod span_path;
 mod symbolize;
 mod threads;
 
-pub use budget::{Budget, BudgetError, BudgetReport};
+pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError};
 pub use entered::MAX_DEPTH;

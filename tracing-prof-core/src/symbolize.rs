@@ -127,6 +127,7 @@ fn is_span_entry(f: &CodeFrame) -> bool {
     let file = f.file.as_deref().unwrap_or("");
     let in_tracing = file.contains("/tracing-0.") || file.contains("/tracing/src/");
     name.starts_with("tracing::span::Span::in_scope")
+        || name.starts_with("tracing_prof_core::budget::Budget::measure")
         || (name.contains("tracing::instrument::Instrumented<") && name.ends_with("::poll"))
         || (in_tracing
             && file.ends_with("span.rs")
@@ -201,8 +202,23 @@ pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
 
 /// Trims a leaf-first stack and returns it root first.
 fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool) -> Vec<CodeFrame> {
-    // Leaf: the allocator's frames and the library containers' frames that called it, so that
-    // the innermost frame is the code that asked for memory (its file and line say where).
+    // Leaf: the allocator's frames (up to the outermost of them: std helpers such as
+    // `LocalKey::with` sit between them) and the library containers' frames that called it, so
+    // that the innermost frame is the code that asked for memory (its file and line say where).
+    let mut allocator = 0;
+    for (i, f) in leaf_first.iter().enumerate() {
+        if matches(f, LEAF_NAMES, &LEAF_FILES[..1]) {
+            allocator = i + 1;
+        } else if !matches(f, LEAF_NAMES, LEAF_FILES)
+            && !f
+                .file
+                .as_deref()
+                .is_some_and(|p| p.contains("/library/std/"))
+        {
+            break; // the caller's code: allocator frames further out are not this allocation's
+        }
+    }
+    leaf_first.drain(..allocator);
     let leading = leaf_first
         .iter()
         .position(|f| !matches(f, LEAF_NAMES, LEAF_FILES))

@@ -60,6 +60,12 @@ fn budgets_pass_fail_and_explain() {
         text.contains("10 allocations (budget: no limit), 9000 bytes (budget: 4096)"),
         "{text}"
     );
+    // The top allocation sites, by code location.
+    let sites: Vec<(u64, u64)> = r.sites.iter().map(|s| (s.allocations, s.bytes)).collect();
+    assert_eq!(sites, [(8, 8000), (2, 1000)], "{text}");
+    assert!(r.sites[0].location.contains("tests/budget.rs:15"), "{text}");
+    assert!(r.sites[1].location.contains("tests/budget.rs:19"), "{text}");
+    assert!(text.contains("top allocation sites"), "{text}");
     assert!(
         text.contains("8000 bytes in      8 allocations  budget -> parse"),
         "{text}"
