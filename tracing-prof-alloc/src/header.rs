@@ -18,11 +18,12 @@
 //! and `dealloc` (a peer used `+8` on realloc only, which overflows blocks with align > 8).
 //!
 //! # Sampled blocks
-//! A block chosen by the heap sampler is laid out with a larger offset, `max(SAMPLED_OFFSET,
-//! align)`, and a [`SampleHeader`] (birth time, stack bucket, weight) in front of the header:
+//! A block chosen by the heap sampler is laid out with a larger offset (48 bytes, or 64 or
+//! `align` for larger alignments), and a [`SampleHeader`] (birth time, stack bucket, weight,
+//! span instance) in front of the header:
 //!
 //! ```text
-//!  [ padding | SampleHeader (24 bytes) | Header ][ user bytes ... ]
+//!  [ padding | SampleHeader (32 bytes) | Header ][ user bytes ... ]
 //! ```
 //!
 //! The header's `EXTENDED` flag says which offset a block has, so `dealloc` and `realloc` find the
@@ -57,7 +58,7 @@ pub(crate) const LIVE: u32 = 1 << 14;
 pub(crate) const ORIGIN_MASK: u32 = (1 << 14) - 1;
 
 /// Offset of a sampled block with `align <= SAMPLED_OFFSET`: room for both headers.
-pub(crate) const SAMPLED_OFFSET: usize = 32;
+pub(crate) const SAMPLED_OFFSET: usize = 48;
 
 /// What sits in front of the [`Header`] of a sampled block.
 #[derive(Clone, Copy, Debug)]
@@ -69,9 +70,12 @@ pub(crate) struct SampleHeader {
     pub(crate) bucket: u32,
     /// How many allocations it stands for (1 at rate 1).
     pub(crate) weight: f32,
+    /// The span instance it was allocated in (0: none); see `instances`.
+    pub(crate) instance: u32,
 }
 
 const _: () = assert!(size_of::<SampleHeader>() + HEADER_SIZE <= SAMPLED_OFFSET);
+const _: () = assert!(SAMPLED_OFFSET % 16 == 0);
 const _: () = assert!(align_of::<SampleHeader>() <= HEADER_ALIGN);
 
 /// What sits in front of every block.
@@ -119,15 +123,23 @@ impl Header {
 }
 
 /// Distance from the inner block's start to the user pointer for a given alignment, in the
-/// plain layout (`extended == false`) or the sampled one.
+/// plain layout (`extended == false`) or the sampled one: at least the headers' size, and a
+/// multiple of `align`.
 #[inline(always)]
 pub(crate) const fn offset_for(align: usize, extended: bool) -> usize {
-    let min = if extended {
+    if !extended {
+        return if align > HEADER_SIZE {
+            align
+        } else {
+            HEADER_SIZE
+        };
+    }
+    if align <= 16 {
         SAMPLED_OFFSET
     } else {
-        HEADER_SIZE
-    };
-    if align > min { align } else { min }
+        // A power of two above 16: SAMPLED_OFFSET rounded up to it.
+        (SAMPLED_OFFSET + align - 1) & !(align - 1)
+    }
 }
 
 /// The layout asked of the inner allocator for a user block of `size` bytes aligned to `align`,

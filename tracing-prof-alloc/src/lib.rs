@@ -53,6 +53,7 @@ pub mod header;
 mod allocator;
 mod counters;
 mod giant;
+mod instances;
 mod sample;
 mod sites;
 mod tag;
@@ -67,13 +68,16 @@ pub use giant::{
     GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy,
 };
 pub use header::HEADER_SIZE;
+pub use instances::{
+    MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
+};
 pub use sample::{
     DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,
     MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals, read_stacks, sample_rate, sampler_stats,
     seed_this_thread, set_sample_rate, set_temporary_threshold, temporary_threshold,
 };
 pub use sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
-pub use tag::{Tag, TagGuard, current_tag, set_current_tag};
+pub use tag::{Tag, TagGuard, current_tag, set_current_span, set_current_tag};
 
 /// Number of distinct tags the counter tables hold (reserved tags included).
 pub const MAX_TAGS: usize = 4096;

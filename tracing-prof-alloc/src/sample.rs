@@ -76,7 +76,7 @@ const OFF_RECHECK: i64 = 16 << 20;
 /// Probes before a stack gives up looking for a bucket.
 const MAX_PROBES: usize = 64;
 /// Fixed-point scale of estimated object counts.
-const FP: f64 = 256.0;
+pub(crate) const FP: f64 = 256.0;
 
 struct Bucket {
     /// Hash of (tag, stack), never 0 once claimed; 0: free.
@@ -358,12 +358,12 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     let Some(table) = table() else {
         return false;
     };
-    let points = STATE
+    let (points, instance) = STATE
         .try_with(|s| {
             s.in_sample.set(true);
-            s.sample_points.get()
+            (s.sample_points.get(), s.instance.get())
         })
-        .unwrap_or(1);
+        .unwrap_or((1, 0));
     let weight = weight_for(size, RATE.load(Ordering::Relaxed), points);
     let mut ips = [0usize; MAX_FRAMES];
     let depth = crate::unwind::capture(&mut ips);
@@ -373,12 +373,14 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     b.samples.fetch_add(1, Ordering::Relaxed);
     b.sampled_bytes.fetch_add(size as u64, Ordering::Relaxed);
     b.alloc_objects_fp.fetch_add(fixed(w), Ordering::Relaxed);
-    b.alloc_bytes
-        .fetch_add((w * size as f64).round() as u64, Ordering::Release);
+    let bytes = (w * size as f64).round() as u64;
+    b.alloc_bytes.fetch_add(bytes, Ordering::Release);
+    crate::instances::track(instance, fixed(w), bytes, true);
     let sample = SampleHeader {
         born: Instant::now(),
         bucket: index as u32,
         weight,
+        instance,
     };
     // SAFETY: the caller guarantees `user` has the sampled layout.
     unsafe { crate::header::write_sample(user, sample) };
@@ -403,6 +405,7 @@ pub(crate) unsafe fn record_free(user: *const u8, size: usize) {
     let b = &table.buckets[sample.bucket as usize % MAX_STACKS];
     let w = f64::from(sample.weight);
     let (objects, bytes) = (fixed(w), (w * size as f64).round() as u64);
+    crate::instances::track(sample.instance, objects, bytes, false);
     let life = LIFETIME_BOUNDS_NS
         .iter()
         .position(|&bound| ns < bound)

@@ -47,6 +47,8 @@ pub(crate) struct ThreadState {
     pub(crate) table: Cell<*const crate::counters::ThreadTable>,
     /// Set while this thread is inside the table's slow path, to keep re-entrant calls off it.
     pub(crate) busy: Cell<bool>,
+    /// The span instance current with `tag` (0: none; see `instances`).
+    pub(crate) instance: Cell<u32>,
     /// This thread's table index as stored in headers (0: no table; see `counters`).
     pub(crate) origin: Cell<u32>,
     /// Bytes left before the next heap sample; the hot path subtracts each request's size.
@@ -69,6 +71,7 @@ thread_local! {
             tag: Cell::new(0),
             table: Cell::new(std::ptr::null()),
             busy: Cell::new(false),
+            instance: Cell::new(0),
             origin: Cell::new(0),
             sample_left: Cell::new(0),
             rng: Cell::new(0),
@@ -92,6 +95,16 @@ pub fn current_tag() -> Tag {
 #[inline]
 pub fn set_current_tag(tag: Tag) -> Tag {
     Tag(STATE.try_with(|s| s.tag.replace(tag.0)).unwrap_or(0))
+}
+
+/// Makes `tag` and the span instance `instance` current on this thread (see
+/// `open_span_instance`); returns the pair it replaces. The span layer calls this on enter and
+/// exit. Never allocates, locks or panics.
+#[inline]
+pub fn set_current_span(tag: Tag, instance: u32) -> (Tag, u32) {
+    STATE
+        .try_with(|s| (Tag(s.tag.replace(tag.0)), s.instance.replace(instance)))
+        .unwrap_or((Tag::NO_SPAN, 0))
 }
 
 /// Makes a tag current until dropped, then restores the previous one (also on panic).

@@ -14,7 +14,7 @@ use crate::layer::SpanState;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tracing_prof_alloc::{Tag, set_current_tag};
+use tracing_prof_alloc::{Tag, set_current_span};
 
 /// Entered spans tracked per thread.
 pub const MAX_DEPTH: usize = 64;
@@ -22,8 +22,8 @@ pub const MAX_DEPTH: usize = 64;
 struct Entered {
     id: u64,
     state: Arc<SpanState>,
-    /// Tag current before this span was entered, restored on exit.
-    prev_tag: Tag,
+    /// Tag and span instance current before this span was entered, restored on exit.
+    prev: (Tag, u32),
     start_ns: u64,
     start_cpu: CpuSample,
     /// Already entered further down this stack: the outer interval measures it.
@@ -55,7 +55,7 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
         };
-        let prev_tag = set_current_tag(state.tag);
+        let prev = set_current_span(state.tag, state.instance);
         if s.len == MAX_DEPTH {
             s.untracked += 1;
             return;
@@ -70,7 +70,7 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
         s.frames[len] = Some(Entered {
             id,
             state,
-            prev_tag,
+            prev,
             start_ns: if reentry { 0 } else { clock.now_ns() },
             start_cpu,
             reentry,
@@ -90,11 +90,12 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         };
         if s.untracked > 0 {
             s.untracked -= 1;
-            let tag = s.frames[..s.len]
+            let below = s.frames[..s.len]
                 .last()
                 .and_then(|e| e.as_ref())
-                .map(|e| e.state.tag);
-            set_current_tag(tag.unwrap_or(Tag::NO_SPAN));
+                .map(|e| (e.state.tag, e.state.instance));
+            let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
+            set_current_span(tag, instance);
             return;
         }
         let len = s.len;
@@ -108,13 +109,13 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             return;
         };
         if pos + 1 == len {
-            set_current_tag(e.prev_tag);
+            set_current_span(e.prev.0, e.prev.1);
         } else {
             // Out-of-order exit: the span entered right after this one now restores to what
             // this one would have restored.
             s.frames[pos..len].rotate_left(1);
             if let Some(next) = s.frames[pos].as_mut() {
-                next.prev_tag = e.prev_tag;
+                next.prev = e.prev;
             }
         }
         s.len -= 1;

@@ -21,6 +21,8 @@ pub(crate) struct SpanState {
     pub(crate) created_ns: u64,
     /// Sum of this span's enter..exit intervals, for its idle time at close.
     pub(crate) busy_ns: AtomicU64,
+    /// The allocator's instance for it (0: untracked), to count what outlives it.
+    pub(crate) instance: u32,
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -100,6 +102,7 @@ where
             parent,
             created_ns: self.clock.now_ns(),
             busy_ns: AtomicU64::new(0),
+            instance: tracing_prof_alloc::open_span_instance(),
         };
         span.extensions_mut().insert(Arc::new(state));
     }
@@ -121,5 +124,6 @@ where
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
         let idle = wall.saturating_sub(state.busy_ns.load(Ordering::Relaxed));
         tracing_prof_alloc::record_span_closed(state.tag, wall, idle);
+        tracing_prof_alloc::close_span_instance(state.instance, state.tag);
     }
 }

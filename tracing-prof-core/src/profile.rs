@@ -139,6 +139,9 @@ pub struct PathProfile {
     pub time: TimeStats,
     /// Memory allocated and held.
     pub memory: MemoryStats,
+    /// Sampled allocations still live when the span that made them closed (estimates from the
+    /// heap sampler, exact at rate 1): `(allocations, bytes)`, summed over closed spans.
+    pub outlived: (u64, u64),
 }
 
 impl PathProfile {
@@ -300,15 +303,19 @@ impl Profile {
             .into_iter()
             .chain(spans.into_iter().map(|(t, f)| (t, PathKind::Span, f)))
             .collect();
+        let mut outlived = vec![(0.0, 0); totals.len()];
+        tracing_prof_alloc::read_outlived(&mut outlived);
         let paths = all
             .iter()
             .filter_map(|(tag, kind, frames)| {
                 let t = totals.get(tag.get() as usize)?;
+                let (objects, bytes) = outlived[tag.get() as usize];
                 let p = PathProfile {
                     kind: *kind,
                     frames: frames.clone(),
                     time: time_of(t),
                     memory: memory_of(t),
+                    outlived: (objects.round() as u64, bytes),
                 };
                 let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
                 (!empty).then_some(p)
@@ -372,11 +379,16 @@ impl Profile {
                 let active = time != TimeStats::default()
                     || memory.alloc_objects > 0
                     || memory.alloc_bytes > 0;
-                (active || memory.inuse_bytes > 0).then(|| PathProfile {
+                let (o0, b0) = before
+                    .get(&(p.kind, p.frames.as_slice()))
+                    .map_or((0, 0), |b| b.outlived);
+                let outlived = (d(p.outlived.0, o0), d(p.outlived.1, b0));
+                (active || memory.inuse_bytes > 0 || outlived.0 > 0).then(|| PathProfile {
                     kind: p.kind,
                     frames: p.frames.clone(),
                     time,
                     memory,
+                    outlived,
                 })
             })
             .collect();

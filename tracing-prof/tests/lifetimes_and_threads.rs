@@ -60,6 +60,8 @@ fn lifetimes_temporaries_and_threads() {
         l.freed_objects
     );
     assert_eq!(l.freed_bytes[6], 20 * 64);
+    // Still live when lt_work closed: the 20 held and the 5 kept.
+    assert_eq!(path.outlived, (25, 20 * 64 + 5 * 128));
     let m = p.sampled_memory(&["lt_work"]);
     assert_eq!((m.inuse_objects, m.inuse_bytes), (5, 5 * 128));
     assert_eq!(
@@ -105,6 +107,10 @@ fn lifetimes_temporaries_and_threads() {
             |k: &[String]| k.first().map(String::as_str) == Some("lifetimes_and_threads::lt_work");
         assert_eq!(raw.sum("temporary_objects", under), 300);
         assert_eq!(raw.sum("freed_objects", under), 320);
+        assert_eq!(
+            raw.value(&["lifetimes_and_threads::lt_work"], "outlived_objects"),
+            25
+        );
         let top = common::pprof(&["-top", "-sample_index=temporary_space"], &file);
         assert!(top.contains("lifetimes_and_threads::scratch"), "{top}");
         let tags = common::pprof(&["-tags", "-sample_index=freed_objects"], &file);

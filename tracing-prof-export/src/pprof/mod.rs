@@ -14,7 +14,7 @@
 //! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
 //! | `allocs` | as `heap` | as `heap` | `alloc_space` |
 //! | `span_memory` | span paths, exact | as `heap` | `inuse_space` |
-//! | `lifetimes` | sampled stacks, one sample per lifetime bucket (label `lifetime`) | `freed_objects/count`, `freed_space/bytes`, `temporary_objects/count`, `temporary_space/bytes` | `temporary_space` |
+//! | `lifetimes` | sampled stacks, one sample per lifetime bucket (label `lifetime`); span paths for what outlived its span | `freed_objects/count`, `freed_space/bytes`, `temporary_objects/count`, `temporary_space/bytes`, `outlived_objects/count`, `outlived_space/bytes` | `temporary_space` |
 //! | `threads` | one per thread (label `thread`, numeric label `tid`), exact | as `heap` | `inuse_space` |
 //!
 //! The sampled kinds are Go's heap profile exactly: period type `space/bytes`, period = the
@@ -59,11 +59,13 @@ pub const MEMORY_SAMPLE_TYPES: [(&str, &str); 4] = [
 ];
 
 /// Sample types of [`ProfileKind::Lifetimes`].
-pub const LIFETIME_SAMPLE_TYPES: [(&str, &str); 4] = [
+pub const LIFETIME_SAMPLE_TYPES: [(&str, &str); 6] = [
     ("freed_objects", "count"),
     ("freed_space", "bytes"),
     ("temporary_objects", "count"),
     ("temporary_space", "bytes"),
+    ("outlived_objects", "count"),
+    ("outlived_space", "bytes"),
 ];
 
 impl ProfileKind {
@@ -114,7 +116,7 @@ impl ProfileKind {
             ]
             .map(int)
             .to_vec(),
-            ProfileKind::Lifetimes => vec![0; 4],
+            ProfileKind::Lifetimes => vec![0, 0, 0, 0, int(p.outlived.0), int(p.outlived.1)],
             _ => memory_values(&p.memory),
         }
     }
@@ -362,7 +364,8 @@ fn stack_samples(
 }
 
 /// Frees of sampled allocations per stack and lifetime bucket; temporaries in a sample of
-/// their own per stack (label `lifetime=temporary`), so that each sample type sums right.
+/// their own per stack (label `lifetime=temporary`), so that each sample type sums right; and
+/// per span path what outlived its span (label `lifetime=outlived span`).
 fn lifetime_samples(
     profile: &Profile,
     out: &mut proto::Profile,
@@ -381,17 +384,26 @@ fn lifetime_samples(
             }
             out.sample.push(proto::Sample {
                 location_id: location_id.clone(),
-                value: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0],
+                value: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0, 0, 0],
                 label: vec![str_label(strings, "lifetime", name)],
             });
         }
         if l.temporary_objects > 0 {
             out.sample.push(proto::Sample {
                 location_id,
-                value: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes)],
+                value: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0],
                 label: vec![str_label(strings, "lifetime", "temporary")],
             });
         }
+    }
+    // What outlived the span that allocated it, per span path.
+    for path in profile.paths.iter().filter(|p| p.outlived.0 > 0) {
+        let location_id = locations.stack(out, strings, &path.frames, &[]);
+        out.sample.push(proto::Sample {
+            location_id,
+            value: ProfileKind::Lifetimes.values(path),
+            label: vec![str_label(strings, "lifetime", "outlived span")],
+        });
     }
 }
 
@@ -510,6 +522,7 @@ mod tests {
             frames,
             time,
             memory,
+            outlived: (0, 0),
         };
         Profile {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
@@ -524,6 +537,7 @@ mod tests {
                     frames: vec![Frame::synthetic("(no span)")],
                     time: TimeStats::default(),
                     memory,
+                    outlived: (0, 0),
                 },
             ],
             overflowed_spans: 0,
