@@ -130,6 +130,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         total.inuse_objects
     );
 
+    print_stacks(&profile);
+    print_threads(&profile);
+
     let leaks = profiler.suspected_leaks();
     if leaks.is_empty() {
         println!(
@@ -152,6 +155,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let (spans, heap) = (newest(&dir, "spans"), newest(&dir, "heap"));
     if let (Some(spans), Some(heap)) = (spans, heap) {
+        let memory = newest(&dir, "span_memory").unwrap_or_default();
+        let lifetimes = newest(&dir, "lifetimes").unwrap_or_default();
+        let threads = newest(&dir, "threads").unwrap_or_default();
         println!("Profiles are in {}/. To look further:", dir.display());
         println!("  go tool pprof -top {}", spans.display());
         println!(
@@ -160,12 +166,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
         println!(
             "  go tool pprof -top -sample_index=inuse_space {}",
+            memory.display()
+        );
+        println!(
+            "  go tool pprof -traces -sample_index=inuse_space {}",
             heap.display()
         );
         println!(
-            "  go tool pprof -traces -sample_index=alloc_space {}",
+            "  go tool pprof -top -cum -sample_index=alloc_space {}",
             heap.display()
         );
+        println!(
+            "  go tool pprof -top -sample_index=temporary_space {}",
+            lifetimes.display()
+        );
+        println!("  go tool pprof -top {}", threads.display());
         println!("  go tool pprof -http=:8080 {}", heap.display());
     } else {
         println!(
@@ -198,6 +213,81 @@ fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) 
             bytes(p.memory.alloc_bytes),
             bytes(p.memory.inuse_bytes),
             p.display_path()
+        );
+    }
+    println!();
+}
+
+/// The sampled code stacks holding the most memory, and the sites of the most temporary bytes.
+fn print_stacks(profile: &Profile) {
+    if profile.sample_rate == 0 || profile.stacks.is_empty() {
+        return;
+    }
+    let site = |s: &tracing_prof::core::StackProfile| {
+        let names: Vec<&str> = s.frames.iter().map(|f| f.name).collect();
+        let leaf = s.code.last().map_or_else(
+            || "?".to_owned(),
+            |f| match (&f.file, f.line) {
+                (Some(file), Some(line)) => {
+                    let short = file.rsplit('/').take(2).collect::<Vec<_>>();
+                    format!("{} ({}/{}:{line})", f.function, short[1], short[0])
+                }
+                _ => f.function.to_string(),
+            },
+        );
+        format!("{} @ {leaf}", names.join(" -> "))
+    };
+    let mut stacks: Vec<_> = profile
+        .stacks
+        .iter()
+        .filter(|s| s.kind != PathKind::Profiler)
+        .collect();
+    println!(
+        "Top code stacks by in-use memory (sampled, one sample per {} on average; estimates):",
+        bytes(profile.sample_rate)
+    );
+    println!(
+        "  {:>10} {:>10} {:>8}  span path @ function that allocated",
+        "in use", "alloc", "samples"
+    );
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.memory.inuse_bytes));
+    for s in stacks.iter().take(5) {
+        println!(
+            "  {:>10} {:>10} {:>8}  {}",
+            bytes(s.memory.inuse_bytes),
+            bytes(s.memory.alloc_bytes),
+            s.samples,
+            site(s)
+        );
+    }
+    println!();
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.lifetimes.temporary_bytes));
+    println!(
+        "Top temporary allocations (freed within {:?}; estimates):",
+        profile.temporary_threshold
+    );
+    for s in stacks
+        .iter()
+        .take(3)
+        .filter(|s| s.lifetimes.temporary_bytes > 0)
+    {
+        println!("  {:>10}  {}", bytes(s.lifetimes.temporary_bytes), site(s));
+    }
+    println!();
+}
+
+/// Memory per thread, most allocated first.
+fn print_threads(profile: &Profile) {
+    let mut threads: Vec<_> = profile.threads.iter().collect();
+    threads.sort_by_key(|t| std::cmp::Reverse(t.memory.alloc_bytes));
+    println!("Memory per thread (exact):");
+    println!("  {:>10} {:>10}  thread", "alloc", "in use");
+    for t in threads.iter().take(6) {
+        println!(
+            "  {:>10} {:>10}  {}",
+            bytes(t.memory.alloc_bytes),
+            bytes(t.memory.inuse_bytes),
+            t.name
         );
     }
     println!();

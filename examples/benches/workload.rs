@@ -37,7 +37,7 @@ fn tagged() -> bool {
     let mut m = MODE.load(Ordering::Relaxed);
     if m == 0 {
         let mode = child::env_bytes(c"TRACING_PROF_BENCH_CHILD");
-        let on = mode == b"on" || mode == b"alloc";
+        let on = mode == b"on" || mode == b"alloc" || mode == b"exact";
         m = if on { 1 } else { 2 };
         MODE.store(m, Ordering::Relaxed);
     }
@@ -92,11 +92,26 @@ unsafe impl GlobalAlloc for Switch {
 #[global_allocator]
 static GLOBAL: Switch = Switch;
 
-fn child(on: bool) {
+/// The default workload, or `TRACING_PROF_BENCH_REQUESTS` requests (to see costs that are paid
+/// once, such as symbolizing new allocation sites, amortized over a longer run).
+fn workload() -> Workload {
+    let mut w = Workload::default();
+    if let Some(n) = std::env::var("TRACING_PROF_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        w.requests = n;
+    }
+    w
+}
+
+/// `on`: the profiler runs; `sample_rate`: its heap sampling rate (0: exact counting alone).
+fn child(on: bool, sample_rate: u64) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-bench-{}", std::process::id()));
     let guard = if on {
         let (layer, guard) = Profiler::builder()
             .interval(Duration::from_secs(1))
+            .heap_sampling(sample_rate)
             .sink(FileExporter::new(&dir))
             .build()
             .expect("profiler");
@@ -113,20 +128,25 @@ fn child(on: bool) {
         .build()
         .unwrap();
     let app = App::new(2_000);
-    let summary = rt.block_on(run(&app, &Workload::default()));
+    let workload = workload();
+    let summary = rt.block_on(run(&app, &workload));
     drop(rt);
     let wall = start.elapsed();
     let flush = Instant::now();
     drop(guard);
     let flush = flush.elapsed();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(summary.handled, Workload::default().requests);
+    assert_eq!(summary.handled, workload.requests);
     child::report(wall, flush);
 }
 
 fn main() {
     if let Ok(mode) = std::env::var(ENV) {
-        return child(mode == "on");
+        let rate = tracing_prof::alloc::DEFAULT_SAMPLE_RATE;
+        return child(
+            mode == "on" || mode == "exact",
+            if mode == "on" { rate } else { 0 },
+        );
     }
     if std::env::args()
         .skip(1)
@@ -134,12 +154,29 @@ fn main() {
     {
         return; // filtered out by `cargo bench -- NAME`
     }
-    let runs = child::rotate(ENV, &["off", "alloc", "on"], ROUNDS);
+    let runs = child::rotate(ENV, &["off", "alloc", "exact", "on"], ROUNDS);
     println!(
-        "\n### Example workload (20 000 requests, 4 workers): everything on vs everything off\n"
+        "\n### Example workload ({} requests, 4 workers): everything on vs everything off\n",
+        workload().requests
     );
     println!(
         "{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
-    child::table(&["off", "tagging allocator only", "everything on"], &runs);
+    child::table(
+        &[
+            "off",
+            "tagging allocator only",
+            "everything on, heap sampling off (exact counting alone)",
+            "everything on, heap sampling at 512 KiB (the default)",
+        ],
+        &runs,
+    );
+    let (exact, sampled) = (&runs[2], &runs[3]);
+    println!(
+        "\nHeap sampling at 512 KiB against exact counting alone (median of per-round ratios): \
+         wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
+        child::ratio(sampled, exact, &|r| r.wall_s),
+        child::ratio(sampled, exact, &|r| r.cpu_s),
+        child::ratio(sampled, exact, &|r| r.maxrss_mib),
+    );
 }

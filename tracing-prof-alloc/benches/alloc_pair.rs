@@ -1,5 +1,6 @@
 //! alloc+free pairs of 8..1024 bytes with a span's tag current: each allocator plain and wrapped
-//! in `TaggingAllocator`, on one thread and on two.
+//! in `TaggingAllocator`, on one thread and on two; and the heap sampler's cost, off, at the
+//! default rate and sampling every allocation.
 //!
 //! `cargo bench -p tracing-prof-alloc --bench alloc_pair`
 
@@ -11,7 +12,7 @@ mod pairs;
 use pairs::pairs;
 use std::alloc::{GlobalAlloc, System};
 use tikv_jemallocator::Jemalloc;
-use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
+use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator, set_sample_rate};
 
 /// The same on two threads at once; returns when both are done.
 fn pairs_2threads<A: GlobalAlloc + Sync>(a: &A, n: u64) {
@@ -23,6 +24,24 @@ fn pairs_2threads<A: GlobalAlloc + Sync>(a: &A, n: u64) {
             });
         }
     });
+}
+
+/// `pairs` called `depth` frames down, for stacks of a realistic depth.
+#[inline(never)]
+fn deep<A: GlobalAlloc>(a: &A, n: u64, depth: u32) {
+    if depth == 0 {
+        pairs(a, n);
+    } else {
+        deep(a, n, depth - 1);
+    }
+    std::hint::black_box(depth);
+}
+
+/// `pairs` with the heap sampler at `rate` (0: off).
+fn sampled<A: GlobalAlloc>(a: &A, n: u64, rate: u64, depth: u32) {
+    set_sample_rate(rate);
+    deep(a, n, depth);
+    set_sample_rate(0);
 }
 
 static TAG_SYSTEM: TaggingAllocator<System> = TaggingAllocator::new(System);
@@ -45,6 +64,32 @@ fn main() {
             vec![
                 ab::variant("Jemalloc", |n| pairs(&Jemalloc, n)),
                 ab::variant("Tagging<Jemalloc>", |n| pairs(&TAG_JEMALLOC, n)),
+            ],
+        );
+    }
+    if ab::wanted("alloc_pair/sampling") {
+        ab::compare(
+            "alloc+free pair, 8..1024 B, 1 thread: TaggingAllocator<Jemalloc>, heap sampling off, on but never due, and at the default rate (512 KiB)",
+            41,
+            vec![
+                ab::variant("sampling off", |n| sampled(&TAG_JEMALLOC, n, 0, 0)),
+                // The countdown runs on every allocation, but no sample is ever due: the
+                // unsampled path's own cost.
+                ab::variant("on, never due (1 TiB)", |n| {
+                    sampled(&TAG_JEMALLOC, n, 1 << 40, 0)
+                }),
+                ab::variant("sampling 512 KiB", |n| {
+                    sampled(&TAG_JEMALLOC, n, DEFAULT_SAMPLE_RATE, 0)
+                }),
+            ],
+        );
+        ab::compare(
+            "alloc+free pair, 8..1024 B, 1 thread: TaggingAllocator<Jemalloc>, every allocation sampled (rate 1), 8 and 40 frames deep",
+            11,
+            vec![
+                ab::variant("sampling off", |n| sampled(&TAG_JEMALLOC, n, 0, 0)),
+                ab::variant("rate 1, 8 frames", |n| sampled(&TAG_JEMALLOC, n, 1, 0)),
+                ab::variant("rate 1, 40 frames", |n| sampled(&TAG_JEMALLOC, n, 1, 32)),
             ],
         );
     }

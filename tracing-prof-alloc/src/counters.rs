@@ -93,6 +93,9 @@ pub(crate) struct ThreadTable {
     index: u32,
     /// OS thread id of the thread that last adopted this table (0: unknown).
     tid: AtomicU64,
+    /// Its OS thread name (up to 15 bytes, NUL-padded), read when it adopted the table and
+    /// again when it exited: a thread's name outlives it.
+    name: [AtomicU64; 2],
 }
 
 /// Head of the append-only list of every table ever made.
@@ -202,12 +205,32 @@ fn acquire(state: &crate::tag::ThreadState) -> *const ThreadTable {
         let t = unsafe { &*table };
         state.origin.set(origin_of(t.index));
         t.tid.store(os_thread_id(), Ordering::Relaxed);
+        store_thread_name(t);
         // Registers the destructor that hands the table back when this thread exits. If TLS is
         // already being torn down this fails, and the table simply stays owned.
         let _ = RELEASE_ON_EXIT.try_with(|_| ());
     }
     state.busy.set(false);
     table
+}
+
+/// Stores the calling thread's OS name into `t` (one `prctl`, at table adoption and thread
+/// exit only).
+fn store_thread_name(t: &ThreadTable) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let mut buf = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer given.
+        let ok = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } == 0;
+        if !ok {
+            buf = [0; 16];
+        }
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        t.name[0].store(word(&buf[..8]), Ordering::Relaxed);
+        t.name[1].store(word(&buf[8..]), Ordering::Relaxed);
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = t;
 }
 
 /// The calling thread's OS id, for thread names (one syscall, once per thread).
@@ -273,7 +296,9 @@ impl Drop for ReleaseOnExit {
             s.origin.set(0);
             if !table.is_null() && table != NO_TABLE {
                 // SAFETY: a real table pointer from `acquire`; tables are never freed.
-                unsafe { &*table }.owned.store(false, Ordering::Release);
+                let table = unsafe { &*table };
+                store_thread_name(table); // final by now
+                table.owned.store(false, Ordering::Release);
             }
         });
     }
@@ -334,15 +359,25 @@ pub(crate) fn commit_alloc(ticket: &Ticket, bytes: usize) {
 #[inline]
 pub(crate) fn record_free(tag: u32, origin: u32, bytes: usize) {
     let table = STATE.try_with(table).unwrap_or(NO_TABLE);
-    with_slot_in(table, tag, |s, w| {
-        w.add(&s.free_objects, 1);
-        w.add(&s.free_bytes, bytes as u64);
-    });
-    with_origin_in(table, origin, |o, w| {
-        w.add(&o.objects, 1);
-        w.add(&o.bytes, bytes as u64);
-    });
+    // Masks keep both indexes in bounds without a branch (both sizes are powers of two).
+    let (t, o) = (
+        tag as usize & (MAX_TAGS - 1),
+        origin as usize & (MAX_ORIGINS - 1),
+    );
+    let (slot, origin, w) = if table == NO_TABLE {
+        (&FALLBACK[t], &FALLBACK_ORIGIN[o], Writer::Shared)
+    } else {
+        // SAFETY: as in `with_slot_in`.
+        let table = unsafe { &*table };
+        (&table.slots[t], &table.origin_frees[o], Writer::Owner)
+    };
+    w.add(&slot.free_objects, 1);
+    w.add(&slot.free_bytes, bytes as u64);
+    w.add(&origin.objects, 1);
+    w.add(&origin.bytes, bytes as u64);
 }
+
+const _: () = assert!(MAX_ORIGINS.is_power_of_two());
 
 /// A block of `tag` from `origin` changed size in place (realloc in resize mode): the object
 /// count is kept.
@@ -517,6 +552,9 @@ pub struct ThreadTotals {
     pub tid: u64,
     /// Whether a live thread owns the table now.
     pub alive: bool,
+    /// OS name of its current or last owner, as known when it adopted the table or exited
+    /// (empty: unknown). Up to 15 bytes on Linux.
+    pub name: [u8; 16],
     /// Blocks allocated by its threads.
     pub alloc_objects: u64,
     /// Bytes allocated by its threads (realloc growth included).
@@ -573,6 +611,16 @@ pub fn read_threads() -> Vec<ThreadTotals> {
             index: t.index,
             tid: t.tid.load(Ordering::Relaxed),
             alive: t.owned.load(Ordering::Relaxed),
+            name: {
+                let (a, b) = (
+                    t.name[0].load(Ordering::Relaxed),
+                    t.name[1].load(Ordering::Relaxed),
+                );
+                let mut name = [0u8; 16];
+                name[..8].copy_from_slice(&a.to_le_bytes());
+                name[8..].copy_from_slice(&b.to_le_bytes());
+                name
+            },
             alloc_objects: o,
             alloc_bytes: b,
             ..ThreadTotals::default()

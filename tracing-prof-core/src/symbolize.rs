@@ -192,6 +192,11 @@ pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
             resolve(ip)
         });
         leaf_first.extend(frames.iter().cloned());
+        // Frames outside the innermost span's entry point are trimmed anyway: not resolving
+        // them spares reading the debug info of the runtime's code (most of the cost).
+        if in_span && frames.iter().any(is_span_entry) {
+            break;
+        }
     }
     if resolved {
         PARSED.store(true, Ordering::Relaxed);

@@ -1,10 +1,10 @@
 //! The per-thread view: exact memory per thread, with the names the OS knows the threads by.
 //!
 //! The allocator keeps one counter table per thread and credits every free to the table of the
-//! thread that allocated the block, whichever thread frees it. Names come from
-//! `/proc/self/task/<tid>/comm` (Linux; the name given to `std::thread::Builder::name`, cut to
-//! 15 bytes by the kernel), read on the capturing thread and remembered, so that a thread that
-//! has exited keeps its last known name.
+//! thread that allocated the block, whichever thread frees it. Names are the OS thread names
+//! (Linux; the name given to `std::thread::Builder::name`, cut to 15 bytes by the kernel): read
+//! from `/proc/self/task/<tid>/comm` while the thread lives, and stored by the allocator when the
+//! thread adopts its table and when it exits, so that an exited thread keeps its name.
 //!
 //! Limitation: a table is handed to the next new thread once its thread exits, with its counts
 //! (sums stay exact that way). A table's numbers are therefore those of all the threads that
@@ -34,14 +34,23 @@ pub(crate) fn threads() -> Vec<ThreadProfile> {
             let name = if t.index == 0 {
                 "(no thread table)".to_owned()
             } else {
+                let stored = {
+                    let end = t.name.iter().position(|&b| b == 0).unwrap_or(t.name.len());
+                    String::from_utf8_lossy(&t.name[..end]).into_owned()
+                };
                 let known = names.get(&t.index).filter(|(tid, _)| *tid == t.tid);
                 let name = match known {
-                    Some((_, n)) => n.clone(),
-                    None => {
-                        let n = (t.tid != 0)
-                            .then(|| os_name(t.tid))
-                            .flatten()
-                            .unwrap_or_else(|| format!("thread-{}", t.index));
+                    // A live thread may have been renamed since; an exited one's last name
+                    // was stored at its exit.
+                    Some((_, n)) if t.alive || stored.is_empty() => n.clone(),
+                    _ => {
+                        let n = if t.alive && t.tid != 0 {
+                            os_name(t.tid)
+                        } else {
+                            None
+                        }
+                        .or_else(|| (!stored.is_empty()).then(|| stored.clone()))
+                        .unwrap_or_else(|| format!("thread-{}", t.index));
                         names.insert(t.index, (t.tid, n.clone()));
                         n
                     }
