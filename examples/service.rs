@@ -260,6 +260,23 @@ fn print_stacks(profile: &Profile) {
             site(s)
         );
     }
+    // How close the estimates are: the span path allocating most, against its exact counters.
+    if let Some(top) = profile
+        .top_by(|p| p.memory.alloc_bytes)
+        .into_iter()
+        .find(|p| p.kind == PathKind::Span)
+    {
+        let names: Vec<&str> = top.frames.iter().map(|f| f.name).collect();
+        let est = profile.sampled_memory(&names);
+        println!(
+            "  (estimates against the exact counters, for {}: allocated {} vs {}, in use {} vs {})",
+            top.display_path(),
+            bytes(est.alloc_bytes),
+            bytes(top.memory.alloc_bytes),
+            bytes(est.inuse_bytes),
+            bytes(top.memory.inuse_bytes)
+        );
+    }
     println!();
     stacks.sort_by_key(|s| std::cmp::Reverse(s.lifetimes.temporary_bytes));
     println!(
