@@ -58,8 +58,9 @@ impl Slot {
     }
 }
 
-/// Frees credited to the thread that allocated the blocks (their *origin*), for the per-thread
-/// view. `bytes` also takes realloc corrections and may wrap; sums over tables are right.
+/// Frees of *other* threads' blocks, by the thread that allocated them (their *origin*), for the
+/// per-thread view. `bytes` also takes resizes of other threads' blocks and may wrap; sums over
+/// tables are right.
 #[derive(Debug, Default)]
 pub(crate) struct OriginSlot {
     objects: AtomicU64,
@@ -83,7 +84,7 @@ pub const MAX_ORIGINS: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct ThreadTable {
     slots: [Slot; MAX_TAGS],
-    /// Frees (and realloc corrections) this thread made, by the origin of the block.
+    /// Frees (and resizes) this thread made of other threads' blocks, by their origin.
     origin_frees: [OriginSlot; MAX_ORIGINS],
     /// Next table in [`TABLES`]; written once before the table is published.
     next: *const ThreadTable,
@@ -356,25 +357,31 @@ pub(crate) fn commit_alloc(ticket: &Ticket, bytes: usize) {
 }
 
 /// Counts a free of `bytes` of a block of `tag` allocated by the thread with origin `origin`.
+///
+/// A block freed by the thread that allocated it (the common case) costs nothing more for the
+/// per-thread view: only frees across threads are recorded apart, by origin.
 #[inline]
 pub(crate) fn record_free(tag: u32, origin: u32, bytes: usize) {
-    let table = STATE.try_with(table).unwrap_or(NO_TABLE);
-    // Masks keep both indexes in bounds without a branch (both sizes are powers of two).
-    let (t, o) = (
-        tag as usize & (MAX_TAGS - 1),
-        origin as usize & (MAX_ORIGINS - 1),
-    );
-    let (slot, origin, w) = if table == NO_TABLE {
-        (&FALLBACK[t], &FALLBACK_ORIGIN[o], Writer::Shared)
-    } else {
-        // SAFETY: as in `with_slot_in`.
-        let table = unsafe { &*table };
-        (&table.slots[t], &table.origin_frees[o], Writer::Owner)
-    };
-    w.add(&slot.free_objects, 1);
-    w.add(&slot.free_bytes, bytes as u64);
-    w.add(&origin.objects, 1);
-    w.add(&origin.bytes, bytes as u64);
+    let (table, me) = STATE
+        .try_with(|s| (table(s), s.origin.get()))
+        .unwrap_or((NO_TABLE, 0));
+    with_slot_in(table, tag, |s, w| {
+        w.add(&s.free_objects, 1);
+        w.add(&s.free_bytes, bytes as u64);
+    });
+    if origin != me {
+        cross_free(table, origin, bytes);
+    }
+}
+
+/// A free by this thread of `bytes` of another thread's block.
+#[cold]
+#[inline(never)]
+fn cross_free(table: *const ThreadTable, origin: u32, bytes: usize) {
+    with_origin_in(table, origin, |o, w| {
+        w.add(&o.objects, 1);
+        w.add(&o.bytes, bytes as u64);
+    });
 }
 
 const _: () = assert!(MAX_ORIGINS.is_power_of_two());
@@ -393,14 +400,11 @@ pub(crate) fn record_resize(tag: u32, origin: u32, old: usize, new: usize) {
             w.add(&s.free_bytes, (old - new) as u64);
         }
     });
-    // Per-thread view: the growth just counted as allocated by this thread belongs to the
-    // block's origin; a shrink is a partial free of the origin's block.
-    if new >= old && origin != me {
-        let growth = (new - old) as u64;
-        with_origin_in(table, me, |o, w| w.add(&o.bytes, growth));
-        with_origin_in(table, origin, |o, w| w.add(&o.bytes, growth.wrapping_neg()));
-    } else if new < old {
-        with_origin_in(table, origin, |o, w| w.add(&o.bytes, (old - new) as u64));
+    // Per-thread view: a resize of another thread's block is a cross-thread change of its
+    // size: growth counts against the cross frees (wrapping), a shrink as a cross free.
+    if origin != me {
+        let delta = (old as u64).wrapping_sub(new as u64);
+        with_origin_in(table, origin, |o, w| w.add(&o.bytes, delta));
     }
 }
 
@@ -568,36 +572,51 @@ pub struct ThreadTotals {
 /// Per-thread totals, one entry per thread table plus entry 0 for table-less work. Tables from
 /// index `MAX_ORIGINS - 1` on share one in-use figure, reported on the entry with that index
 /// (the others report 0 in use).
+///
+/// In use by thread `t` = allocated in `t`'s table - freed in `t`'s table (whatever the blocks'
+/// origin) + what `t` freed of other threads' blocks - what other threads freed of `t`'s.
 pub fn read_threads() -> Vec<ThreadTotals> {
     let load = |c: &AtomicU64| c.load(Ordering::Acquire);
-    let mut freed = vec![(0u64, 0u64); MAX_ORIGINS];
-    let add_frees = |freed: &mut [(u64, u64)], origins: &[OriginSlot]| {
-        for (f, o) in freed.iter_mut().zip(origins) {
-            f.0 = f.0.wrapping_add(load(&o.objects));
-            f.1 = f.1.wrapping_add(load(&o.bytes));
-        }
-    };
-    // Frees first, as in `read_totals`.
-    add_frees(&mut freed, &FALLBACK_ORIGIN);
     let mut tables = Vec::new();
     let mut cursor = TABLES.load(Ordering::Acquire).cast_const();
     while !cursor.is_null() {
         // SAFETY: every pointer in TABLES is a published, initialised, never-freed table.
         let table = unsafe { &*cursor };
-        add_frees(&mut freed, &table.origin_frees);
         tables.push(table);
         cursor = table.next;
     }
     tables.sort_by_key(|t| t.index);
+    // Per origin: (objects, bytes) in use, built up with wrapping adds. Frees first (as in
+    // `read_totals`), so a free is never seen without its allocation.
+    let mut inuse = vec![(0u64, 0u64); MAX_ORIGINS];
+    let add = |e: &mut (u64, u64), o: u64, b: u64| {
+        *e = (e.0.wrapping_add(o), e.1.wrapping_add(b));
+    };
+    let sub = |e: &mut (u64, u64), o: u64, b: u64| {
+        *e = (e.0.wrapping_sub(o), e.1.wrapping_sub(b));
+    };
+    let mut account_frees = |me: usize, slots: &[Slot], cross: &[OriginSlot]| {
+        for s in slots {
+            sub(&mut inuse[me], load(&s.free_objects), load(&s.free_bytes));
+        }
+        for (origin, c) in cross.iter().enumerate() {
+            let (o, b) = (load(&c.objects), load(&c.bytes));
+            add(&mut inuse[me], o, b);
+            sub(&mut inuse[origin], o, b);
+        }
+    };
+    account_frees(0, &FALLBACK, &FALLBACK_ORIGIN);
+    for t in &tables {
+        account_frees(origin_of(t.index) as usize, &t.slots, &t.origin_frees);
+    }
     let sum_allocs = |slots: &[Slot]| {
         slots.iter().fold((0u64, 0u64), |(o, b), s| {
             (o + load(&s.alloc_objects), b + load(&s.alloc_bytes))
         })
     };
-    let mut allocated = vec![(0u64, 0u64); MAX_ORIGINS];
     let mut out = Vec::with_capacity(tables.len() + 1);
     let (o, b) = sum_allocs(&FALLBACK);
-    allocated[0] = (o, b);
+    add(&mut inuse[0], o, b);
     out.push(ThreadTotals {
         alloc_objects: o,
         alloc_bytes: b,
@@ -605,8 +624,7 @@ pub fn read_threads() -> Vec<ThreadTotals> {
     });
     for t in &tables {
         let (o, b) = sum_allocs(&t.slots);
-        let a = &mut allocated[origin_of(t.index) as usize];
-        *a = (a.0 + o, a.1 + b);
+        add(&mut inuse[origin_of(t.index) as usize], o, b);
         out.push(ThreadTotals {
             index: t.index,
             tid: t.tid.load(Ordering::Relaxed),
@@ -631,12 +649,10 @@ pub fn read_threads() -> Vec<ThreadTotals> {
         if origin != e.index {
             continue; // its in-use is reported on the shared entry
         }
-        let (ao, ab) = allocated[origin as usize];
-        let (fo, fb) = freed[origin as usize];
-        // Wrapping differences: realloc corrections may move bytes between origins; a transient
-        // negative (a free seen before its allocation cannot happen, a correction can) reads 0.
-        e.inuse_objects = clamp_wrapped(ao.wrapping_sub(fo));
-        e.inuse_bytes = clamp_wrapped(ab.wrapping_sub(fb));
+        let (objects, bytes) = inuse[origin as usize];
+        // A transient negative (a realloc correction seen before its counterpart) reads 0.
+        e.inuse_objects = clamp_wrapped(objects);
+        e.inuse_bytes = clamp_wrapped(bytes);
     }
     out
 }

@@ -462,7 +462,7 @@ fn comments(
     }
     if kind.is_sampled(profile) {
         let note = format!(
-            "tracing-prof: sampled: one allocation per {} bytes on average; values are estimates scaled as Go scales them",
+            "tracing-prof: sampled: a sample point every {} bytes allocated on average; values are unbiased estimates (each sample stands for the points it covered)",
             profile.sample_rate
         );
         out.comment.push(strings.get(&note));
