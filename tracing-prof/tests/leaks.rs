@@ -47,6 +47,7 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .interval(Duration::from_secs(3600))
         .leak_detection(SNAPSHOTS, 8 * 1024)
         .leak_level(tracing::Level::WARN)
+        .heap_sampling(1) // every allocation sampled: the leaking code is found too
         .sink(FileExporter::new(&dir).kinds([tracing_prof::ProfileKind::SpanMemory]))
         .build()
         .unwrap();
@@ -101,6 +102,19 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
             .iter()
             .any(|l| l.path == "leaky")
     );
+    // The sampled stack that holds the memory: the closure that pushes into LEAKED.
+    let stacks: Vec<_> = profiler
+        .suspected_leaks()
+        .into_iter()
+        .filter(|l| !l.code.is_empty())
+        .collect();
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    assert!(
+        stacks[0].path.starts_with("leaky @ leaks::a_leak_is_suspected"),
+        "{}",
+        stacks[0].path
+    );
+    assert_eq!((stacks[0].growth_bytes, stacks[0].inuse_bytes), (7 * 4096, 8 * 4096));
 
     // One event, at the configured level, naming the path.
     let events: Vec<(tracing::Level, String)> = EVENTS
@@ -110,6 +124,8 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .filter(|(_, m)| m.contains("suspected memory leak"))
         .cloned()
         .collect();
+    assert_eq!(events.len(), 2, "the path and its stack: {events:?}");
+    let events: Vec<_> = events.into_iter().filter(|(_, m)| m.contains("`leaky`")).collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, tracing::Level::WARN);
     assert!(
