@@ -19,7 +19,7 @@
 //!
 //! # Sampled blocks
 //! A block chosen by the heap sampler is laid out with a larger offset (48 bytes, or 64 or
-//! `align` for larger alignments), and a [`SampleHeader`] (birth time, stack bucket, weight,
+//! `align` for larger alignments), and a `SampleHeader` (birth time, stack bucket, weight,
 //! span instance) in front of the header:
 //!
 //! ```text

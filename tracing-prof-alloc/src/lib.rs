@@ -9,7 +9,8 @@
 //! and in-use as the difference. Sizes are the user's requested sizes, never header or size-class
 //! bytes.
 //!
-//! This crate holds all of tracing-prof's allocator `unsafe`, depends on nothing but `std`, and
+//! This crate holds all of tracing-prof's allocator `unsafe`, depends on nothing but `std` and
+//! `libc` (for the thread id and name, read once per thread), and
 //! never installs a global allocator by itself.
 //!
 //! # Setup
@@ -29,6 +30,19 @@
 //! - Per thread: one counter table of `MAX_TAGS` slots (88 bytes each, 352 KiB of address space,
 //!   touched only for the tags the thread uses), allocated from the system allocator on the
 //!   thread's first allocation and reused by later threads once it exits.
+//!
+//! # Heap sampling
+//! [`set_sample_rate`] turns on sampling of code stacks: sample points fall on average every
+//! `rate` bytes a thread allocates, and the allocation that covers one has its stack captured
+//! (`_Unwind_Backtrace`) into a fixed table read with [`read_stacks`]; see the `sample` module
+//! docs for the statistics. Sampled blocks carry a larger header (birth time, stack bucket,
+//! weight, span instance), so frees of them feed lifetimes, temporaries and what outlived its
+//! span ([`read_outlived`]). Off by default; on, the hot path pays one subtraction and one
+//! compare. [`record_sites`] records every allocation's stack of one thread, for budgets.
+//!
+//! # Per-thread view
+//! Each header records the allocating thread's table; [`read_threads`] gives allocated and
+//! in-use memory per thread, frees credited to the thread that allocated.
 //!
 //! # Giant allocations
 //! [`set_giant_policy`] makes requests at or above a size be recorded (read them with

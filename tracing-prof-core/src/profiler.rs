@@ -321,6 +321,8 @@ impl ProfilerBuilder {
                 aggregator.run(inbox);
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
+                // No more captures from this thread: the parsed debug info can go.
+                crate::symbolize::release_now();
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;

@@ -66,6 +66,13 @@ pub(crate) fn release_debug_info() {
     }
 }
 
+/// Frees the parsed debug info now (the profiler stops); resolved frames stay cached.
+pub(crate) fn release_now() {
+    if LOADED.swap(false, Ordering::Relaxed) || PARSED.swap(false, Ordering::Relaxed) {
+        backtrace::clear_symbol_cache();
+    }
+}
+
 /// Resolved frames per return address, innermost (inlined) first.
 static CACHE: Mutex<Option<HashMap<usize, Arc<[CodeFrame]>>>> = Mutex::new(None);
 

@@ -110,11 +110,16 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .collect();
     assert_eq!(stacks.len(), 1, "{stacks:?}");
     assert!(
-        stacks[0].path.starts_with("leaky @ leaks::a_leak_is_suspected"),
+        stacks[0]
+            .path
+            .starts_with("leaky @ leaks::a_leak_is_suspected"),
         "{}",
         stacks[0].path
     );
-    assert_eq!((stacks[0].growth_bytes, stacks[0].inuse_bytes), (7 * 4096, 8 * 4096));
+    assert_eq!(
+        (stacks[0].growth_bytes, stacks[0].inuse_bytes),
+        (7 * 4096, 8 * 4096)
+    );
 
     // One event, at the configured level, naming the path.
     let events: Vec<(tracing::Level, String)> = EVENTS
@@ -125,7 +130,10 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
         .cloned()
         .collect();
     assert_eq!(events.len(), 2, "the path and its stack: {events:?}");
-    let events: Vec<_> = events.into_iter().filter(|(_, m)| m.contains("`leaky`")).collect();
+    let events: Vec<_> = events
+        .into_iter()
+        .filter(|(_, m)| m.contains("`leaky`"))
+        .collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, tracing::Level::WARN);
     assert!(
