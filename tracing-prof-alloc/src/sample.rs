@@ -216,7 +216,9 @@ pub(crate) fn countdown_ran_out(s: &ThreadState, size: usize) -> bool {
         return rate == 1;
     }
     s.sample_points.set(take_points(s, rate));
-    true
+    // The profiler's own allocations are not sampled: their exact counts are under their own
+    // tag, and sampling them would have the symbolizer chase its own stacks.
+    s.tag.get() != Tag::PROFILER.get()
 }
 
 /// Counts the sample points the countdown has run past (it is negative) and leaves it at the

@@ -419,7 +419,8 @@ fn thread_samples(
         if value.iter().all(|&v| v == 0) {
             continue;
         }
-        let function = format!("thread {}", t.name);
+        // The table index keeps threads of one name (a pool's workers) apart.
+        let function = format!("thread {} [{}]", t.name, t.index);
         let location_id = vec![locations.get(out, strings, &function, None, None)];
         let label = vec![
             str_label(strings, "thread", &t.name),
