@@ -18,7 +18,10 @@
 //!
 //! # How memory is counted
 //! By the allocator, per path tag, exactly; see `tracing-prof-alloc`. Without the tagging
-//! allocator installed, memory numbers stay zero and time is still measured.
+//! allocator installed, memory numbers stay zero and time is still measured. The allocator's
+//! heap sampler adds sampled code stacks, which [`Profile::capture`] symbolizes (see
+//! [`StackProfile`], [`CodeFrame`]) with their lifetimes, and the memory per thread
+//! ([`ThreadProfile`]).
 //!
 //! # Limitations
 //! - Time of a span is reported when it closes (`spans`, `wall`, `idle`) and when it exits

@@ -1,8 +1,10 @@
 //! tracing-prof: an always-on profiler for services instrumented with [`tracing`](https://docs.rs/tracing).
 //!
 //! Per span *path* (root -> ... -> span) it records span counts, wall/busy/idle time, CPU time,
-//! and, with the tagging allocator installed, exact allocated and in-use objects and bytes. A
-//! background thread writes pprof files that `go tool pprof` opens.
+//! and, with the tagging allocator installed, exact allocated and in-use objects and bytes; a heap
+//! sampler adds the code stacks under the span frames, allocation lifetimes, temporary
+//! allocations, memory that outlives its span, and memory per thread. A background thread
+//! writes pprof files that `go tool pprof` opens.
 //!
 //! # Setup
 //! ```no_run
@@ -27,7 +29,8 @@
 //!     Ok(())
 //! }
 //! ```
-//! Then `go tool pprof -top profiles/heap.*.pb.gz`.
+//! Then `go tool pprof -top profiles/span_memory.*.pb.gz` (memory per span path) or
+//! `go tool pprof -traces profiles/heap.*.pb.gz` (the code that allocated, under its spans).
 //!
 //! # Crates
 //! - [`alloc`] (`tracing-prof-alloc`): the `GlobalAlloc` wrapper; all allocator `unsafe`.
