@@ -282,9 +282,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         let old_outer = unsafe {
             header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked()
         };
-        // SAFETY: `ptr - offset` is the block `inner` returned with `old_outer`; `new_outer` keeps
-        // its alignment and its size is valid for it. The inner realloc may grow in place, and on
-        // a move copies the headers along with the user bytes (they are the block's first bytes).
+        // The inner realloc may grow in place, and on a move copies the headers along with the
+        // user bytes (they are the block's first bytes).
+        // SAFETY: `ptr - offset` is the block `inner` returned with `old_outer`; `new_outer`
+        // keeps its alignment and its size is valid for it.
         let base = unsafe {
             self.inner
                 .realloc(ptr.sub(offset), old_outer, new_outer.size())
