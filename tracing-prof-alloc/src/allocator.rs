@@ -154,7 +154,13 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         ticket: Ticket,
     ) -> *mut u8 {
         let align = layout.align();
-        let Some(outer) = Self::outer(new_size, align, true) else {
+        // A shrink is never a giant request (as in `realloc`).
+        let outer = if new_size <= layout.size() {
+            header::outer_layout(new_size, align, true)
+        } else {
+            Self::outer(new_size, align, true)
+        };
+        let Some(outer) = outer else {
             return std::ptr::null_mut();
         };
         // SAFETY: `outer` has a non-zero size.
