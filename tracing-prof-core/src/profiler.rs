@@ -56,6 +56,14 @@ pub struct Stats {
     pub giant_allocations_missed: u64,
     /// Per-thread counter tables made (threads seen; exited threads' tables are reused).
     pub thread_tables: usize,
+    /// Heap sampling rate in bytes (0: off).
+    pub sample_rate: u64,
+    /// Stack buckets of the heap sampler in use, out of `tracing_prof_alloc::MAX_STACKS - 1`.
+    pub sampled_stacks: usize,
+    /// Samples counted under `(stack table full)` because no bucket was left for their stack.
+    pub stack_table_full: u64,
+    /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
+    pub untracked_span_instances: u64,
 }
 
 #[derive(Debug)]
@@ -136,12 +144,17 @@ impl Profiler {
 
     /// Counters about the profiler itself.
     pub fn stats(&self) -> Stats {
+        let sampler = tracing_prof_alloc::sampler_stats();
         Stats {
             exports: self.shared.exports.load(Ordering::Relaxed),
             export_errors: self.shared.export_errors.load(Ordering::Relaxed),
             overflowed_spans: crate::span_path::overflowed_spans(),
             giant_allocations_missed: self.shared.giants_missed.load(Ordering::Relaxed),
             thread_tables: tracing_prof_alloc::thread_tables(),
+            sample_rate: sampler.rate,
+            sampled_stacks: sampler.stacks,
+            stack_table_full: sampler.table_full,
+            untracked_span_instances: tracing_prof_alloc::untracked_instances(),
         }
     }
 }

@@ -461,6 +461,20 @@ fn comments(
         );
         out.comment.push(strings.get(&note));
     }
+    if kind.is_sampled(profile)
+        && let Some(full) = profile.stacks.iter().find(|s| {
+            s.code
+                .first()
+                .is_some_and(|f| &*f.function == tracing_prof_core::TABLE_FULL_FRAME)
+        })
+    {
+        let note = format!(
+            "tracing-prof: {} samples found the stack table full and are counted under {}",
+            full.samples,
+            tracing_prof_core::TABLE_FULL_FRAME
+        );
+        out.comment.push(strings.get(&note));
+    }
     if kind.is_sampled(profile) {
         let note = format!(
             "tracing-prof: sampled: a sample point every {} bytes allocated on average; values are unbiased estimates (each sample stands for the points it covered)",
