@@ -80,7 +80,7 @@ fn flamegraphs_folded_and_deltas() {
     // Folded stacks: well-formed lines, accepted by inferno's own parser, whose total the SVG
     // states.
     let profile = guard.profiler().snapshot();
-    let text = folded(&profile, ProfileKind::Heap, "alloc_space").unwrap();
+    let text = folded(&profile, ProfileKind::SpanMemory, "alloc_space").unwrap();
     let mut total = 0u64;
     for line in text.lines() {
         let (stack, count) = line.rsplit_once(' ').expect("`stack count`");
@@ -95,14 +95,23 @@ fn flamegraphs_folded_and_deltas() {
     let mut out = Vec::new();
     inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut out)
         .expect("inferno accepts it");
-    let svg =
-        String::from_utf8(flamegraph_svg(&profile, ProfileKind::Heap, "alloc_space").unwrap())
-            .unwrap();
+    let svg = String::from_utf8(
+        flamegraph_svg(&profile, ProfileKind::SpanMemory, "alloc_space").unwrap(),
+    )
+    .unwrap();
     assert!(
         svg.contains(&format!("all ({} bytes, 100%)", thousands(total))),
         "total {total} not in the SVG"
     );
     assert!(flamegraph_svg(&profile, ProfileKind::Heap, "no_such_type").is_err());
+    // The sampled heap's folded stacks are its pprof stacks: code frames under the span frames.
+    let heap = folded(&profile, ProfileKind::Heap, "alloc_space").unwrap();
+    assert!(
+        heap.lines().any(|l| l.starts_with(
+            "tracing_prof_examples::request;tracing_prof_examples::render;tracing_prof_examples::render "
+        )),
+        "{heap}"
+    );
 
     // Deltas: the second export's delta holds the second run alone, exactly.
     let deltas = files(&dir, "spans-delta.", ".pb.gz");

@@ -1,12 +1,15 @@
 //! Folded stacks and flame graph SVGs (via inferno) for any profile kind and sample type.
 //!
-//! Folded format: one line per span path, `root;child;leaf VALUE`, root first, as
-//! `flamegraph.pl` and inferno read it. Names are the pprof function names (`target::name`);
-//! a `;` or a line break inside a name becomes `:` or a space, since the format has no escaping.
+//! Folded format: one line per stack, `root;child;leaf VALUE`, root first, as `flamegraph.pl`
+//! and inferno read it. The stacks are those of the kind's pprof samples (span paths; for the
+//! sampled kinds, span frames and then code frames), so a flame graph shows what `go tool pprof`
+//! shows. Names are the pprof function names; a `;` or a line break inside a name becomes `:` or
+//! a space, since the format has no escaping.
 
 use crate::ProfileKind;
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use tracing_prof_core::{PathProfile, Profile};
+use tracing_prof_core::Profile;
 
 /// Why a flame graph could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -55,29 +58,53 @@ fn clean(name: &str) -> String {
     name.replace(';', ":").replace(['\n', '\r'], " ")
 }
 
-fn stack(p: &PathProfile) -> String {
-    let names: Vec<String> = p
-        .frames
-        .iter()
-        .map(|f| clean(&f.qualified_name()))
-        .collect();
-    names.join(";")
-}
-
-/// The folded stacks of `sample_type` in the `kind` profile of `profile`, one line per span path
-/// with a non-zero value, in the profile's path order.
+/// The folded stacks of `sample_type` in the `kind` profile of `profile`, one line per stack with
+/// a non-zero value (samples with the same stack summed), in the order of the pprof samples.
 pub fn folded(
     profile: &Profile,
     kind: ProfileKind,
     sample_type: &str,
 ) -> Result<String, FlamegraphError> {
     let col = column(kind, sample_type)?;
-    let mut out = String::new();
-    for p in &profile.paths {
-        let v = kind.values(p)[col];
-        if v > 0 {
-            let _ = writeln!(out, "{} {v}", stack(p));
+    let p = crate::pprof::to_proto(profile, kind);
+    let string = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
+    let function: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, string(f.name))).collect();
+    let location: HashMap<u64, String> = p
+        .location
+        .iter()
+        .map(|l| {
+            let name = l
+                .line
+                .first()
+                .and_then(|line| function.get(&line.function_id))
+                .copied()
+                .unwrap_or("?");
+            (l.id, clean(name))
+        })
+        .collect();
+    let mut order: Vec<String> = Vec::new();
+    let mut sums: HashMap<String, i64> = HashMap::new();
+    for sample in &p.sample {
+        let v = sample.value.get(col).copied().unwrap_or(0);
+        if v <= 0 {
+            continue;
         }
+        let names: Vec<&str> = sample
+            .location_id
+            .iter()
+            .rev()
+            .map(|id| location.get(id).map_or("?", String::as_str))
+            .collect();
+        let key = names.join(";");
+        let sum = sums.entry(key.clone()).or_insert_with(|| {
+            order.push(key);
+            0
+        });
+        *sum += v;
+    }
+    let mut out = String::new();
+    for key in order {
+        let _ = writeln!(out, "{key} {}", sums[&key]);
     }
     Ok(out)
 }
