@@ -24,7 +24,15 @@ use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
+/// Rounds by default; `TRACING_PROF_BENCH_ROUNDS` asks for more (a tighter median).
 const ROUNDS: usize = 7;
+
+fn rounds() -> usize {
+    std::env::var("TRACING_PROF_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUNDS)
+}
 
 /// Chooses, once per process and before the first allocation returns, between the tagging
 /// allocator and plain jemalloc; both sides pay the same branch.
@@ -154,13 +162,14 @@ fn main() {
     {
         return; // filtered out by `cargo bench -- NAME`
     }
-    let runs = child::rotate(ENV, &["off", "alloc", "exact", "on"], ROUNDS);
+    let rounds = rounds();
+    let runs = child::rotate(ENV, &["off", "alloc", "exact", "on"], rounds);
     println!(
         "\n### Example workload ({} requests, 4 workers): everything on vs everything off\n",
         workload().requests
     );
     println!(
-        "{ROUNDS} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
+        "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
     child::table(
         &[

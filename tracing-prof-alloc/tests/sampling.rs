@@ -140,13 +140,13 @@ fn plain_blocks_become_samples_on_realloc() {
 #[test]
 fn lifetimes_and_temporaries_are_counted_per_bucket() {
     assert!(set_sample_rate(1));
-    set_temporary_threshold(Duration::from_millis(50));
+    set_temporary_threshold(Duration::from_millis(100));
     let _g = TagGuard::new(Tag::new(204));
     let held = make_boxes(10, 64);
     for _ in 0..40 {
         drop(std::hint::black_box(vec![0u8; 32]));
     }
-    std::thread::sleep(Duration::from_millis(120));
+    std::thread::sleep(Duration::from_millis(300));
     drop(held);
     drop(_g);
     let stacks = stacks_of(204);
