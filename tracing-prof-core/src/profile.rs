@@ -325,7 +325,12 @@ impl Profile {
             .iter()
             .map(|(tag, kind, frames)| (*tag, (*kind, frames.as_slice())))
             .collect();
-        let stacks = stacks_of(tracing_prof_alloc::read_stacks(), &by_tag);
+        // Symbolization reads the binary's debug info: whatever goes wrong there must not take
+        // the profile (or the aggregator thread) down with it; the stacks are left out instead.
+        let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            stacks_of(tracing_prof_alloc::read_stacks(), &by_tag)
+        }))
+        .unwrap_or_default();
         Profile {
             time: SystemTime::now(),
             duration,
