@@ -1,6 +1,8 @@
 //! The `GlobalAlloc` wrapper.
 
-use crate::counters::{Ticket, begin_alloc, commit_alloc, record_free, record_resize};
+use crate::counters::{
+    Ticket, begin_alloc, commit_alloc, record_free, record_free_for, record_resize,
+};
 use crate::header::{self, Header};
 use crate::tag::current_tag;
 use crate::{giant, sample};
@@ -199,11 +201,11 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
     ) -> (u32, u32) {
         match self.realloc {
             ReallocMode::Resize => {
-                record_resize(old.tag, old.origin(), old_size, new_size);
+                record_resize(t, old.tag, old.origin(), old_size, new_size);
                 (old.tag, old.origin())
             }
             ReallocMode::FreeAndAlloc => {
-                record_free(old.tag, old.origin(), old_size);
+                record_free_for(t, old.tag, old.origin(), old_size);
                 commit_alloc(t, new_size);
                 (t.tag, t.origin)
             }

@@ -365,6 +365,17 @@ pub(crate) fn record_free(tag: u32, origin: u32, bytes: usize) {
     let (table, me) = STATE
         .try_with(|s| (table(s), s.origin.get()))
         .unwrap_or((NO_TABLE, 0));
+    free_in(table, me, tag, origin, bytes);
+}
+
+/// [`record_free`] on behalf of a realloc, with the thread state its ticket already read.
+#[inline]
+pub(crate) fn record_free_for(ticket: &Ticket, tag: u32, origin: u32, bytes: usize) {
+    free_in(ticket.table, ticket.origin, tag, origin, bytes);
+}
+
+#[inline(always)]
+fn free_in(table: *const ThreadTable, me: u32, tag: u32, origin: u32, bytes: usize) {
     with_slot_in(table, tag, |s, w| {
         w.add(&s.free_objects, 1);
         w.add(&s.free_bytes, bytes as u64);
@@ -388,11 +399,11 @@ const _: () = assert!(MAX_ORIGINS.is_power_of_two());
 
 /// A block of `tag` from `origin` changed size in place (realloc in resize mode): the object
 /// count is kept.
+///
+/// The calling thread's table and origin come from the realloc's `ticket`.
 #[inline]
-pub(crate) fn record_resize(tag: u32, origin: u32, old: usize, new: usize) {
-    let (table, me) = STATE
-        .try_with(|s| (table(s), s.origin.get()))
-        .unwrap_or((NO_TABLE, 0));
+pub(crate) fn record_resize(ticket: &Ticket, tag: u32, origin: u32, old: usize, new: usize) {
+    let (table, me) = (ticket.table, ticket.origin);
     with_slot_in(table, tag, |s, w| {
         if new >= old {
             w.add(&s.alloc_bytes, (new - old) as u64);

@@ -300,7 +300,8 @@ fn weight_for(size: usize, rate: u64, points: u32) -> f32 {
     (f64::from(points) * rate as f64 / size as f64) as f32
 }
 
-fn hash(tag: u32, ips: &[usize]) -> u64 {
+/// Hash of a span path tag and a stack, never 0 (0 marks a free bucket).
+pub(crate) fn hash(tag: u32, ips: &[usize]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ u64::from(tag);
     for &ip in ips {
         h = (h ^ ip as u64).wrapping_mul(0x0000_0100_0000_01b3);
@@ -348,6 +349,12 @@ fn fixed(w: f64) -> u64 {
     (w * FP).round() as u64
 }
 
+/// Estimated bytes of a sample of `size` bytes and weight `w`: the same at allocation and at
+/// free, so that a freed sample takes back exactly what it added.
+fn weighted_bytes(w: f64, size: usize) -> u64 {
+    (w * size as f64).round() as u64
+}
+
 /// Records a sampled allocation of `size` bytes by `tag` whose block has the sampled layout and
 /// `user` pointer: captures the stack, adds the sample to its bucket and writes the sample
 /// header. Returns whether the block is a live sample (false when sampling has no table).
@@ -375,7 +382,7 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     b.samples.fetch_add(1, Ordering::Relaxed);
     b.sampled_bytes.fetch_add(size as u64, Ordering::Relaxed);
     b.alloc_objects_fp.fetch_add(fixed(w), Ordering::Relaxed);
-    let bytes = (w * size as f64).round() as u64;
+    let bytes = weighted_bytes(w, size);
     b.alloc_bytes.fetch_add(bytes, Ordering::Release);
     crate::instances::track(instance, fixed(w), bytes, true);
     let sample = SampleHeader {
@@ -406,7 +413,7 @@ pub(crate) unsafe fn record_free(user: *const u8, size: usize) {
     let ns = u64::try_from(lifetime.as_nanos()).unwrap_or(u64::MAX);
     let b = &table.buckets[sample.bucket as usize % MAX_STACKS];
     let w = f64::from(sample.weight);
-    let (objects, bytes) = (fixed(w), (w * size as f64).round() as u64);
+    let (objects, bytes) = (fixed(w), weighted_bytes(w, size));
     crate::instances::track(sample.instance, objects, bytes, false);
     let life = LIFETIME_BOUNDS_NS
         .iter()

@@ -68,11 +68,7 @@ impl SiteRecorder {
     pub(crate) fn add(&mut self, size: usize) {
         let mut ips = [0usize; SITE_FRAMES];
         let depth = crate::unwind::capture(&mut ips);
-        let mut key = 0xcbf2_9ce4_8422_2325_u64;
-        for &ip in &ips[..depth] {
-            key = (key ^ ip as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        key |= 1;
+        let key = crate::sample::hash(0, &ips[..depth]);
         let start = key as usize % MAX_SITES;
         for probe in 0..MAX_SITES {
             let s = &mut self.sites[(start + probe) % MAX_SITES];
