@@ -489,9 +489,15 @@ impl Profile {
 
     /// Whether `path` is among [`Profile::suspected_leaks`].
     pub fn is_suspected_leak(&self, path: &PathProfile) -> bool {
+        self.is_suspected_path(path.kind, &path.frames)
+    }
+
+    /// Whether the span path `frames` of `kind`, as a whole, is among
+    /// [`Profile::suspected_leaks`].
+    pub fn is_suspected_path(&self, kind: PathKind, frames: &[Frame]) -> bool {
         self.suspected_leaks
             .iter()
-            .any(|l| l.kind == path.kind && l.frames == path.frames && l.code.is_empty())
+            .any(|l| l.kind == kind && l.frames == frames && l.code.is_empty())
     }
 
     /// Whether `stack` is among [`Profile::suspected_leaks`] as a stack of its own.

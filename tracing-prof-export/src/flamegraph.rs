@@ -67,20 +67,9 @@ pub fn folded(
 ) -> Result<String, FlamegraphError> {
     let col = column(kind, sample_type)?;
     let p = crate::pprof::to_proto(profile, kind);
-    let string = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
-    let function: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, string(f.name))).collect();
-    let location: HashMap<u64, String> = p
-        .location
-        .iter()
-        .map(|l| {
-            let name = l
-                .line
-                .first()
-                .and_then(|line| function.get(&line.function_id))
-                .copied()
-                .unwrap_or("?");
-            (l.id, clean(name))
-        })
+    let location: HashMap<u64, String> = crate::pprof::location_names(&p)
+        .into_iter()
+        .map(|(id, name)| (id, clean(name)))
         .collect();
     let mut order: Vec<String> = Vec::new();
     let mut sums: HashMap<String, i64> = HashMap::new();

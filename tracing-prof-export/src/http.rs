@@ -20,7 +20,6 @@
 //! for at most those timeouts; the application and the profiler never wait on it.
 
 use crate::{ProfileKind, encode};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -244,15 +243,8 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
         .iter()
         .position(|(t, _)| *t == kind.default_sample_type())
         .unwrap_or(0);
-    let names: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, s(f.name))).collect();
-    let location_name = |id: &u64| {
-        p.location
-            .iter()
-            .find(|l| l.id == *id)
-            .and_then(|l| l.line.first())
-            .and_then(|l| names.get(&l.function_id).copied())
-            .unwrap_or("?")
-    };
+    let names = crate::pprof::location_names(&p);
+    let location_name = |id: &u64| names.get(id).copied().unwrap_or("?");
     let mut rows: Vec<(Vec<i64>, String)> = p
         .sample
         .iter()

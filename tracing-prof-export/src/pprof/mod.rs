@@ -349,10 +349,7 @@ fn stack_samples(
         }
         let location_id = locations.stack(out, strings, &stack.frames, &stack.code);
         let suspected = profile.is_suspected_stack_leak(stack)
-            || profile
-                .suspected_leaks
-                .iter()
-                .any(|l| l.kind == stack.kind && l.frames == stack.frames && l.code.is_empty());
+            || profile.is_suspected_path(stack.kind, &stack.frames);
         let mut label = vec![num_label(strings, "bytes", stack.mean_size(), "bytes")];
         label.extend(leak_labels(strings, suspected));
         out.sample.push(proto::Sample {
@@ -489,6 +486,25 @@ fn comments(
         );
         out.comment.push(strings.get(&note));
     }
+}
+
+/// The function name of each location of `p`, by location id (`?` for a location without
+/// lines), for readers of our own messages: text tables and folded stacks.
+pub(crate) fn location_names(p: &proto::Profile) -> HashMap<u64, &str> {
+    let string = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
+    let function: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, string(f.name))).collect();
+    p.location
+        .iter()
+        .map(|l| {
+            let name = l
+                .line
+                .first()
+                .and_then(|line| function.get(&line.function_id))
+                .copied()
+                .unwrap_or("?");
+            (l.id, name)
+        })
+        .collect()
 }
 
 /// Serializes the pprof message of `kind` for `profile`, gzip-compressed as `go tool pprof`
