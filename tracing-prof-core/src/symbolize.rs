@@ -68,7 +68,10 @@ pub(crate) fn release_debug_info() {
 
 /// Frees the parsed debug info now (the profiler stops); resolved frames stay cached.
 pub(crate) fn release_now() {
-    if LOADED.swap(false, Ordering::Relaxed) || PARSED.swap(false, Ordering::Relaxed) {
+    let loaded = LOADED.swap(false, Ordering::Relaxed);
+    let parsed = PARSED.swap(false, Ordering::Relaxed);
+    IDLE.store(0, Ordering::Relaxed);
+    if loaded || parsed {
         backtrace::clear_symbol_cache();
     }
 }
