@@ -16,7 +16,7 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
-use tracing_prof::core::{PathKind, PathProfile, Profile};
+use tracing_prof::core::{PathKind, PathProfile, Snapshot};
 use tracing_prof::export::HttpServer;
 use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
@@ -191,7 +191,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) {
+fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64) {
     println!("{title}:");
     println!(
         "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  span path",
@@ -219,12 +219,12 @@ fn print_top(title: &str, profile: &Profile, key: impl Fn(&PathProfile) -> u64) 
 }
 
 /// The sampled code stacks holding the most memory, and the sites of the most temporary bytes.
-fn print_stacks(profile: &Profile) {
+fn print_stacks(profile: &Snapshot) {
     if profile.sample_rate == 0 || profile.stacks.is_empty() {
         return;
     }
     let site = |s: &tracing_prof::core::StackProfile| {
-        let names: Vec<&str> = s.frames.iter().map(|f| f.name).collect();
+        let names: Vec<&str> = s.frames.iter().map(|f| &*f.name).collect();
         let leaf = s.code.last().map_or_else(
             || "?".to_owned(),
             |f| match (&f.file, f.line) {
@@ -266,7 +266,7 @@ fn print_stacks(profile: &Profile) {
         .into_iter()
         .find(|p| p.kind == PathKind::Span)
     {
-        let names: Vec<&str> = top.frames.iter().map(|f| f.name).collect();
+        let names: Vec<&str> = top.frames.iter().map(|f| &*f.name).collect();
         let est = profile.sampled_memory(&names);
         println!(
             "  (estimates against the exact counters, for {}: allocated {} vs {}, in use {} vs {})",
@@ -294,17 +294,18 @@ fn print_stacks(profile: &Profile) {
 }
 
 /// Memory per thread, most allocated first.
-fn print_threads(profile: &Profile) {
+fn print_threads(profile: &Snapshot) {
     let mut threads: Vec<_> = profile.threads.iter().collect();
     threads.sort_by_key(|t| std::cmp::Reverse(t.memory.alloc_bytes));
     println!("Memory per thread (exact):");
     println!("  {:>10} {:>10}  thread", "alloc", "in use");
     for t in threads.iter().take(6) {
         println!(
-            "  {:>10} {:>10}  {}",
+            "  {:>10} {:>10}  {}{}",
             bytes(t.memory.alloc_bytes),
             bytes(t.memory.inuse_bytes),
-            t.name
+            t.name,
+            if t.alive { "" } else { " (exited)" }
         );
     }
     println!();

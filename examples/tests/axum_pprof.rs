@@ -97,7 +97,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
     if common::have_go() {
         let url = format!("http://{open_addr}/debug/pprof/span_memory");
         let top = common::pprof(&["-top", "-nodefraction=0"], url);
-        assert!(top.contains("axum_pprof::axum_work"), "{top}");
+        assert!(top.contains("axum_pprof::axum_work [span]"), "{top}");
     }
     drop(rt);
 }

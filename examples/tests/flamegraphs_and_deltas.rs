@@ -6,7 +6,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tracing_prof::export::{flamegraph_svg, folded};
 use tracing_prof::{FileExporter, ProfileKind, Profiler, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
@@ -80,7 +79,10 @@ fn flamegraphs_folded_and_deltas() {
     // Folded stacks: well-formed lines, accepted by inferno's own parser, whose total the SVG
     // states.
     let profile = guard.profiler().snapshot();
-    let text = folded(&profile, ProfileKind::SpanMemory, "alloc_space").unwrap();
+    let text = profile
+        .profile(ProfileKind::SpanMemory)
+        .folded(Some("alloc_space"))
+        .unwrap();
     let mut total = 0u64;
     for line in text.lines() {
         let (stack, count) = line.rsplit_once(' ').expect("`stack count`");
@@ -88,7 +90,9 @@ fn flamegraphs_folded_and_deltas() {
         total += count.parse::<u64>().expect("numeric count");
     }
     assert!(
-        text.contains("tracing_prof_examples::request;tracing_prof_examples::render "),
+        text.contains(
+            "tracing_prof_examples::request [span];tracing_prof_examples::render [span] "
+        ),
         "{text}"
     );
     let mut options = inferno::flamegraph::Options::default();
@@ -96,19 +100,30 @@ fn flamegraphs_folded_and_deltas() {
     inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut out)
         .expect("inferno accepts it");
     let svg = String::from_utf8(
-        flamegraph_svg(&profile, ProfileKind::SpanMemory, "alloc_space").unwrap(),
+        profile
+            .profile(ProfileKind::SpanMemory)
+            .flamegraph_svg(Some("alloc_space"), "test")
+            .unwrap(),
     )
     .unwrap();
     assert!(
         svg.contains(&format!("all ({} bytes, 100%)", thousands(total))),
         "total {total} not in the SVG"
     );
-    assert!(flamegraph_svg(&profile, ProfileKind::Heap, "no_such_type").is_err());
+    assert!(
+        profile
+            .profile(ProfileKind::Heap)
+            .flamegraph_svg(Some("no_such_type"), "test")
+            .is_err()
+    );
     // The sampled heap's folded stacks are its pprof stacks: code frames under the span frames.
-    let heap = folded(&profile, ProfileKind::Heap, "alloc_space").unwrap();
+    let heap = profile
+        .profile(ProfileKind::Heap)
+        .folded(Some("alloc_space"))
+        .unwrap();
     assert!(
         heap.lines().any(|l| l.starts_with(
-            "tracing_prof_examples::request;tracing_prof_examples::render;tracing_prof_examples::render "
+            "tracing_prof_examples::request [span];tracing_prof_examples::render [span];tracing_prof_examples::render "
         )),
         "{heap}"
     );
@@ -121,8 +136,9 @@ fn flamegraphs_folded_and_deltas() {
         "the first export has no base, the second has one delta"
     );
     if common::have_go() {
-        let requests =
-            |file: &Path| common::raw(file).value(&["tracing_prof_examples::request"], "spans");
+        let requests = |file: &Path| {
+            common::raw(file).value(&["tracing_prof_examples::request [span]"], "spans")
+        };
         assert_eq!(requests(&deltas[0]), 250);
         let cumulative = files(&dir, "spans.", ".pb.gz");
         assert_eq!(requests(&cumulative[1]), 850);

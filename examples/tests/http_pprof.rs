@@ -60,7 +60,16 @@ fn entries(top: &str) -> Vec<&str> {
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("flat"))
         .skip(1);
-    let names: Vec<&str> = lines.filter_map(|l| l.split_whitespace().last()).collect();
+    // flat flat% sum% cum cum% NAME (a name may hold spaces: `app::request [span]`).
+    let names: Vec<&str> = lines
+        .filter_map(|l| {
+            let mut rest = l.trim_start();
+            for _ in 0..5 {
+                rest = rest.split_once(char::is_whitespace)?.1.trim_start();
+            }
+            Some(rest.trim_end())
+        })
+        .collect();
     assert!(!names.is_empty(), "no entries:\n{top}");
     names
 }
@@ -82,12 +91,12 @@ fn assert_cpu_shape(base: &str, extra: &[&str]) {
     }
     assert_eq!(
         top_entry(&by_cum),
-        "tracing_prof_examples::request",
+        "tracing_prof_examples::request [span]",
         "{by_cum}"
     );
     let by_self = common::pprof(&[&["-top"], extra].concat(), format!("{base}/spans"));
     assert!(
-        entries(&by_self)[..2].contains(&"tracing_prof_examples::render"),
+        entries(&by_self)[..2].contains(&"tracing_prof_examples::render [span]"),
         "{by_self}"
     );
 }
@@ -128,9 +137,9 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     );
     let (status, table) = get(&base, "/debug/pprof/span_memory?debug=1", "");
     assert!(
-        status.contains("200") && table.contains(
-                "tracing_prof_examples::request -> tracing_prof_examples::cache_lookup -> tracing_prof_examples::cache_fill"
-            ),
+        status.contains("200")
+            && table
+                .contains("    tracing_prof_examples::cache_fill [span] (examples/workload.rs:"),
         "{table}"
     );
     let (status, _) = get(&base, "/debug/pprof/heap?seconds=999", "");
@@ -148,7 +157,7 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     assert!(memory.contains("Type: inuse_space"), "{memory}");
     assert_eq!(
         top_entry(&memory),
-        "tracing_prof_examples::cache_fill",
+        "tracing_prof_examples::cache_fill [span]",
         "{memory}"
     );
     // The sampled heap: code stacks under the same span frames.

@@ -15,7 +15,7 @@ use tracing_subscriber::prelude::*;
 #[global_allocator]
 static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
-const REQUEST: &str = "tracing_prof_examples::request";
+const REQUEST: &str = "tracing_prof_examples::request [span]";
 
 #[test]
 fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
@@ -109,7 +109,13 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         );
         let exact = pprof(&req.series[2].samples[0].raw_profile);
         assert_eq!(sample_types(&exact), sample_types(&memory));
-        assert!(value(&exact, "tracing_prof_examples::render", "alloc_space") > 0);
+        assert!(
+            value(
+                &exact,
+                "tracing_prof_examples::render [span]",
+                "alloc_space"
+            ) > 0
+        );
     }
     assert_eq!(
         requests, 500,

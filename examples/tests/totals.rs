@@ -11,7 +11,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_prof::{Profile, ProfileKind, ProfileLayer, TaggingAllocator};
+use tracing_prof::{ProfileKind, ProfileLayer, TaggingAllocator};
 use tracing_prof_alloc::{Tag, current_tag};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
@@ -86,7 +86,7 @@ fn exported_totals_equal_what_the_program_requested() {
     assert_eq!(summary.handled, 3_000);
 
     let (objects, bytes) = (OBJECTS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
-    let profile = Profile::capture(std::time::Duration::from_secs(1));
+    let profile = tracing_prof::core::capture(std::time::Duration::from_secs(1));
     let not_profiler =
         |p: &&tracing_prof::core::PathProfile| p.kind != tracing_prof::core::PathKind::Profiler;
     let model: (u64, u64) = profile
@@ -112,11 +112,7 @@ fn exported_totals_equal_what_the_program_requested() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-totals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("heap.pb.gz");
-    std::fs::write(
-        &file,
-        tracing_prof::export::encode(&profile, ProfileKind::Heap).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(&file, profile.profile(ProfileKind::Heap).encode()).unwrap();
     let (go_objects, go_bytes) = (
         pprof_total(&file, "alloc_objects"),
         pprof_total(&file, "alloc_space"),

@@ -178,7 +178,7 @@ impl Budget {
                 );
                 let allocs = a.alloc_objects.saturating_sub(b.alloc_objects);
                 let bytes = a.alloc_bytes.saturating_sub(b.alloc_bytes);
-                let names: Vec<&str> = frames[root.len() - 1..].iter().map(|f| f.name).collect();
+                let names: Vec<&str> = frames[root.len() - 1..].iter().map(|f| &*f.name).collect();
                 (allocs > 0 || bytes > 0).then(|| (names.join(" -> "), allocs, bytes))
             })
             .collect();

@@ -66,6 +66,12 @@ pub trait Clock: Send + Sync + 'static {
 
     /// CPU time consumed so far by the calling thread.
     fn thread_cpu(&self) -> CpuSample;
+
+    /// Whether [`Clock::thread_cpu`] splits user from system time (the profiles then have
+    /// `cpu_user` and `cpu_sys` sample types). Default: yes.
+    fn splits_cpu(&self) -> bool {
+        true
+    }
 }
 
 /// `CLOCK_MONOTONIC` (vDSO, no syscall) for wall time, and the chosen [`CpuClock`].
@@ -82,6 +88,10 @@ impl SystemClock {
 }
 
 impl Clock for SystemClock {
+    fn splits_cpu(&self) -> bool {
+        self.cpu == CpuClock::Rusage
+    }
+
     #[inline]
     fn now_ns(&self) -> u64 {
         let mut ts = libc::timespec {

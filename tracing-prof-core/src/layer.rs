@@ -3,7 +3,7 @@
 use crate::clock::{Clock, SystemClock};
 use crate::{entered, span_path};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use tracing_core::Subscriber;
 use tracing_core::span::{Attributes, Id};
 use tracing_prof_alloc::{Tag, TagGuard};
@@ -84,11 +84,33 @@ impl<C: Clock> ProfileLayer<C> {
     }
 }
 
+/// How the most recently installed layer measures CPU time: 0 off, 1 thread clock, 2 a clock
+/// that splits user and system time.
+static EXACT_CPU: AtomicU8 = AtomicU8::new(0);
+
+/// How CPU time is measured on enter and exit by the layer installed last.
+pub(crate) fn exact_cpu_source() -> tracing_prof_model::CpuSource {
+    match EXACT_CPU.load(Ordering::Relaxed) {
+        1 => tracing_prof_model::CpuSource::ThreadClock,
+        2 => tracing_prof_model::CpuSource::Rusage,
+        _ => tracing_prof_model::CpuSource::Off,
+    }
+}
+
 impl<S, C> Layer<S> for ProfileLayer<C>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     C: Clock,
 {
+    fn on_register_dispatch(&self, _subscriber: &tracing::Dispatch) {
+        let mode = match (self.cpu_time, self.clock.splits_cpu()) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        EXACT_CPU.store(mode, Ordering::Relaxed);
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let _profiler = TagGuard::new(Tag::PROFILER);
         let Some(span) = ctx.span(id) else { return };

@@ -9,35 +9,13 @@
 //! set (allocations freed at the pace they are made) never qualifies, however large it is. It is
 //! a heuristic: a cache still warming up looks the same as a leak until it stops growing.
 
-use crate::profile::{Frame, PathKind, Profile};
-use crate::symbolize::CodeFrame;
 use std::collections::HashMap;
+use tracing_prof_model::{CodeFrame, PathKind, Snapshot, SpanFrame, SuspectedLeak};
 
 /// Consecutive growing captures before a path is suspected: 5.
 pub const DEFAULT_LEAK_SNAPSHOTS: usize = 5;
 /// Least total growth over those captures: 64 KiB.
 pub const DEFAULT_LEAK_MIN_BYTES: u64 = 64 * 1024;
-
-/// A span path whose in-use memory grew in every one of the last `snapshots` captures.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SuspectedLeak {
-    /// What kind of path it is (a span path, or `(no span)`).
-    pub kind: PathKind,
-    /// The path, root first.
-    pub frames: Vec<Frame>,
-    /// The sampled code stack under the path, root first; empty when the whole span path is
-    /// suspected.
-    pub code: Vec<CodeFrame>,
-    /// Its span names joined by ` -> `, then ` @ ` and the innermost code frame for a stack.
-    pub path: String,
-    /// In-use bytes now.
-    pub inuse_bytes: u64,
-    /// Growth since the captures began to rise.
-    pub growth_bytes: u64,
-    /// Consecutive growing captures so far.
-    pub snapshots: usize,
-}
 
 #[derive(Debug)]
 struct Track {
@@ -52,7 +30,7 @@ struct Track {
 pub(crate) struct LeakDetector {
     snapshots: usize,
     min_bytes: u64,
-    tracks: HashMap<(PathKind, Vec<Frame>, Vec<CodeFrame>), Track>,
+    tracks: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), Track>,
 }
 
 impl LeakDetector {
@@ -68,7 +46,7 @@ impl LeakDetector {
     /// the previous capture.
     pub(crate) fn observe(
         &mut self,
-        profile: &Profile,
+        profile: &Snapshot,
     ) -> (Vec<SuspectedLeak>, Vec<SuspectedLeak>) {
         let (mut now, mut new) = (Vec::new(), Vec::new());
         let mut seen = std::collections::HashSet::new();
@@ -76,32 +54,13 @@ impl LeakDetector {
             .paths
             .iter()
             .filter(|p| p.kind != PathKind::Profiler)
-            .map(|p| {
-                (
-                    p.kind,
-                    &p.frames,
-                    &[][..],
-                    p.memory.inuse_bytes,
-                    p.display_path(),
-                )
-            });
+            .map(|p| (p.kind, &p.frames, &[][..], p.memory.inuse_bytes));
         let stacks = profile
             .stacks
             .iter()
             .filter(|s| s.kind != PathKind::Profiler)
-            .map(|s| {
-                let names: Vec<&str> = s.frames.iter().map(|f| f.name).collect();
-                let leaf = s.code.last().map_or("?", |f| &*f.function);
-                let display = format!("{} @ {leaf}", names.join(" -> "));
-                (
-                    s.kind,
-                    &s.frames,
-                    s.code.as_slice(),
-                    s.memory.inuse_bytes,
-                    display,
-                )
-            });
-        for (kind, frames, code, inuse, display) in paths.chain(stacks) {
+            .map(|s| (s.kind, &s.frames, s.code.as_slice(), s.memory.inuse_bytes));
+        for (kind, frames, code, inuse) in paths.chain(stacks) {
             let key = (kind, frames.clone(), code.to_vec());
             seen.insert(key.clone());
             let t = self.tracks.entry(key).or_insert(Track {
@@ -122,15 +81,14 @@ impl LeakDetector {
             }
             t.last = inuse;
             if t.rises >= self.snapshots && inuse - t.base >= self.min_bytes {
-                let leak = SuspectedLeak {
+                let leak = SuspectedLeak::new(
                     kind,
-                    frames: frames.clone(),
-                    code: code.to_vec(),
-                    path: display,
-                    inuse_bytes: inuse,
-                    growth_bytes: inuse - t.base,
-                    snapshots: t.rises,
-                };
+                    frames.clone(),
+                    code.to_vec(),
+                    inuse,
+                    inuse - t.base,
+                    t.rises,
+                );
                 if !t.reported {
                     t.reported = true;
                     new.push(leak.clone());

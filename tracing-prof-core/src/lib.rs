@@ -31,32 +31,34 @@
 //!   `(other span paths)` and counted in [`Stats::overflowed_spans`].
 //! - CPU time is Linux-only (zero elsewhere).
 
+mod binary;
 pub mod budget;
+mod capture;
 mod clock;
 pub mod config;
 mod entered;
 mod layer;
 pub mod leak;
-mod profile;
 mod profiler;
 mod span_path;
 mod symbolize;
 mod threads;
 
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
+pub use capture::capture;
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
-pub use leak::SuspectedLeak;
-pub use profile::{
-    Frame, LIFETIME_BUCKET_NAMES, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME,
-    PROFILER_FRAME, PathKind, PathProfile, Profile, StackProfile, TABLE_FULL_FRAME, ThreadProfile,
-    TimeStats,
-};
 pub use profiler::{
     BuildError, FlushTimeout, GiantReport, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
     SinkError, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
-pub use symbolize::CodeFrame;
+pub use tracing_prof_model as model;
+pub use tracing_prof_model::SuspectedLeak;
+pub use tracing_prof_model::{
+    CodeFrame, LIFETIME_BUCKET_NAMES, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME,
+    PROFILER_FRAME, PathKind, PathProfile, ProfileKind, Snapshot, SpanFrame, StackProfile,
+    TABLE_FULL_FRAME, ThreadProfile, TimeStats,
+};

@@ -3,8 +3,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::layer::ProfileLayer;
-use crate::leak::{LeakDetector, SuspectedLeak};
-use crate::profile::Profile;
+use crate::leak::LeakDetector;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use std::collections::HashMap;
 use std::fmt;
@@ -13,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_prof_alloc::{Tag, set_current_tag};
+use tracing_prof_model::{CodeFrame, Snapshot, SuspectedLeak};
 
 /// The error a [`Sink`] returns.
 pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
@@ -26,8 +26,8 @@ pub trait Sink: Send + 'static {
     /// A short name for error messages, e.g. `"pprof files"`.
     fn name(&self) -> &str;
 
-    /// Exports one profile.
-    fn export(&mut self, profile: &Profile) -> Result<(), SinkError>;
+    /// Exports one snapshot (cumulative: counters since the profiler started).
+    fn export(&mut self, snapshot: &Snapshot) -> Result<(), SinkError>;
 }
 
 /// Why the profiler could not start.
@@ -89,7 +89,7 @@ pub struct GiantReport {
     /// Whether it was refused.
     pub refused: bool,
     /// The code that asked, root first (trimmed like the sampled stacks).
-    pub stack: Vec<crate::CodeFrame>,
+    pub stack: Vec<CodeFrame>,
 }
 
 impl GiantReport {
@@ -113,8 +113,8 @@ impl Profiler {
 
     /// Everything counted so far, read now on the calling thread, with the suspected leaks the
     /// aggregator last found.
-    pub fn snapshot(&self) -> Profile {
-        let mut p = Profile::capture(self.shared.started.elapsed());
+    pub fn snapshot(&self) -> Snapshot {
+        let mut p = crate::capture(self.shared.started.elapsed());
         p.suspected_leaks = self.suspected_leaks();
         p
     }
@@ -439,7 +439,7 @@ impl Aggregator {
                 kept.push_back(report);
             }
         }
-        let mut profile = Profile::capture(self.shared.started.elapsed());
+        let mut profile = crate::capture(self.shared.started.elapsed());
         if let Some(detector) = &mut self.leaks {
             let (now, new) = detector.observe(&profile);
             profile.suspected_leaks = now.clone();

@@ -5,7 +5,6 @@
 //! registry can never mix two spans' counts. The table is process-wide, like the allocator's
 //! counters it indexes. Beyond the cap, new paths map to [`Tag::OVERFLOW`] and are counted.
 
-use crate::profile::Frame;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -13,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use tracing_core::Metadata;
 use tracing_prof_alloc::{MAX_TAGS, Tag};
+use tracing_prof_model::{NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, SpanFrame};
 
 /// Most span paths the allocator's tables can hold (`MAX_TAGS` less the reserved tags).
 pub const MAX_SPAN_PATHS: usize = MAX_TAGS - Tag::FIRST_PATH as usize;
@@ -49,7 +49,8 @@ type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
 #[derive(Debug)]
 struct Entry {
     parent: u32,
-    metadata: &'static Metadata<'static>,
+    /// The span's callsite as a frame, made once per callsite.
+    frame: SpanFrame,
 }
 
 #[derive(Default)]
@@ -57,6 +58,18 @@ struct Table {
     by_key: KeyMap<u32>,
     /// Entry of tag `Tag::FIRST_PATH + i` at index `i`.
     entries: Vec<Entry>,
+    /// One frame per callsite, shared by every path through it.
+    frames: HashMap<usize, SpanFrame, BuildHasherDefault<KeyHasher>>,
+}
+
+/// The frame of a span callsite.
+fn frame_of(m: &'static Metadata<'static>) -> SpanFrame {
+    SpanFrame {
+        target: m.target().into(),
+        name: m.name().into(),
+        file: m.file().map(Into::into),
+        line: m.line(),
+    }
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -100,9 +113,14 @@ pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
             Some(&raw) => Tag::new(raw),
             None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
                 let raw = Tag::FIRST_PATH + table.entries.len() as u32;
+                let frame = table
+                    .frames
+                    .entry(key.1)
+                    .or_insert_with(|| frame_of(metadata))
+                    .clone();
                 table.entries.push(Entry {
                     parent: parent.get(),
-                    metadata,
+                    frame,
                 });
                 table.by_key.insert(key, raw);
                 Tag::new(raw)
@@ -124,7 +142,7 @@ pub(crate) fn overflowed_spans() -> u64 {
 }
 
 /// Every interned path as `(tag, frames root first)`.
-pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
+pub(crate) fn all_paths() -> Vec<(Tag, Vec<SpanFrame>)> {
     let guard = table();
     let Some(table) = guard.as_ref() else {
         return Vec::new();
@@ -133,11 +151,11 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
         let mut frames = Vec::new();
         while raw >= Tag::FIRST_PATH {
             let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
-            frames.push(Frame::from_metadata(e.metadata));
+            frames.push(e.frame.clone());
             raw = e.parent;
         }
         if raw == Tag::OVERFLOW.get() {
-            frames.push(Frame::synthetic(crate::profile::OVERFLOW_FRAME));
+            frames.push(SpanFrame::synthetic(OVERFLOW_FRAME));
         }
         frames.reverse();
         frames
@@ -155,14 +173,14 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<Frame>)> {
 /// The span names of the path of `tag`, joined by ` -> ` (or its synthetic frame's name).
 pub(crate) fn display(tag: Tag) -> String {
     match tag {
-        Tag::NO_SPAN => return crate::profile::NO_SPAN_FRAME.to_owned(),
-        Tag::PROFILER => return crate::profile::PROFILER_FRAME.to_owned(),
-        Tag::OVERFLOW => return crate::profile::OVERFLOW_FRAME.to_owned(),
+        Tag::NO_SPAN => return NO_SPAN_FRAME.to_owned(),
+        Tag::PROFILER => return PROFILER_FRAME.to_owned(),
+        Tag::OVERFLOW => return OVERFLOW_FRAME.to_owned(),
         _ => {}
     }
     let guard = table();
     let Some(table) = guard.as_ref() else {
-        return crate::profile::OVERFLOW_FRAME.to_owned();
+        return OVERFLOW_FRAME.to_owned();
     };
     let mut names = Vec::new();
     let mut raw = tag.get();
@@ -170,7 +188,7 @@ pub(crate) fn display(tag: Tag) -> String {
         let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
             break;
         };
-        names.push(e.metadata.name());
+        names.push(&*e.frame.name);
         raw = e.parent;
     }
     names.reverse();

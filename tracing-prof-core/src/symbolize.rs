@@ -18,26 +18,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use tracing_prof_model::CodeFrame;
 
-/// One function in a code stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CodeFrame {
-    /// Demangled function name without its hash, e.g. `my_app::handler::parse`.
-    pub function: Arc<str>,
-    /// Source file, when the binary has line tables.
-    pub file: Option<Arc<str>>,
-    /// Source line, when the binary has line tables.
-    pub line: Option<u32>,
-}
-
-impl CodeFrame {
-    fn unknown(ip: usize) -> Self {
-        CodeFrame {
-            function: Arc::from(format!("0x{ip:x}")),
-            file: None,
-            line: None,
-        }
-    }
+fn unknown(ip: usize) -> CodeFrame {
+    CodeFrame::named(&format!("0x{ip:x}"))
 }
 
 /// Set when an address was resolved since the last [`release_debug_info`].
@@ -190,7 +174,7 @@ fn resolve(ip: usize) -> Arc<[CodeFrame]> {
         });
     });
     if frames.is_empty() {
-        frames.push(CodeFrame::unknown(ip));
+        frames.push(unknown(ip));
     }
     frames.into()
 }

@@ -10,9 +10,9 @@
 //! (sums stay exact that way). A table's numbers are therefore those of all the threads that
 //! used it; for the long-lived worker threads of a service that is the thread itself.
 
-use crate::profile::{MemoryStats, ThreadProfile};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use tracing_prof_model::{MemoryStats, ThreadProfile};
 
 /// Last known (tid, name) per table index.
 static NAMES: Mutex<Option<HashMap<u32, (u64, String)>>> = Mutex::new(None);
@@ -39,7 +39,7 @@ pub(crate) fn threads() -> Vec<ThreadProfile> {
                     String::from_utf8_lossy(&t.name[..end]).into_owned()
                 };
                 let known = names.get(&t.index).filter(|(tid, _)| *tid == t.tid);
-                let name = match known {
+                match known {
                     // A live thread may have been renamed since; an exited one's last name
                     // was stored at its exit.
                     Some((_, n)) if t.alive || stored.is_empty() => n.clone(),
@@ -54,25 +54,16 @@ pub(crate) fn threads() -> Vec<ThreadProfile> {
                         names.insert(t.index, (t.tid, n.clone()));
                         n
                     }
-                };
-                if t.alive {
-                    name
-                } else {
-                    format!("(exited) {name}")
                 }
             };
-            ThreadProfile {
-                index: t.index,
-                tid: t.tid,
-                name,
-                alive: t.alive,
-                memory: MemoryStats {
-                    alloc_objects: t.alloc_objects,
-                    alloc_bytes: t.alloc_bytes,
-                    inuse_objects: t.inuse_objects,
-                    inuse_bytes: t.inuse_bytes,
-                },
-            }
+            let mut p = ThreadProfile::new(t.index, t.tid, name, t.alive);
+            let mut m = MemoryStats::default();
+            m.alloc_objects = t.alloc_objects;
+            m.alloc_bytes = t.alloc_bytes;
+            m.inuse_objects = t.inuse_objects;
+            m.inuse_bytes = t.inuse_bytes;
+            p.memory = m;
+            p
         })
         .collect()
 }

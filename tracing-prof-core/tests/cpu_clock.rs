@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{Dispatch, Span};
-use tracing_prof_core::{Clock, CpuClock, Profile, ProfileLayer, SystemClock};
+use tracing_prof_core::{Clock, CpuClock, ProfileLayer, SystemClock};
 use tracing_subscriber::prelude::*;
 
 const THREADS: usize = 6;
@@ -83,7 +83,7 @@ fn thread_clock_is_exact_whatever_threads_do_between_spans() {
     for gap in [Gap::Sleep, Gap::Yield, Gap::Busy] {
         let truth = run(CpuClock::Thread, gap);
         let rusage_truth = run(CpuClock::Rusage, gap);
-        let p = Profile::capture(Default::default());
+        let p = tracing_prof_core::capture(Default::default());
         let name = span(CpuClock::Thread, gap).metadata().unwrap().name();
         let t = p.path(&[name]).unwrap().time;
         assert_eq!(t.spans, spans);

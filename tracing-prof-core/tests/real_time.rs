@@ -2,7 +2,7 @@
 //! One test in this binary, so no other test competes for the CPU it measures.
 
 use std::time::{Duration, Instant};
-use tracing_prof_core::{Clock, Profile, ProfileLayer, SystemClock};
+use tracing_prof_core::{Clock, ProfileLayer, SystemClock};
 use tracing_subscriber::prelude::*;
 
 #[test]
@@ -31,7 +31,7 @@ fn sleeping_spinning_and_waiting_spans() {
         waits.in_scope(|| ());
         assert!(created.elapsed() >= Duration::from_millis(50));
     });
-    let p = Profile::capture(Duration::ZERO);
+    let p = tracing_prof_core::capture(Duration::ZERO);
     let ms = |ns: u64| ns as f64 / 1e6;
 
     let sleeps = p.path(&["rt_sleeps"]).unwrap().time;

@@ -1,13 +1,12 @@
 //! Writing profiles to a directory, every interval and at shutdown.
 
-use crate::flamegraph::{FlamegraphError, flamegraph_svg};
-use crate::{ProfileKind, encode};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 use tracing_prof_core::config::{ConfigError, env_var, parse_bool};
-use tracing_prof_core::{Profile, Sink, SinkError};
+use tracing_prof_core::{Sink, SinkError};
+use tracing_prof_model::{ModelError, ProfileKind, Snapshot};
 
 /// Where profiles go: `./profiles`.
 pub const DEFAULT_DIR: &str = "profiles";
@@ -48,12 +47,15 @@ const STAMP_LEN: usize = 23;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
-    /// The profile could not be encoded.
-    #[error(transparent)]
-    Encode(#[from] crate::pprof::EncodeError),
     /// A flame graph could not be drawn.
-    #[error(transparent)]
-    Flamegraph(#[from] FlamegraphError),
+    #[error("cannot draw the {kind} flame graph: {source}")]
+    Flamegraph {
+        /// The profile kind.
+        kind: ProfileKind,
+        /// Why.
+        #[source]
+        source: ModelError,
+    },
     /// A file-system operation failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -73,7 +75,7 @@ pub enum FileError {
 /// a name and names sort by time.
 ///
 /// Optionally, per export, `{kind}-delta.*.pb.gz` files hold only what happened since the
-/// previous export ([`Profile::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
+/// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
 /// flame graphs sit beside the pprof files.
 ///
 /// Files are written under a temporary name and renamed, so a reader never sees half a file.
@@ -89,8 +91,8 @@ pub struct FileExporter {
     /// Microseconds since the epoch of the last file name, to keep names unique.
     last_stamp_us: u64,
     deltas: bool,
-    /// The last exported profile, the base of the next delta.
-    previous: Option<Profile>,
+    /// The last exported snapshot, the base of the next delta.
+    previous: Option<Snapshot>,
     flamegraphs: Vec<(ProfileKind, &'static str)>,
 }
 
@@ -178,7 +180,7 @@ impl FileExporter {
     }
 
     /// Encodes and writes every kind of `profile` now; returns the paths written.
-    pub fn write(&mut self, profile: &Profile) -> Result<Vec<PathBuf>, FileError> {
+    pub fn write(&mut self, profile: &Snapshot) -> Result<Vec<PathBuf>, FileError> {
         fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
         let us = profile
             .time
@@ -193,18 +195,29 @@ impl FileExporter {
         };
         let mut written = Vec::new();
         for &kind in &self.kinds {
+            if !kind.is_available(profile) {
+                continue;
+            }
             let name = format!("{}.{}.{stamp}.pb.gz", kind.name(), self.pid);
-            written.push(self.write_file(&name, &encode(profile, kind)?)?);
+            written.push(self.write_file(&name, &profile.profile(kind).encode())?);
             if let Some(window) = &window {
                 let name = format!("{}-delta.{}.{stamp}.pb.gz", kind.name(), self.pid);
-                written.push(self.write_file(&name, &encode(window, kind)?)?);
+                written.push(self.write_file(&name, &window.profile(kind).encode())?);
             }
         }
         for &(kind, sample_type) in &self.flamegraphs {
-            let svg = match flamegraph_svg(profile, kind, sample_type) {
+            if !kind.is_available(profile) {
+                continue;
+            }
+            let p = profile.profile(kind);
+            if p.sample_type_index(sample_type).is_none() {
+                continue; // not measured in this snapshot (CPU time off, say)
+            }
+            let title = format!("{} {} profile", profile_name(profile), kind.name());
+            let svg = match p.flamegraph_svg(Some(sample_type), &title) {
                 Ok(svg) => svg,
-                Err(FlamegraphError::Empty { .. }) => continue, // nothing to draw yet
-                Err(e) => return Err(e.into()),
+                Err(ModelError::Empty(_)) => continue, // nothing to draw yet
+                Err(source) => return Err(FileError::Flamegraph { kind, source }),
             };
             let name = format!("{}.{}.{stamp}.{sample_type}.svg", kind.name(), self.pid);
             written.push(self.write_file(&name, &svg)?);
@@ -280,9 +293,14 @@ impl Sink for FileExporter {
         "pprof files"
     }
 
-    fn export(&mut self, profile: &Profile) -> Result<(), SinkError> {
+    fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         self.write(profile).map(drop).map_err(Into::into)
     }
+}
+
+/// The program's name, or `tracing-prof` when unknown.
+fn profile_name(s: &Snapshot) -> &str {
+    s.binary.as_ref().map_or("tracing-prof", |b| b.name())
 }
 
 /// `YYYYMMDDTHHMMSS.uuuuuuZ` in UTC, from microseconds since the epoch.
@@ -328,18 +346,7 @@ mod tests {
     fn names_stay_unique_and_ordered_within_one_microsecond() {
         let dir = std::env::temp_dir().join(format!("tracing-prof-names-{}", std::process::id()));
         let mut e = FileExporter::new(&dir).keep(0).kinds([ProfileKind::Heap]);
-        let profile = Profile {
-            time: SystemTime::now(),
-            duration: Duration::ZERO,
-            window: false,
-            paths: vec![],
-            overflowed_spans: 0,
-            suspected_leaks: vec![],
-            sample_rate: 0,
-            temporary_threshold: Duration::from_millis(1),
-            stacks: vec![],
-            threads: vec![],
-        };
+        let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
         let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
         let mut sorted = names.clone();
         sorted.sort();

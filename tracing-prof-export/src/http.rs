@@ -19,7 +19,6 @@
 //! capped at [`MAX_HEAD_BYTES`]. A slow or hostile client can tie up at most those connections
 //! for at most those timeouts; the application and the profiler never wait on it.
 
-use crate::{ProfileKind, encode};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -27,8 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tracing_prof_core::Profiler;
 use tracing_prof_core::config::{ConfigError, env_var};
-use tracing_prof_core::{PROFILER_FRAME, Profile, Profiler};
+use tracing_prof_model::{ProfileKind, Snapshot, units};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
 /// loopback only, Go's customary port.
@@ -194,17 +194,14 @@ impl PprofHandler {
         if debug {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
-        match encode(&profile, kind) {
-            Ok(body) => HttpResponse {
-                status: 200,
-                content_type: "application/octet-stream",
-                headers: vec![(
-                    "Content-Disposition",
-                    format!("attachment; filename=\"{}.pb.gz\"", kind.name()),
-                )],
-                body,
-            },
-            Err(e) => HttpResponse::text(500, format!("{e}\n")),
+        HttpResponse {
+            status: 200,
+            content_type: "application/octet-stream",
+            headers: vec![(
+                "Content-Disposition",
+                format!("attachment; filename=\"{}.pb.gz\"", kind.name()),
+            )],
+            body: profile.profile(kind).encode(),
         }
     }
 }
@@ -233,46 +230,13 @@ fn index() -> HttpResponse {
     }
 }
 
-/// `?debug=1`: the kind's samples as a table, largest default sample type first: the values of
-/// each sample, then its stack root first (span path, then code frames) and its labels.
-fn text_table(profile: &Profile, kind: ProfileKind) -> String {
-    let p = crate::pprof::to_proto(profile, kind);
-    let s = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
-    let types = kind.sample_types();
-    let main = types
-        .iter()
-        .position(|(t, _)| *t == kind.default_sample_type())
-        .unwrap_or(0);
-    let names = crate::pprof::location_names(&p);
-    let location_name = |id: &u64| names.get(id).copied().unwrap_or("?");
-    let mut rows: Vec<(Vec<i64>, String)> = p
-        .sample
-        .iter()
-        .filter(|x| {
-            kind != ProfileKind::Spans
-                || !x
-                    .location_id
-                    .iter()
-                    .any(|l| location_name(l) == PROFILER_FRAME)
-        })
-        .map(|x| {
-            let mut stack: Vec<&str> = x.location_id.iter().map(location_name).collect();
-            stack.reverse();
-            let mut line = stack.join(" -> ");
-            for l in &x.label {
-                if l.str != 0 {
-                    let _ = write!(line, "  [{}={}]", s(l.key), s(l.str));
-                } else if s(l.key) != "bytes" {
-                    let _ = write!(line, "  [{}={}]", s(l.key), l.num);
-                }
-            }
-            (x.value.clone(), line)
-        })
-        .collect();
-    rows.sort_by(|a, b| b.0[main].cmp(&a.0[main]).then_with(|| a.1.cmp(&b.1)));
+/// `?debug=1`: a header, then the kind's samples, largest default sample type first, each with
+/// its values in their units, its labels, and its stack one frame per line with file and line.
+fn text_table(snapshot: &Snapshot, kind: ProfileKind) -> String {
+    let profile = snapshot.profile(kind);
     let what = if kind == ProfileKind::Threads {
         "threads"
-    } else if kind.is_sampled(profile) {
+    } else if kind.is_sampled(snapshot) {
         "sampled stacks"
     } else {
         "span paths"
@@ -280,34 +244,26 @@ fn text_table(profile: &Profile, kind: ProfileKind) -> String {
     let mut out = format!(
         "tracing-prof {} profile{}: {} {what}\n",
         kind.name(),
-        if profile.window {
-            format!(", last {:.1} s", profile.duration.as_secs_f64())
+        if snapshot.window {
+            format!(", last {:.1} s", snapshot.duration.as_secs_f64())
         } else {
             String::new()
         },
-        rows.len()
+        profile.merged().samples.len()
     );
-    if kind.is_sampled(profile) {
+    if kind.is_sampled(snapshot) && matches!(kind, ProfileKind::Heap | ProfileKind::Allocs) {
         let _ = writeln!(
             out,
-            "estimates from one sample per {} bytes allocated on average",
-            profile.sample_rate
+            "estimates from one sample per {} allocated on average",
+            units::format_bytes(snapshot.sample_rate)
         );
     }
     out.push('\n');
-    for (t, u) in types {
-        let _ = write!(
-            out,
-            "{:>16} ",
-            format!("{t}/{u}").chars().take(16).collect::<String>()
-        );
-    }
-    out.push_str(" stack (root first)\n");
-    for (values, path) in rows {
-        for v in values {
-            let _ = write!(out, "{v:>16} ");
+    match profile.samples_text(None, 0) {
+        Ok(text) => out.push_str(&text),
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
         }
-        let _ = writeln!(out, " {path}");
     }
     out
 }

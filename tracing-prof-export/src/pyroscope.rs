@@ -16,7 +16,6 @@
 //! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&format=pprof`, a
 //!   multipart form with the pprof in `profile` and a `sample_type_config`.
 
-use crate::{ProfileKind, encode};
 use base64::Engine as _;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use std::fmt;
@@ -25,7 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing_prof_core::config::{ConfigError, env_var, parse_duration};
-use tracing_prof_core::{Profile, Sink, SinkError};
+use tracing_prof_core::{Sink, SinkError};
+use tracing_prof_model::{ProfileKind, SampleType, Snapshot};
 
 /// Batches (one interval's profiles) waiting to be sent: 8.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
@@ -351,7 +351,8 @@ impl PushStats {
 struct Batch {
     from: SystemTime,
     until: SystemTime,
-    profiles: Vec<(ProfileKind, Vec<u8>)>,
+    /// Per kind: its sample types and the encoded pprof.
+    profiles: Vec<(ProfileKind, Vec<SampleType>, Vec<u8>)>,
 }
 
 /// A [`Sink`] pushing to Pyroscope; see the module docs.
@@ -360,7 +361,7 @@ pub struct PyroscopeExporter {
     /// A receiver of the same queue, to drop the oldest batch when it is full.
     oldest: Receiver<Batch>,
     stats: Arc<PushStats>,
-    previous: Option<Profile>,
+    previous: Option<Snapshot>,
     closing: Arc<AtomicBool>,
     done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
@@ -425,7 +426,7 @@ impl Sink for PyroscopeExporter {
     }
 
     /// Encodes and queues; never waits on the network.
-    fn export(&mut self, profile: &Profile) -> Result<(), SinkError> {
+    fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         let window = match &self.previous {
             Some(previous) => profile.window_since(previous),
             None => profile.clone(), // the first push covers everything since the start
@@ -440,8 +441,11 @@ impl Sink for PyroscopeExporter {
             ProfileKind::SpanMemory,
         ]
         .into_iter()
-        .map(|k| encode(&window, k).map(|bytes| (k, bytes)))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|k| {
+            let p = window.profile(k);
+            (k, p.sample_types.clone(), p.encode())
+        })
+        .collect::<Vec<_>>();
         self.previous = Some(profile.clone());
         let Some(queue) = &self.queue else {
             return Ok(());
@@ -587,9 +591,9 @@ impl Pusher {
                 outcome(r.send_bytes(&body))
             }
             PyroscopeApi::Ingest => {
-                for (kind, bytes) in &batch.profiles {
+                for (_, types, bytes) in &batch.profiles {
                     let boundary = format!("tracing-prof-{:016x}", nanos(SystemTime::now()));
-                    let body = multipart(&boundary, bytes, *kind);
+                    let body = multipart(&boundary, bytes, types);
                     let r = self
                         .request("/ingest")
                         .query("name", &self.ingest_name())
@@ -623,7 +627,7 @@ impl Pusher {
         let series = batch
             .profiles
             .iter()
-            .map(|(kind, bytes)| {
+            .map(|(kind, _, bytes)| {
                 let name = match kind {
                     ProfileKind::Spans => "spans",
                     ProfileKind::Heap | ProfileKind::Allocs => "memory",
@@ -676,12 +680,12 @@ fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
 }
 
 /// The `/ingest` form: the pprof in `profile`, units and aggregation in `sample_type_config`.
-fn multipart(boundary: &str, pprof: &[u8], kind: ProfileKind) -> Vec<u8> {
-    let config: Vec<String> = kind
-        .sample_types()
+fn multipart(boundary: &str, pprof: &[u8], types: &[SampleType]) -> Vec<u8> {
+    let config: Vec<String> = types
         .iter()
-        .map(|(t, unit)| {
-            let (units, aggregation) = match *unit {
+        .map(|st| {
+            let (t, unit) = (&st.name, st.unit.as_str());
+            let (units, aggregation) = match unit {
                 "bytes" => ("bytes", if t.starts_with("inuse") { "average" } else { "sum" }),
                 "count" if t.ends_with("objects") => ("objects", if t.starts_with("inuse") { "average" } else { "sum" }),
                 _ => ("samples", "sum"),

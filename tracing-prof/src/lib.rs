@@ -34,8 +34,10 @@
 //!
 //! # Crates
 //! - [`alloc`] (`tracing-prof-alloc`): the `GlobalAlloc` wrapper; all allocator `unsafe`.
-//! - [`core`] (`tracing-prof-core`): the layer, the profile model, the aggregator.
-//! - [`export`] (`tracing-prof-export`): pprof encoding and files.
+//! - [`model`] (`tracing-prof-model`): snapshots and profiles as data, pprof encode and
+//!   decode, windows, diffs, folded stacks, flame graphs, text tables.
+//! - [`core`] (`tracing-prof-core`): the layer, span paths, capture, the aggregator.
+//! - [`export`] (`tracing-prof-export`): files, `/debug/pprof`, Pyroscope.
 //!
 //! See the README for the profile kinds, the environment variables, the overhead and the
 //! limitations.
@@ -43,15 +45,16 @@
 pub use tracing_prof_alloc as alloc;
 pub use tracing_prof_core as core;
 pub use tracing_prof_export as export;
+pub use tracing_prof_model as model;
 
 pub use tracing_prof_alloc::{ReallocMode, TaggingAllocator};
 pub use tracing_prof_core::{
-    Budget, Config, ConfigError, Profile, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard,
-    Sink,
+    Budget, Config, ConfigError, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
 };
 pub use tracing_prof_export::{
-    FileExporter, HttpServer, PprofHandler, ProfileKind, PyroscopeConfig, PyroscopeExporter,
+    FileExporter, HttpServer, PprofHandler, PyroscopeConfig, PyroscopeExporter,
 };
+pub use tracing_prof_model::{Profile, ProfileKind, Snapshot};
 
 /// Why the profiler could not be set up from the environment.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tracing::Instrument;
-use tracing_prof::{Profile, ProfileKind, ProfileLayer, TaggingAllocator};
+use tracing_prof::{ProfileKind, ProfileLayer, TaggingAllocator};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -191,11 +191,14 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     .join()
     .unwrap();
 
-    let profile = Profile::capture(Duration::from_secs(1));
+    let profile = tracing_prof::core::capture(Duration::from_secs(1));
     let file = common::write_profile(&profile, ProfileKind::Heap, "exact_memory");
     let raw = common::raw(&file);
     let m = |names: &[&str]| {
-        let stack: Vec<String> = names.iter().map(|n| format!("exact_memory::{n}")).collect();
+        let stack: Vec<String> = names
+            .iter()
+            .map(|n| format!("exact_memory::{n} [span]"))
+            .collect();
         let stack: Vec<&str> = stack.iter().map(String::as_str).collect();
         raw.get(&stack)
             .cloned()
@@ -223,15 +226,15 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     assert_eq!(m(&["em_async"]), [40, 20 * 160, 20, 20 * 128]);
     assert_eq!(m(&["em_hop"]), [2, 2000, 2, 2000]);
     assert!(
-        raw.get(&["exact_memory::em_freer"]).is_none(),
+        raw.get(&["exact_memory::em_freer [span]"]).is_none(),
         "the freeing thread's span holds nothing"
     );
 
     // -traces and -top with Go's sample index names work and show the same numbers.
     let traces = common::pprof(&["-traces", "-sample_index=inuse_space"], &file);
-    assert!(traces.contains("exact_memory::em_grand"), "{traces}");
+    assert!(traces.contains("exact_memory::em_grand [span]"), "{traces}");
     let top = common::pprof(&["-top", "-sample_index=alloc_space"], &file);
-    assert!(top.contains("exact_memory::em_child"), "{top}");
+    assert!(top.contains("exact_memory::em_child [span]"), "{top}");
 
     drop((async_kept, hopped));
     kicker.join().unwrap();

@@ -91,12 +91,12 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
             &["-top", "-nodefraction=0", "-sample_index=alloc_space"],
             memory,
         );
-        assert!(top.contains("file_export::fe_request"), "{top}");
+        assert!(top.contains("file_export::fe_request [span]"), "{top}");
         // The sampled heap profile opens too (its small allocations may not be sampled).
         common::pprof(&["-top"], &heap[0]);
         let spans = &files(&dir.join("final"), "spans")[0];
         let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
-        assert!(top.contains("file_export::fe_request"), "{top}");
+        assert!(top.contains("file_export::fe_request [span]"), "{top}");
     }
 }
 
@@ -167,7 +167,7 @@ impl tracing_prof::Sink for Stuck {
     fn name(&self) -> &str {
         "stuck"
     }
-    fn export(&mut self, _: &tracing_prof::Profile) -> Result<(), tracing_prof::core::SinkError> {
+    fn export(&mut self, _: &tracing_prof::Snapshot) -> Result<(), tracing_prof::core::SinkError> {
         std::thread::sleep(Duration::from_secs(30));
         Ok(())
     }
@@ -201,7 +201,7 @@ impl tracing_prof::Sink for Panics {
     fn name(&self) -> &str {
         "panics"
     }
-    fn export(&mut self, _: &tracing_prof::Profile) -> Result<(), tracing_prof::core::SinkError> {
+    fn export(&mut self, _: &tracing_prof::Snapshot) -> Result<(), tracing_prof::core::SinkError> {
         panic!("deliberately broken sink");
     }
 }

@@ -56,7 +56,14 @@ fn the_allocating_function_is_under_the_span_frames() {
         .unwrap_or_else(|| panic!("no trace under hs_handler:\n{traces}"));
     let frames: Vec<&str> = trace
         .lines()
-        .map(|l| l.split_whitespace().last().unwrap_or(""))
+        .map(|l| {
+            // The first line of a trace starts with its value.
+            let t = l.trim();
+            match t.split_once(char::is_whitespace) {
+                Some((first, rest)) if !first.contains("::") => rest.trim(),
+                _ => t,
+            }
+        })
         .filter(|f| f.contains("::"))
         .collect();
     // Leaf: the closure that called vec![]; the library frames in between are the iterator's.
@@ -68,8 +75,8 @@ fn the_allocating_function_is_under_the_span_frames() {
         frames[frames.len() - 3..],
         [
             "heap_stacks::build_index",
-            "heap_stacks::hs_handler",
-            "heap_stacks::hs_request"
+            "heap_stacks::hs_handler [span]",
+            "heap_stacks::hs_request [span]"
         ],
         "{trace}"
     );
@@ -77,8 +84,8 @@ fn the_allocating_function_is_under_the_span_frames() {
     // The outer vector is allocated by build_index itself.
     let raw = common::raw(&file);
     let stack = [
-        "heap_stacks::hs_request",
-        "heap_stacks::hs_handler",
+        "heap_stacks::hs_request [span]",
+        "heap_stacks::hs_handler [span]",
         "heap_stacks::build_index",
     ];
     assert_eq!(raw.value(&stack, "inuse_space"), 2400);

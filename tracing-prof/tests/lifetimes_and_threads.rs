@@ -81,7 +81,7 @@ fn lifetimes_temporaries_and_threads() {
         })
         .unwrap();
     let blocks = from_worker.recv().unwrap();
-    let find = |p: &tracing_prof::Profile| {
+    let find = |p: &tracing_prof::Snapshot| {
         p.threads
             .iter()
             .find(|t| t.name == "lt-worker")
@@ -103,12 +103,16 @@ fn lifetimes_temporaries_and_threads() {
     if common::have_go() {
         let file = common::write_profile(&p, ProfileKind::Lifetimes, "lifetimes");
         let raw = common::raw(&file);
-        let under =
-            |k: &[String]| k.first().map(String::as_str) == Some("lifetimes_and_threads::lt_work");
+        let under = |k: &[String]| {
+            k.first().map(String::as_str) == Some("lifetimes_and_threads::lt_work [span]")
+        };
         assert_eq!(raw.sum("temporary_objects", under), 300);
         assert_eq!(raw.sum("freed_objects", under), 320);
         assert_eq!(
-            raw.value(&["lifetimes_and_threads::lt_work"], "outlived_objects"),
+            raw.value(
+                &["lifetimes_and_threads::lt_work [span]"],
+                "outlived_objects"
+            ),
             25
         );
         let top = common::pprof(&["-top", "-sample_index=temporary_space"], &file);

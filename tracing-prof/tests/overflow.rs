@@ -36,14 +36,14 @@ fn paths_beyond_the_cap_are_counted_not_lost() {
     assert!(p.paths.iter().all(|x| {
         !x.frames
             .iter()
-            .any(|f| f.name == "ov_4" || f.name == "ov_5")
+            .any(|f| &*f.name == "ov_4" || &*f.name == "ov_5")
     }));
     let other = p
         .paths
         .iter()
         .find(|x| x.kind == PathKind::Overflow)
         .expect("overflow path");
-    assert_eq!(other.frames[0].name, OVERFLOW_FRAME);
+    assert_eq!(&*other.frames[0].name, OVERFLOW_FRAME);
     assert_eq!(
         (
             other.time.spans,
@@ -70,14 +70,14 @@ fn paths_beyond_the_cap_are_counted_not_lost() {
     drop(guard);
 
     // After the profiler has shut down, the layer and the allocator go on counting exactly.
-    let before = tracing_prof::Profile::capture(Default::default());
+    let before = tracing_prof::core::capture(Default::default());
     let dispatch = tracing::Dispatch::new(
         tracing_subscriber::registry().with(tracing_prof::ProfileLayer::new()),
     );
     tracing::dispatcher::with_default(&dispatch, || {
         ov_1().in_scope(|| std::mem::forget(std::hint::black_box(vec![0u8; 777])));
     });
-    let after = tracing_prof::Profile::capture(Default::default());
-    let bytes = |p: &tracing_prof::Profile| p.path(&["ov_1"]).unwrap().memory.inuse_bytes;
+    let after = tracing_prof::core::capture(Default::default());
+    let bytes = |p: &tracing_prof::Snapshot| p.path(&["ov_1"]).unwrap().memory.inuse_bytes;
     assert_eq!(bytes(&after) - bytes(&before), 777);
 }

@@ -2,7 +2,7 @@
 //! very same `span::Id`. Memory is tagged by span *path*, never by id, so a block allocated under
 //! the first span and freed under a later span with the same id is credited to the first.
 
-use tracing_prof::{Profile, ProfileLayer};
+use tracing_prof::ProfileLayer;
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -37,7 +37,7 @@ fn a_reused_span_id_never_mixes_two_spans_memory() {
             });
         },
     );
-    let p = Profile::capture(Default::default());
+    let p = tracing_prof::core::capture(Default::default());
     let (a, b) = (
         p.path(&["reuse_first"]).unwrap().memory,
         p.path(&["reuse_second"]).unwrap().memory,

@@ -7,7 +7,7 @@ use std::alloc::{Layout, alloc, dealloc, realloc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use tracing::Span;
-use tracing_prof::{Profile, ProfileLayer, TaggingAllocator};
+use tracing_prof::{ProfileLayer, Snapshot, TaggingAllocator};
 use tracing_prof_alloc::{TagTotals, read_totals};
 use tracing_subscriber::prelude::*;
 
@@ -140,7 +140,7 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
     expected
 }
 
-fn memory(profile: &Profile) -> Vec<(u64, u64, u64, u64)> {
+fn memory(profile: &Snapshot) -> Vec<(u64, u64, u64, u64)> {
     PATHS
         .iter()
         .map(|names| {
@@ -171,7 +171,7 @@ fn eight_threads_a_million_operations_each() {
         })
         .collect();
     start.wait();
-    let before = memory(&Profile::capture(Default::default()));
+    let before = memory(&tracing_prof::core::capture(Default::default()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
@@ -203,7 +203,7 @@ fn eight_threads_a_million_operations_each() {
     }
     stop.store(true, Ordering::Relaxed);
     let reads = reader.join().expect("reader saw an inconsistent snapshot");
-    let after = memory(&Profile::capture(Default::default()));
+    let after = memory(&tracing_prof::core::capture(Default::default()));
 
     for (i, names) in PATHS.iter().enumerate() {
         let (b, a, e) = (before[i], after[i], expected[i]);

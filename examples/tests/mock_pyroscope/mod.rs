@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing_prof::export::pprof::proto;
+use tracing_prof::model::pprof::proto;
 
 pub const OK: u8 = 0;
 pub const FAIL_500: u8 = 1;

@@ -125,7 +125,7 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
             }
         }
     }
-    // "     1: 0x0 M=1 target::name file.rs:10 s=0"
+    // "     1: 0x0 M=2 target::name [span] file.rs:10 s=0"
     let mut names = BTreeMap::new();
     for l in lines {
         let Some((id, rest)) = l.split_once(':') else {
@@ -134,9 +134,12 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
         let Ok(id) = id.trim().parse::<u64>() else {
             continue;
         };
-        // After "0x0 M=1 ", drop " s=N" and the "file:line" word; the rest is the name,
-        // which may hold spaces ("(no span)").
-        let Some((_, rest)) = rest.split_once("M=1 ") else {
+        // After "0x0 M=N ", drop " s=N" and the "file:line" word; the rest is the name,
+        // which may hold spaces ("(no span)", "app::request [span]").
+        let Some((_, rest)) = rest.split_once(" M=") else {
+            continue;
+        };
+        let Some((_, rest)) = rest.split_once(' ') else {
             continue;
         };
         let rest = rest.rsplit_once(" s=").map_or(rest, |(r, _)| r);
@@ -156,13 +159,13 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
 
 /// Writes `profile` as `kind` into a fresh temporary file and returns its path.
 pub fn write_profile(
-    profile: &tracing_prof::Profile,
+    profile: &tracing_prof::Snapshot,
     kind: tracing_prof::ProfileKind,
     name: &str,
 ) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tracing-prof-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.pb.gz"));
-    std::fs::write(&path, tracing_prof::export::encode(profile, kind).unwrap()).unwrap();
+    std::fs::write(&path, profile.profile(kind).encode()).unwrap();
     path
 }

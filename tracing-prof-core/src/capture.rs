@@ -1,0 +1,156 @@
+//! Capturing a [`Snapshot`]: reads the allocator's counters, the span path table and the
+//! samplers, symbolizes the sampled stacks, and fills the model.
+
+use crate::symbolize;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+use tracing_prof_alloc::{StackTotals, Tag, TagGuard, TagTotals};
+use tracing_prof_model::{
+    CodeFrame, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind,
+    PathProfile, Snapshot, SpanFrame, StackProfile, TABLE_FULL_FRAME, TimeStats,
+};
+
+const _: () = assert!(tracing_prof_model::LIFETIME_BUCKETS == tracing_prof_alloc::LIFETIME_BUCKETS);
+
+/// The span paths known now, the reserved ones first, each with its kind and frames.
+pub(crate) type PathIndex = HashMap<Tag, (PathKind, Vec<SpanFrame>)>;
+
+fn all_paths() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
+    let special = [
+        (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
+        (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
+        (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
+    ]
+    .map(|(tag, kind, name)| (tag, kind, vec![SpanFrame::synthetic(name)]));
+    special
+        .into_iter()
+        .chain(
+            crate::span_path::all_paths()
+                .into_iter()
+                .map(|(t, f)| (t, PathKind::Span, f)),
+        )
+        .collect()
+}
+
+/// Reads every counter now. Never blocks application threads. `duration` is how long the
+/// counters have been running.
+///
+/// Exact memory and time per span path are always there; sampled heap stacks, lifetimes and
+/// per-thread memory when the tagging allocator is installed (and heap sampling is on).
+pub fn capture(duration: Duration) -> Snapshot {
+    let _profiler = TagGuard::new(Tag::PROFILER);
+    let all = all_paths();
+    let mut totals = vec![TagTotals::default(); all.len()];
+    tracing_prof_alloc::read_totals(&mut totals);
+    let mut outlived = vec![(0.0, 0); totals.len()];
+    tracing_prof_alloc::read_outlived(&mut outlived);
+    let paths = all
+        .iter()
+        .filter_map(|(tag, kind, frames)| {
+            let t = totals.get(tag.get() as usize)?;
+            let (objects, bytes) = outlived[tag.get() as usize];
+            let mut p = PathProfile::new(*kind, frames.clone());
+            p.time = time_of(t);
+            p.memory = memory_of(t);
+            p.outlived = (objects.round() as u64, bytes);
+            let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
+            (!empty).then_some(p)
+        })
+        .collect();
+    let by_tag: PathIndex = all
+        .into_iter()
+        .map(|(tag, kind, frames)| (tag, (kind, frames)))
+        .collect();
+    // Symbolization reads the binary's debug info: whatever goes wrong there must not take
+    // the snapshot (or the aggregator thread) down with it; the stacks are left out instead.
+    let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stacks_of(tracing_prof_alloc::read_stacks(), &by_tag)
+    }))
+    .unwrap_or_default();
+    let mut snapshot = Snapshot::new(SystemTime::now(), duration);
+    snapshot.binary = crate::binary::current();
+    snapshot.paths = paths;
+    snapshot.overflowed_spans = crate::span_path::overflowed_spans();
+    snapshot.cpu = crate::layer::exact_cpu_source();
+    snapshot.sample_rate = tracing_prof_alloc::sample_rate();
+    snapshot.temporary_threshold = tracing_prof_alloc::temporary_threshold();
+    snapshot.stacks = stacks;
+    snapshot.threads = crate::threads::threads();
+    snapshot
+}
+
+/// The span path of `tag`: its kind and frames (overflow when unknown).
+pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) {
+    by_tag
+        .get(&tag)
+        .map_or((PathKind::Overflow, &[][..]), |(k, f)| (*k, f.as_slice()))
+}
+
+/// The code stack of `ips`, or the table-full frame for a bucket without one.
+pub(crate) fn code_of(ips: &[usize], kind: PathKind) -> Vec<CodeFrame> {
+    if ips.is_empty() {
+        vec![CodeFrame::named(TABLE_FULL_FRAME)]
+    } else {
+        symbolize::code_stack(ips, kind == PathKind::Span)
+    }
+}
+
+/// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
+/// span paths are equal become one [`StackProfile`].
+fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile> {
+    let mut merged: Vec<StackProfile> = Vec::new();
+    let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
+    // Estimates are summed unrounded, then rounded once.
+    let mut estimates: Vec<[f64; 2]> = Vec::new();
+    for b in buckets {
+        let (kind, frames) = path_of(by_tag, b.tag);
+        let code = code_of(&b.ips, kind);
+        let key = (kind, frames.to_vec(), code);
+        let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
+            merged.push(StackProfile::new(*kind, frames.clone(), code.clone()));
+            estimates.push([0.0; 2]);
+            merged.len() - 1
+        });
+        let m = &mut merged[i];
+        m.samples += b.samples;
+        m.sampled_bytes += b.sampled_bytes;
+        m.memory.alloc_bytes += b.alloc_bytes;
+        m.memory.inuse_bytes += b.inuse_bytes();
+        estimates[i][0] += b.alloc_objects;
+        estimates[i][1] += b.inuse_objects();
+        let round = |v: f64| v.round() as u64;
+        let mut l = Lifetimes::default();
+        l.freed_objects = b.lifetime_objects.map(round);
+        l.freed_bytes = b.lifetime_bytes;
+        l.temporary_objects = round(b.temporary_objects);
+        l.temporary_bytes = b.temporary_bytes;
+        m.lifetimes.add(&l);
+    }
+    symbolize::release_debug_info();
+    for (m, [alloc, inuse]) in merged.iter_mut().zip(estimates) {
+        m.memory.alloc_objects = alloc.round() as u64;
+        m.memory.inuse_objects = inuse.round() as u64;
+    }
+    merged
+}
+
+fn time_of(t: &TagTotals) -> TimeStats {
+    let mut s = TimeStats::default();
+    s.spans = t.spans;
+    s.wall_ns = t.wall_ns;
+    s.busy_ns = t.busy_ns;
+    s.idle_ns = t.idle_ns;
+    s.cpu_ns = t.cpu_ns;
+    s.cpu_user_ns = t.cpu_user_ns;
+    s.cpu_sys_ns = t.cpu_sys_ns;
+    s
+}
+
+fn memory_of(t: &TagTotals) -> MemoryStats {
+    let mut m = MemoryStats::default();
+    m.alloc_objects = t.alloc_objects;
+    m.alloc_bytes = t.alloc_bytes;
+    m.inuse_objects = t.inuse_objects();
+    m.inuse_bytes = t.inuse_bytes();
+    m
+}

@@ -1,0 +1,395 @@
+//! [`Snapshot::profile`]: one kind of a snapshot as a [`Profile`].
+//!
+//! | kind | samples | sample types | default |
+//! |------|---------|--------------|---------|
+//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds | `cpu`, else `wall_busy` |
+//! | `cpu` | sampled code stacks under span paths (label `span_path`) | `samples/count`, `cpu/nanoseconds` | `cpu` |
+//! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
+//! | `allocs` | as `heap` | as `heap` | `alloc_space` |
+//! | `span_memory` | span paths, exact | as `heap` | `inuse_space` |
+//! | `lifetimes` | sampled stacks, one sample per lifetime bucket (label `lifetime`); span paths for what outlived its span | `freed_objects/count`, `freed_space/bytes`, `temporary_objects/count`, `temporary_space/bytes`, `outlived_objects/count`, `outlived_space/bytes` | `temporary_space` |
+//! | `threads` | one per thread (labels `thread`, `tid`), exact | as `heap` | `inuse_space` |
+//!
+//! The sampled kinds are Go's profiles exactly: `heap` has period type `space/bytes`, period =
+//! the sampling rate and a numeric label `bytes` (the mean sampled size); `cpu` has period type
+//! `cpu/nanoseconds` and period = 1e9 / Hz. Stacks are span frames, root first, then code frames.
+//! A cumulative snapshot gives profiles without a duration (their counters run since the
+//! process started); a window gives its length.
+
+use crate::kind::ProfileKind;
+use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
+use crate::snapshot::{
+    CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats, PathProfile, Snapshot, SpanFrame,
+    TABLE_FULL_FRAME,
+};
+
+/// Sample types of the memory kinds, in Go's order and with Go's names.
+pub const MEMORY_SAMPLE_TYPES: [(&str, &str); 4] = [
+    ("alloc_objects", "count"),
+    ("alloc_space", "bytes"),
+    ("inuse_objects", "count"),
+    ("inuse_space", "bytes"),
+];
+
+/// Sample types of [`ProfileKind::Lifetimes`].
+pub const LIFETIME_SAMPLE_TYPES: [(&str, &str); 6] = [
+    ("freed_objects", "count"),
+    ("freed_space", "bytes"),
+    ("temporary_objects", "count"),
+    ("temporary_space", "bytes"),
+    ("outlived_objects", "count"),
+    ("outlived_space", "bytes"),
+];
+
+/// Sample types of [`ProfileKind::Cpu`], as Go's CPU profiles have them.
+pub const CPU_SAMPLE_TYPES: [(&str, &str); 2] = [("samples", "count"), ("cpu", "nanoseconds")];
+
+fn types(t: &[(&str, &str)]) -> Vec<SampleType> {
+    t.iter().map(|&(n, u)| SampleType::new(n, u)).collect()
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn memory_values(m: &MemoryStats) -> Vec<i64> {
+    [
+        m.alloc_objects,
+        m.alloc_bytes,
+        m.inuse_objects,
+        m.inuse_bytes,
+    ]
+    .map(int)
+    .to_vec()
+}
+
+/// The frame of a span callsite.
+pub(crate) fn span_frame(f: &SpanFrame) -> Frame {
+    Frame::new(FrameKind::Span, f.qualified_name(), f.file.clone(), f.line)
+}
+
+/// The frame of a code function.
+pub(crate) fn code_frame(f: &CodeFrame) -> Frame {
+    Frame::new(FrameKind::Code, f.function.clone(), f.file.clone(), f.line)
+}
+
+fn stack(frames: &[SpanFrame], code: &[CodeFrame]) -> Vec<Frame> {
+    frames
+        .iter()
+        .map(span_frame)
+        .chain(code.iter().map(code_frame))
+        .collect()
+}
+
+fn leak_labels(suspected: bool) -> Vec<Label> {
+    if suspected {
+        vec![Label::str("leak", "suspected")]
+    } else {
+        Vec::new()
+    }
+}
+
+impl ProfileKind {
+    /// Whether this kind shows sampled code stacks for `snapshot` (else exact span paths).
+    pub fn is_sampled(self, snapshot: &Snapshot) -> bool {
+        match self {
+            ProfileKind::Heap | ProfileKind::Allocs => snapshot.sample_rate > 0,
+            ProfileKind::Lifetimes | ProfileKind::Cpu => true,
+            _ => false,
+        }
+    }
+
+    /// Whether `snapshot` has anything for this kind at all (the `cpu` kind needs CPU
+    /// sampling).
+    pub fn is_available(self, snapshot: &Snapshot) -> bool {
+        self != ProfileKind::Cpu || matches!(snapshot.cpu, CpuSource::Sampled { .. })
+    }
+}
+
+/// The sample types of the `spans` kind for a snapshot whose CPU time came from `cpu`.
+pub fn span_sample_types(cpu: CpuSource) -> Vec<SampleType> {
+    let mut t = types(&[
+        ("spans", "count"),
+        ("wall", "nanoseconds"),
+        ("wall_busy", "nanoseconds"),
+        ("wall_idle", "nanoseconds"),
+    ]);
+    if cpu.is_measured() {
+        t.push(SampleType::new("cpu", "nanoseconds"));
+        t.push(SampleType::new("off_cpu", "nanoseconds"));
+    }
+    if cpu == CpuSource::Rusage {
+        t.push(SampleType::new("cpu_user", "nanoseconds"));
+        t.push(SampleType::new("cpu_sys", "nanoseconds"));
+    }
+    t
+}
+
+fn span_values(p: &PathProfile, cpu: CpuSource) -> Vec<i64> {
+    let t = &p.time;
+    let mut v = vec![int(t.spans), int(t.wall_ns), int(t.busy_ns), int(t.idle_ns)];
+    if cpu.is_measured() {
+        v.push(int(t.cpu_ns));
+        v.push(int(t.off_cpu_ns()));
+    }
+    if cpu == CpuSource::Rusage {
+        v.push(int(t.cpu_user_ns));
+        v.push(int(t.cpu_sys_ns));
+    }
+    v
+}
+
+impl Snapshot {
+    /// The `kind` profile of this snapshot; see the module docs for what each kind holds.
+    pub fn profile(&self, kind: ProfileKind) -> Profile {
+        let sampled = kind.is_sampled(self);
+        let mut out = match kind {
+            ProfileKind::Spans => self.span_profile(),
+            ProfileKind::Cpu => self.cpu_profile(),
+            ProfileKind::Threads => self.thread_profile(),
+            ProfileKind::Lifetimes => self.lifetime_profile(),
+            ProfileKind::Heap | ProfileKind::Allocs if sampled => self.heap_profile(),
+            ProfileKind::Heap | ProfileKind::Allocs | ProfileKind::SpanMemory => {
+                self.memory_path_profile()
+            }
+        };
+        out.default_sample_type = Some(
+            match kind {
+                ProfileKind::Spans if self.cpu.is_measured() => "cpu",
+                ProfileKind::Spans => "wall_busy",
+                ProfileKind::Cpu => "cpu",
+                ProfileKind::Heap | ProfileKind::SpanMemory | ProfileKind::Threads => "inuse_space",
+                ProfileKind::Allocs => "alloc_space",
+                ProfileKind::Lifetimes => "temporary_space",
+            }
+            .to_owned(),
+        );
+        out.time = Some(self.time.checked_sub(self.duration).unwrap_or(self.time));
+        out.duration = self.window.then_some(self.duration);
+        out.binary = self.binary.clone();
+        out.comments.extend(self.comments(kind));
+        out
+    }
+
+    fn span_profile(&self) -> Profile {
+        let mut out = Profile::new(span_sample_types(self.cpu));
+        out.period_type = Some(SampleType::new("spans", "count"));
+        for path in &self.paths {
+            let values = span_values(path, self.cpu);
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            out.samples.push(Sample {
+                stack: stack(&path.frames, &[]),
+                values,
+                labels: leak_labels(self.is_suspected_leak(path)),
+            });
+        }
+        out
+    }
+
+    fn cpu_profile(&self) -> Profile {
+        let mut out = Profile::new(types(&CPU_SAMPLE_TYPES));
+        out.period_type = Some(SampleType::new("cpu", "nanoseconds"));
+        out.period = int(self.cpu_period_ns().max(1));
+        for s in &self.cpu_stacks {
+            if s.samples == 0 {
+                continue;
+            }
+            out.samples.push(Sample {
+                stack: stack(&s.frames, &s.code),
+                values: vec![int(s.samples), int(s.cpu_ns)],
+                labels: vec![Label::str(
+                    "span_path",
+                    crate::snapshot::display_path(&s.frames),
+                )],
+            });
+        }
+        out
+    }
+
+    /// One sample per span path, exact memory counters.
+    fn memory_path_profile(&self) -> Profile {
+        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
+        out.period_type = Some(SampleType::new("space", "bytes"));
+        for path in &self.paths {
+            let values = memory_values(&path.memory);
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            out.samples.push(Sample {
+                stack: stack(&path.frames, &[]),
+                values,
+                labels: leak_labels(self.is_suspected_leak(path)),
+            });
+        }
+        out
+    }
+
+    /// Go's heap profile: one sample per sampled code stack under its span path.
+    fn heap_profile(&self) -> Profile {
+        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
+        out.period_type = Some(SampleType::new("space", "bytes"));
+        out.period = int(self.sample_rate.max(1));
+        for s in &self.stacks {
+            let values = memory_values(&s.memory);
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            let suspected =
+                self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames);
+            let mut labels = vec![Label::num("bytes", int(s.mean_size()), Some("bytes"))];
+            labels.extend(leak_labels(suspected));
+            out.samples.push(Sample {
+                stack: stack(&s.frames, &s.code),
+                values,
+                labels,
+            });
+        }
+        out
+    }
+
+    /// Frees of sampled allocations per stack and lifetime bucket; temporaries in a sample of
+    /// their own per stack (label `lifetime=temporary`), so that each sample type sums right;
+    /// and per span path what outlived its span (label `lifetime=outlived span`).
+    fn lifetime_profile(&self) -> Profile {
+        let mut out = Profile::new(types(&LIFETIME_SAMPLE_TYPES));
+        out.period_type = Some(SampleType::new("space", "bytes"));
+        for s in &self.stacks {
+            let l = &s.lifetimes;
+            if l.freed() == 0 {
+                continue;
+            }
+            let frames = stack(&s.frames, &s.code);
+            for (k, name) in LIFETIME_BUCKET_NAMES.iter().enumerate() {
+                if l.freed_objects[k] == 0 && l.freed_bytes[k] == 0 {
+                    continue;
+                }
+                out.samples.push(Sample {
+                    stack: frames.clone(),
+                    values: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0, 0, 0],
+                    labels: vec![Label::str("lifetime", *name)],
+                });
+            }
+            if l.temporary_objects > 0 {
+                out.samples.push(Sample {
+                    stack: frames,
+                    values: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0],
+                    labels: vec![Label::str("lifetime", "temporary")],
+                });
+            }
+        }
+        for path in self.paths.iter().filter(|p| p.outlived.0 > 0) {
+            out.samples.push(Sample {
+                stack: stack(&path.frames, &[]),
+                values: vec![0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)],
+                labels: vec![Label::str("lifetime", "outlived span")],
+            });
+        }
+        out
+    }
+
+    /// One sample per thread, its name as the only frame.
+    fn thread_profile(&self) -> Profile {
+        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
+        out.period_type = Some(SampleType::new("space", "bytes"));
+        for t in &self.threads {
+            let values = memory_values(&t.memory);
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            // The table index keeps threads of one name (a pool's workers) apart. pprof drops
+            // parenthesised parts of names, so the state goes inside the brackets.
+            let function = if t.alive || t.index == 0 {
+                format!("thread {} [{}]", t.name, t.index)
+            } else {
+                format!("thread {} [{}, exited]", t.name, t.index)
+            };
+            let i64_tid = int(t.tid);
+            out.samples.push(Sample {
+                stack: vec![Frame::new(FrameKind::Thread, function, None, None)],
+                values,
+                labels: vec![
+                    Label::str("thread", t.name.clone()),
+                    Label::num("tid", i64_tid, None),
+                ],
+            });
+        }
+        out
+    }
+
+    fn comments(&self, kind: ProfileKind) -> Vec<String> {
+        let mut out = Vec::new();
+        for leak in &self.suspected_leaks {
+            out.push(format!(
+                "tracing-prof: suspected leak: {}: in-use grew in each of the last {} captures, by {} bytes, to {} bytes",
+                leak.path, leak.snapshots, leak.growth_bytes, leak.inuse_bytes
+            ));
+        }
+        if self.window {
+            out.push(format!(
+                "tracing-prof: window of {:.3} s: counters grew by these values in it; in-use is as of its end",
+                self.duration.as_secs_f64()
+            ));
+        } else {
+            out.push(
+                "tracing-prof: cumulative: counters since the profiler started; in-use is as of the capture"
+                    .to_owned(),
+            );
+        }
+        if self.overflowed_spans > 0 {
+            out.push(format!(
+                "tracing-prof: {} spans were counted under (other span paths): raise the span path cap",
+                self.overflowed_spans
+            ));
+        }
+        let table_full = |code: &[CodeFrame]| {
+            code.first()
+                .is_some_and(|f| &*f.function == TABLE_FULL_FRAME)
+        };
+        match kind {
+            ProfileKind::Heap | ProfileKind::Allocs if kind.is_sampled(self) => {
+                if let Some(full) = self.stacks.iter().find(|s| table_full(&s.code)) {
+                    out.push(format!(
+                        "tracing-prof: {} samples found the stack table full and are counted under {TABLE_FULL_FRAME}",
+                        full.samples
+                    ));
+                }
+                out.push(format!(
+                    "tracing-prof: sampled: a sample point every {} bytes allocated on average; values are unbiased estimates (each sample stands for the points it covered)",
+                    self.sample_rate
+                ));
+            }
+            ProfileKind::Lifetimes => out.push(format!(
+                "tracing-prof: temporary = freed within {:?} of allocation",
+                self.temporary_threshold
+            )),
+            ProfileKind::Cpu => {
+                if let Some(full) = self.cpu_stacks.iter().find(|s| table_full(&s.code)) {
+                    out.push(format!(
+                        "tracing-prof: {} CPU samples found the stack table full and are counted under {TABLE_FULL_FRAME}",
+                        full.samples
+                    ));
+                }
+                if let CpuSource::Sampled { hz } = self.cpu {
+                    out.push(format!(
+                        "tracing-prof: sampled: {hz} samples per second of CPU time on each thread; each stands for {} ns",
+                        self.cpu_period_ns()
+                    ));
+                }
+            }
+            ProfileKind::Spans => match self.cpu {
+                CpuSource::Sampled { hz } => out.push(format!(
+                    "tracing-prof: cpu is sampled ({hz} Hz, estimates); off_cpu = wall_busy - cpu: time entered but not running (blocked, waiting, descheduled)"
+                )),
+                CpuSource::ThreadClock | CpuSource::Rusage => out.push(
+                    "tracing-prof: cpu is measured on every enter and exit; off_cpu = wall_busy - cpu: time entered but not running (blocked, waiting, descheduled)"
+                        .to_owned(),
+                ),
+                _ => {}
+            },
+            _ => {}
+        }
+        out
+    }
+}

@@ -1,0 +1,78 @@
+//! The profile model of tracing-prof: data only, owned, and independent of how it was
+//! captured.
+//!
+//! - [`Snapshot`]: everything the profiler knows at one instant, per span path (time, exact
+//!   memory), per sampled code stack (CPU, heap, lifetimes) and per thread. The capture code of
+//!   `tracing-prof-core` fills it; [`Snapshot::window_since`] turns two cumulative snapshots
+//!   into what happened between them.
+//! - [`Profile`]: one [`ProfileKind`] of a snapshot as a pprof-shaped profile (sample types,
+//!   samples with root-first stacks of span and code frames, labels), or any pprof file
+//!   decoded. [`Profile::encode`] and [`Profile::decode`] speak `profile.proto`; [`Profile::diff`]
+//!   compares two; [`Profile::top`] and [`Profile::samples_text`] print tables;
+//!   [`Profile::folded`] and [`Profile::flamegraph_svg`] draw.
+//!
+//! Nothing here knows `tracing` or the allocator, so the exporters ship it and the
+//! `tracing-prof` command-line tool reads it without running a profiler.
+//!
+//! # Examples
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use tracing_prof_model::{PathKind, PathProfile, ProfileKind, Snapshot, SpanFrame};
+//!
+//! let mut snapshot = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
+//! let mut path = PathProfile::new(PathKind::Span, vec![SpanFrame::synthetic("request")]);
+//! path.memory.alloc_bytes = 4096;
+//! path.memory.alloc_objects = 2;
+//! snapshot.paths.push(path);
+//!
+//! let profile = snapshot.profile(ProfileKind::SpanMemory);
+//! let bytes = profile.encode(); // a gzip'd profile.proto, for go tool pprof
+//! let back = tracing_prof_model::Profile::decode(&bytes).unwrap();
+//! assert_eq!(back, profile);
+//! let top = back.top(Some("alloc_space"), Default::default(), false, 10).unwrap();
+//! assert_eq!(top.rows[0].flat, 4096);
+//! ```
+
+mod build;
+mod folded;
+mod kind;
+pub mod pprof;
+mod profile;
+mod snapshot;
+mod table;
+pub mod units;
+
+pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
+pub use kind::ProfileKind;
+pub use pprof::DecodeError;
+pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
+pub use snapshot::{
+    Binary, CodeFrame, CpuSource, CpuStack, LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes,
+    MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile, Snapshot,
+    SpanFrame, StackProfile, SuspectedLeak, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
+    display_path,
+};
+pub use table::{Grouping, Top, TopRow};
+
+/// Why a profile could not be read, compared or drawn as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The profile has no sample type of that name.
+    #[error("no sample type {asked:?} in this profile (it has: {known})")]
+    UnknownSampleType {
+        /// What was asked for.
+        asked: String,
+        /// What the profile has.
+        known: String,
+    },
+    /// Two profiles cannot be compared.
+    #[error("{0}")]
+    Incompatible(String),
+    /// Every sample has 0 for the sample type: nothing to draw.
+    #[error("nothing to draw: every sample has 0 {0}")]
+    Empty(String),
+    /// inferno refused the input.
+    #[error("inferno could not draw the flame graph: {0}")]
+    Flamegraph(String),
+}

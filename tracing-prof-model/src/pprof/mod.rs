@@ -1,0 +1,479 @@
+//! pprof `profile.proto` both ways: [`Profile::encode`] and [`Profile::decode`].
+//!
+//! Encoding: code frames sit under mapping 1, which names the program (`File:` and `Build ID:`
+//! in `go tool pprof`) and says the profile is already symbolized, so pprof never tries to
+//! symbolize it again. Span frames sit under a mapping named `[spans]` and carry the
+//! [`SPAN_MARK`](crate::SPAN_MARK) after their name (`app::render [span]`), so a span and a
+//! function of the same name stay apart in `-top` while `-focus=render` still finds both;
+//! thread frames sit under `[threads]`. One `Function` per name and file, one `Location` per
+//! function, line and address; ids are handed out in order of first use, from 1, so output is
+//! deterministic. Stacks are stored leaf first, as pprof requires.
+//!
+//! Decoding takes gzip'd or raw bytes of any valid pprof file (ours, Go's, pprof-rs's) and
+//! checks everything `go tool pprof` checks: string 0 is empty, there are sample types, every
+//! sample has one value per sample type, ids are non-zero, unique and resolve, string indices
+//! are in range. Input is bounded: at most [`MAX_DECODED_BYTES`] once decompressed (a gzip
+//! bomb stops there) and [`MAX_FRAMES`] frames in all samples together. Nothing panics on bad
+//! input: every problem is a [`DecodeError`].
+
+pub mod proto;
+
+use crate::profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
+use crate::snapshot::Binary;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The largest profile [`Profile::decode`] accepts once decompressed: 256 MiB.
+pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+/// The most frames [`Profile::decode`] builds over all samples together: 4 million.
+pub const MAX_FRAMES: usize = 4 << 20;
+
+/// Mapping filename of span frames.
+const SPANS_MAPPING: &str = "[spans]";
+/// Mapping filename of thread frames.
+const THREADS_MAPPING: &str = "[threads]";
+
+/// Why bytes could not be read as a pprof profile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Empty input.
+    #[error("the input is empty, not a pprof profile")]
+    Empty,
+    /// The gzip stream is broken or truncated.
+    #[error("the gzip data is corrupt or truncated: {0}")]
+    Gzip(#[source] std::io::Error),
+    /// Larger than [`MAX_DECODED_BYTES`] once decompressed.
+    #[error("the profile is larger than {} MiB once decompressed (a gzip bomb, or not a profile)", MAX_DECODED_BYTES >> 20)]
+    TooLarge,
+    /// The protobuf message does not parse.
+    #[error("not a pprof profile: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+    /// The message parses but breaks a rule of `profile.proto`.
+    #[error("invalid pprof profile: {0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> DecodeError {
+    DecodeError::Invalid(msg.into())
+}
+
+/// Strings interned into `string_table`, whose slot 0 is always `""`.
+struct StringTable {
+    strings: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl StringTable {
+    fn new() -> Self {
+        StringTable {
+            strings: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as i64;
+        self.strings.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+/// Mappings, functions and locations, each made once.
+struct Tables {
+    strings: StringTable,
+    mappings: Vec<proto::Mapping>,
+    spans_mapping: Option<u64>,
+    threads_mapping: Option<u64>,
+    functions: HashMap<(String, Option<Arc<str>>), u64>,
+    locations: HashMap<(u64, u64, i64, u64), u64>,
+    out_functions: Vec<proto::Function>,
+    out_locations: Vec<proto::Location>,
+}
+
+impl Tables {
+    fn new(binary: Option<&Binary>) -> Self {
+        let mut strings = StringTable::new();
+        let main = proto::Mapping {
+            id: 1,
+            filename: binary.map_or(0, |b| strings.get(&b.path)),
+            build_id: binary
+                .and_then(|b| b.build_id.as_deref())
+                .map_or(0, |id| strings.get(id)),
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+            ..Default::default()
+        };
+        Tables {
+            strings,
+            mappings: vec![main],
+            spans_mapping: None,
+            threads_mapping: None,
+            functions: HashMap::new(),
+            locations: HashMap::new(),
+            out_functions: Vec::new(),
+            out_locations: Vec::new(),
+        }
+    }
+
+    fn mapping(&mut self, kind: FrameKind) -> u64 {
+        let (slot, name) = match kind {
+            FrameKind::Code => return 1,
+            FrameKind::Span => (&mut self.spans_mapping, SPANS_MAPPING),
+            FrameKind::Thread => (&mut self.threads_mapping, THREADS_MAPPING),
+        };
+        if let Some(id) = *slot {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        *slot = Some(id);
+        let filename = self.strings.get(name);
+        self.mappings.push(proto::Mapping {
+            id,
+            filename,
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            ..Default::default()
+        });
+        id
+    }
+
+    fn location(&mut self, f: &Frame) -> u64 {
+        let mapping_id = self.mapping(f.kind);
+        let name = f.display_name().into_owned();
+        let next_fn = self.out_functions.len() as u64 + 1;
+        let function_id = match self.functions.get(&(name.clone(), f.file.clone())) {
+            Some(&id) => id,
+            None => {
+                let name_index = self.strings.get(&name);
+                let filename = f.file.as_deref().map_or(0, |file| self.strings.get(file));
+                self.out_functions.push(proto::Function {
+                    id: next_fn,
+                    name: name_index,
+                    system_name: name_index,
+                    filename,
+                    start_line: 0,
+                });
+                self.functions.insert((name, f.file.clone()), next_fn);
+                next_fn
+            }
+        };
+        let line = f.line.map_or(0, i64::from);
+        let address = f.address.unwrap_or(0);
+        let key = (mapping_id, function_id, line, address);
+        if let Some(&id) = self.locations.get(&key) {
+            return id;
+        }
+        let id = self.out_locations.len() as u64 + 1;
+        self.out_locations.push(proto::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![proto::Line { function_id, line }],
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
+        id
+    }
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl Profile {
+    /// The pprof message (not yet serialized).
+    pub fn to_proto(&self) -> proto::Profile {
+        let mut t = Tables::new(self.binary.as_ref());
+        let mut out = proto::Profile::default();
+        let value_type = |s: &mut StringTable, v: &SampleType| proto::ValueType {
+            r#type: s.get(&v.name),
+            unit: s.get(&v.unit),
+        };
+        out.sample_type = self
+            .sample_types
+            .iter()
+            .map(|v| value_type(&mut t.strings, v))
+            .collect();
+        for s in &self.samples {
+            let location_id = s.stack.iter().rev().map(|f| t.location(f)).collect();
+            let label = s
+                .labels
+                .iter()
+                .map(|l| match &l.value {
+                    LabelValue::Str(v) => proto::Label {
+                        key: t.strings.get(&l.key),
+                        str: t.strings.get(v),
+                        ..Default::default()
+                    },
+                    LabelValue::Num { value, unit } => proto::Label {
+                        key: t.strings.get(&l.key),
+                        num: *value,
+                        num_unit: unit.as_deref().map_or(0, |u| t.strings.get(u)),
+                        ..Default::default()
+                    },
+                })
+                .collect();
+            out.sample.push(proto::Sample {
+                location_id,
+                value: s.values.clone(),
+                label,
+            });
+        }
+        out.period_type = self
+            .period_type
+            .as_ref()
+            .map(|v| value_type(&mut t.strings, v));
+        out.period = self.period;
+        out.time_nanos = self
+            .time
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, nanos);
+        out.duration_nanos = self.duration.map_or(0, nanos);
+        out.comment = self.comments.iter().map(|c| t.strings.get(c)).collect();
+        out.default_sample_type = self
+            .default_sample_type
+            .as_deref()
+            .map_or(0, |d| t.strings.get(d));
+        out.drop_frames = self.drop_frames.as_deref().map_or(0, |d| t.strings.get(d));
+        out.keep_frames = self.keep_frames.as_deref().map_or(0, |d| t.strings.get(d));
+        out.mapping = t.mappings;
+        out.function = t.out_functions;
+        out.location = t.out_locations;
+        out.string_table = t.strings.strings;
+        out
+    }
+
+    /// Serialized and gzip-compressed, as `go tool pprof` and every pprof consumer expect on
+    /// disk and over HTTP.
+    pub fn encode(&self) -> Vec<u8> {
+        let bytes = prost::Message::encode_to_vec(&self.to_proto());
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(bytes.len() / 2 + 64),
+            flate2::Compression::default(),
+        );
+        // Writing into a Vec cannot fail.
+        let _ = gz.write_all(&bytes);
+        gz.finish().unwrap_or_default()
+    }
+
+    /// Reads a pprof profile from gzip'd or raw bytes; see the module docs for what is checked.
+    pub fn decode(bytes: &[u8]) -> Result<Profile, DecodeError> {
+        if bytes.is_empty() {
+            return Err(DecodeError::Empty);
+        }
+        let raw: std::borrow::Cow<'_, [u8]> = if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut out = Vec::new();
+            flate2::read::MultiGzDecoder::new(bytes)
+                .take(MAX_DECODED_BYTES + 1)
+                .read_to_end(&mut out)
+                .map_err(DecodeError::Gzip)?;
+            if out.len() as u64 > MAX_DECODED_BYTES {
+                return Err(DecodeError::TooLarge);
+            }
+            out.into()
+        } else if bytes.len() as u64 > MAX_DECODED_BYTES {
+            return Err(DecodeError::TooLarge);
+        } else {
+            bytes.into()
+        };
+        let message: proto::Profile = prost::Message::decode(&raw[..])?;
+        Profile::from_proto(&message)
+    }
+
+    /// Checks and converts a pprof message; see the module docs.
+    pub fn from_proto(p: &proto::Profile) -> Result<Profile, DecodeError> {
+        let strings = &p.string_table;
+        if strings.first().is_none_or(|s| !s.is_empty()) {
+            return Err(invalid("string_table[0] must be the empty string"));
+        }
+        let string = |i: i64, what: &str| -> Result<&str, DecodeError> {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| strings.get(i))
+                .map(String::as_str)
+                .ok_or_else(|| invalid(format!("{what} refers to string {i}, beyond the table")))
+        };
+        let opt_string = |i: i64, what: &str| -> Result<Option<String>, DecodeError> {
+            Ok(Some(string(i, what)?)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned))
+        };
+        if p.sample_type.is_empty() {
+            return Err(invalid("it has no sample types"));
+        }
+        let sample_types = p
+            .sample_type
+            .iter()
+            .map(|v| {
+                Ok(SampleType::new(
+                    string(v.r#type, "a sample type")?,
+                    string(v.unit, "a sample unit")?,
+                ))
+            })
+            .collect::<Result<Vec<_>, DecodeError>>()?;
+
+        let mut mappings: HashMap<u64, &proto::Mapping> = HashMap::new();
+        for m in &p.mapping {
+            if m.id == 0 || mappings.insert(m.id, m).is_some() {
+                return Err(invalid(format!("mapping id {} is zero or repeated", m.id)));
+            }
+        }
+        let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>)> = HashMap::new();
+        for f in &p.function {
+            let name: Arc<str> = Arc::from(string(f.name, "a function name")?);
+            let file = opt_string(f.filename, "a function file")?.map(Arc::from);
+            if f.id == 0 || functions.insert(f.id, (name, file)).is_some() {
+                return Err(invalid(format!("function id {} is zero or repeated", f.id)));
+            }
+        }
+        // Each location as frames root first (its lines are innermost first).
+        let mut locations: HashMap<u64, Vec<Frame>> = HashMap::new();
+        for l in &p.location {
+            let kind = match l.mapping_id {
+                0 => FrameKind::Code,
+                id => {
+                    let m = mappings.get(&id).ok_or_else(|| {
+                        invalid(format!("location {} refers to unknown mapping {id}", l.id))
+                    })?;
+                    match string(m.filename, "a mapping file")? {
+                        SPANS_MAPPING => FrameKind::Span,
+                        THREADS_MAPPING => FrameKind::Thread,
+                        _ => FrameKind::Code,
+                    }
+                }
+            };
+            let address = (l.address != 0).then_some(l.address);
+            let mut frames = Vec::with_capacity(l.line.len().max(1));
+            for line in l.line.iter().rev() {
+                let (name, file) = functions.get(&line.function_id).ok_or_else(|| {
+                    invalid(format!(
+                        "location {} refers to unknown function {}",
+                        l.id, line.function_id
+                    ))
+                })?;
+                let name = match kind {
+                    FrameKind::Span => name
+                        .strip_suffix(SPAN_MARK)
+                        .map_or_else(|| name.clone(), Arc::from),
+                    _ => name.clone(),
+                };
+                frames.push(Frame {
+                    kind,
+                    function: name,
+                    file: file.clone(),
+                    line: u32::try_from(line.line).ok().filter(|&n| n > 0),
+                    address,
+                });
+            }
+            if frames.is_empty() {
+                frames.push(Frame {
+                    kind,
+                    function: Arc::from(format!("0x{:x}", l.address)),
+                    file: None,
+                    line: None,
+                    address,
+                });
+            }
+            if l.id == 0 || locations.insert(l.id, frames).is_some() {
+                return Err(invalid(format!("location id {} is zero or repeated", l.id)));
+            }
+        }
+
+        let mut total_frames = 0usize;
+        let mut samples = Vec::with_capacity(p.sample.len());
+        for (n, s) in p.sample.iter().enumerate() {
+            if s.value.len() != sample_types.len() {
+                return Err(invalid(format!(
+                    "sample {n} has {} values for {} sample types",
+                    s.value.len(),
+                    sample_types.len()
+                )));
+            }
+            let mut stack = Vec::new();
+            for id in s.location_id.iter().rev() {
+                let frames = locations.get(id).ok_or_else(|| {
+                    invalid(format!("sample {n} refers to unknown location {id}"))
+                })?;
+                total_frames += frames.len();
+                if total_frames > MAX_FRAMES {
+                    return Err(invalid(format!(
+                        "more than {MAX_FRAMES} frames over all samples"
+                    )));
+                }
+                stack.extend(frames.iter().cloned());
+            }
+            let labels = s
+                .label
+                .iter()
+                .map(|l| {
+                    let key = string(l.key, "a label key")?.to_owned();
+                    let value = if l.str != 0 {
+                        LabelValue::Str(string(l.str, "a label value")?.to_owned())
+                    } else {
+                        LabelValue::Num {
+                            value: l.num,
+                            unit: opt_string(l.num_unit, "a label unit")?,
+                        }
+                    };
+                    Ok(Label { key, value })
+                })
+                .collect::<Result<Vec<_>, DecodeError>>()?;
+            samples.push(Sample {
+                stack,
+                values: s.value.clone(),
+                labels,
+            });
+        }
+        let binary = p.mapping.iter().find_map(|m| {
+            let file = strings.get(usize::try_from(m.filename).ok()?)?;
+            (!file.is_empty() && !file.starts_with('[')).then(|| {
+                let build_id = usize::try_from(m.build_id)
+                    .ok()
+                    .and_then(|i| strings.get(i))
+                    .filter(|b| !b.is_empty())
+                    .cloned();
+                Binary::new(file.clone(), build_id)
+            })
+        });
+        let period_type = p
+            .period_type
+            .as_ref()
+            .map(|v| -> Result<SampleType, DecodeError> {
+                Ok(SampleType::new(
+                    string(v.r#type, "the period type")?,
+                    string(v.unit, "the period unit")?,
+                ))
+            })
+            .transpose()?;
+        let comments = p
+            .comment
+            .iter()
+            .map(|&c| string(c, "a comment").map(str::to_owned))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Profile {
+            sample_types,
+            default_sample_type: opt_string(p.default_sample_type, "the default sample type")?,
+            period_type,
+            period: p.period,
+            time: (p.time_nanos > 0)
+                .then(|| UNIX_EPOCH + Duration::from_nanos(p.time_nanos.unsigned_abs())),
+            duration: (p.duration_nanos > 0)
+                .then(|| Duration::from_nanos(p.duration_nanos.unsigned_abs())),
+            comments,
+            samples,
+            binary,
+            drop_frames: opt_string(p.drop_frames, "drop_frames")?,
+            keep_frames: opt_string(p.keep_frames, "keep_frames")?,
+        })
+    }
+}

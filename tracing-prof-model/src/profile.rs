@@ -1,0 +1,353 @@
+//! [`Profile`]: one pprof-shaped profile (sample types, samples with stacks and labels), owned
+//! and independent of the wire format. Built from a [`Snapshot`](crate::Snapshot) by
+//! [`Snapshot::profile`](crate::Snapshot::profile), or decoded from any pprof file (ours, Go's,
+//! pprof-rs's) by [`Profile::decode`].
+
+use crate::snapshot::Binary;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// A sample type or a period type: `inuse_space` in `bytes`, `cpu` in `nanoseconds`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SampleType {
+    /// The name, e.g. `alloc_space`.
+    pub name: String,
+    /// The unit, e.g. `bytes`, `nanoseconds`, `count`.
+    pub unit: String,
+}
+
+impl SampleType {
+    /// `name` measured in `unit`.
+    pub fn new(name: impl Into<String>, unit: impl Into<String>) -> Self {
+        SampleType {
+            name: name.into(),
+            unit: unit.into(),
+        }
+    }
+}
+
+/// What a frame of a stack stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    /// A span of the span path (or a synthetic frame in its place, like `(no span)`).
+    Span,
+    /// A function of the code.
+    Code,
+    /// A thread (the `threads` kind).
+    Thread,
+}
+
+/// One frame of a sample's stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// What the frame stands for.
+    pub kind: FrameKind,
+    /// The function name; for span frames `target::name`, without the `[span]` mark that
+    /// pprof files carry.
+    pub function: Arc<str>,
+    /// Source file, when known.
+    pub file: Option<Arc<str>>,
+    /// Source line, when known.
+    pub line: Option<u32>,
+    /// Code address, when the file had one.
+    pub address: Option<u64>,
+}
+
+/// The mark that span frames carry after their name in pprof files and flame graphs, so that a
+/// span and a function of the same name stay apart.
+pub const SPAN_MARK: &str = " [span]";
+
+impl Frame {
+    /// A frame of `kind` named `function` at `file:line`.
+    pub fn new(
+        kind: FrameKind,
+        function: impl Into<Arc<str>>,
+        file: Option<Arc<str>>,
+        line: Option<u32>,
+    ) -> Self {
+        Frame {
+            kind,
+            function: function.into(),
+            file,
+            line,
+            address: None,
+        }
+    }
+
+    /// The name shown in pprof, flame graphs and tables: span frames carry [`SPAN_MARK`]
+    /// (synthetic ones, whose names are in parentheses, need none).
+    pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
+        if self.kind == FrameKind::Span && !self.function.starts_with('(') {
+            format!("{}{SPAN_MARK}", self.function).into()
+        } else {
+            (*self.function).into()
+        }
+    }
+
+    /// The display name and, when known, ` file:line` with the file shortened to its last two
+    /// components.
+    pub fn display_with_location(&self) -> String {
+        let mut s = self.display_name().into_owned();
+        if let (Some(file), Some(line)) = (&self.file, self.line) {
+            let short: Vec<&str> = file.rsplit('/').take(2).collect();
+            let short = if short.len() == 2 {
+                format!("{}/{}", short[1], short[0])
+            } else {
+                short[0].to_owned()
+            };
+            s.push_str(&format!(" ({short}:{line})"));
+        }
+        s
+    }
+}
+
+/// The value of a label.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LabelValue {
+    /// A string label, like `span_path=request -> render`.
+    Str(String),
+    /// A numeric label with an optional unit, like `bytes=4096`.
+    Num {
+        /// The number.
+        value: i64,
+        /// Its unit (`bytes`, `nanoseconds`...), if any.
+        unit: Option<String>,
+    },
+}
+
+/// A key and its value, attached to a sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Label {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: LabelValue,
+}
+
+impl Label {
+    /// A string label.
+    pub fn str(key: impl Into<String>, value: impl Into<String>) -> Self {
+        Label {
+            key: key.into(),
+            value: LabelValue::Str(value.into()),
+        }
+    }
+
+    /// A numeric label.
+    pub fn num(key: impl Into<String>, value: i64, unit: Option<&str>) -> Self {
+        Label {
+            key: key.into(),
+            value: LabelValue::Num {
+                value,
+                unit: unit.map(str::to_owned),
+            },
+        }
+    }
+
+    /// The value as text: the string, or the number with its unit.
+    pub fn value_text(&self) -> String {
+        match &self.value {
+            LabelValue::Str(s) => s.clone(),
+            LabelValue::Num { value, unit: None } => value.to_string(),
+            LabelValue::Num {
+                value,
+                unit: Some(u),
+            } => format!("{value} {u}"),
+        }
+    }
+}
+
+/// One sample: a stack, one value per sample type, and labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// The stack, **root first** (pprof stores it leaf first; encode and decode turn it).
+    pub stack: Vec<Frame>,
+    /// One value per [`Profile::sample_types`] entry.
+    pub values: Vec<i64>,
+    /// Labels.
+    pub labels: Vec<Label>,
+}
+
+impl Sample {
+    /// The string value of label `key`, if the sample has one.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.iter().find_map(|l| match &l.value {
+            LabelValue::Str(s) if l.key == key => Some(s.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The span frames of the stack, root first.
+    pub fn span_frames(&self) -> impl Iterator<Item = &Frame> {
+        self.stack.iter().filter(|f| f.kind == FrameKind::Span)
+    }
+
+    /// The span path: span frame names (without targets) joined by ` -> `; empty when the
+    /// stack has no span frame.
+    pub fn span_path(&self) -> String {
+        let names: Vec<&str> = self
+            .span_frames()
+            .map(|f| f.function.rsplit("::").next().unwrap_or(&f.function))
+            .collect();
+        names.join(" -> ")
+    }
+
+    /// The innermost code frame, if any.
+    pub fn leaf_function(&self) -> Option<&Frame> {
+        self.stack.iter().rev().find(|f| f.kind == FrameKind::Code)
+    }
+}
+
+/// One profile: what a pprof file holds, as owned data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Profile {
+    /// What each sample value measures, in order.
+    pub sample_types: Vec<SampleType>,
+    /// The sample type viewers show when none is chosen; `None`: the last one (pprof's rule).
+    pub default_sample_type: Option<String>,
+    /// What the sampling period is counted in (`space/bytes`, `cpu/nanoseconds`).
+    pub period_type: Option<SampleType>,
+    /// The sampling period (1 when values are exact counts).
+    pub period: i64,
+    /// Start of the period the values cover, when known.
+    pub time: Option<SystemTime>,
+    /// Length of that period, when the values cover a known window (`None` for cumulative
+    /// counters since the process started).
+    pub duration: Option<Duration>,
+    /// Free-form notes (`go tool pprof -comments`).
+    pub comments: Vec<String>,
+    /// The samples.
+    pub samples: Vec<Sample>,
+    /// The program the profile was taken of, when known.
+    pub binary: Option<Binary>,
+    /// pprof's `drop_frames` regular expression, kept from decoded files.
+    pub drop_frames: Option<String>,
+    /// pprof's `keep_frames` regular expression, kept from decoded files.
+    pub keep_frames: Option<String>,
+}
+
+impl Profile {
+    /// An empty profile with these sample types.
+    pub fn new(sample_types: Vec<SampleType>) -> Self {
+        Profile {
+            sample_types,
+            period: 1,
+            ..Profile::default()
+        }
+    }
+
+    /// The index of the sample type named `name`.
+    pub fn sample_type_index(&self, name: &str) -> Option<usize> {
+        self.sample_types.iter().position(|t| t.name == name)
+    }
+
+    /// The index of the sample type shown by default: `default_sample_type`, else the last.
+    pub fn default_index(&self) -> usize {
+        self.default_sample_type
+            .as_deref()
+            .and_then(|n| self.sample_type_index(n))
+            .unwrap_or(self.sample_types.len().saturating_sub(1))
+    }
+
+    /// The sample type at `index`, or an error naming the known ones.
+    pub fn sample_type_named(&self, name: Option<&str>) -> Result<usize, crate::ModelError> {
+        match name {
+            None => Ok(self.default_index()),
+            Some(n) => {
+                self.sample_type_index(n)
+                    .ok_or_else(|| crate::ModelError::UnknownSampleType {
+                        asked: n.to_owned(),
+                        known: self
+                            .sample_types
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+            }
+        }
+    }
+
+    /// The sum of sample type `index` over all samples.
+    pub fn total(&self, index: usize) -> i64 {
+        self.samples
+            .iter()
+            .map(|s| s.values.get(index).copied().unwrap_or(0))
+            .fold(0i64, i64::saturating_add)
+    }
+
+    /// The samples for which `keep` is true, everything else unchanged.
+    pub fn filtered(&self, keep: impl Fn(&Sample) -> bool) -> Profile {
+        Profile {
+            samples: self.samples.iter().filter(|s| keep(s)).cloned().collect(),
+            ..self.clone()
+        }
+    }
+
+    /// Samples with the same stack and labels summed into one, in order of first appearance.
+    pub fn merged(&self) -> Profile {
+        let mut index: HashMap<(&[Frame], &[Label]), usize> = HashMap::new();
+        let mut out: Vec<Sample> = Vec::new();
+        for s in &self.samples {
+            match index.get(&(s.stack.as_slice(), s.labels.as_slice())) {
+                Some(&i) => {
+                    for (a, b) in out[i].values.iter_mut().zip(&s.values) {
+                        *a = a.saturating_add(*b);
+                    }
+                }
+                None => {
+                    index.insert((s.stack.as_slice(), s.labels.as_slice()), out.len());
+                    out.push(s.clone());
+                }
+            }
+        }
+        Profile {
+            samples: out,
+            ..self.clone()
+        }
+    }
+
+    /// `self - base`, sample by sample (same stack and labels), as `go tool pprof -base` does:
+    /// what grew is positive, what shrank negative; samples equal in both drop out. Both must
+    /// have the same sample types.
+    pub fn diff(&self, base: &Profile) -> Result<Profile, crate::ModelError> {
+        if self.sample_types != base.sample_types {
+            let names = |p: &Profile| {
+                p.sample_types
+                    .iter()
+                    .map(|t| format!("{}/{}", t.name, t.unit))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(crate::ModelError::Incompatible(format!(
+                "the profiles have different sample types ({} against {})",
+                names(base),
+                names(self)
+            )));
+        }
+        let mut negated = base.clone();
+        for s in &mut negated.samples {
+            for v in &mut s.values {
+                *v = v.saturating_neg();
+            }
+        }
+        let mut both = self.clone();
+        both.samples.extend(negated.samples);
+        let mut out = both.merged();
+        out.samples.retain(|s| s.values.iter().any(|&v| v != 0));
+        out.duration = None;
+        out.comments = vec![format!(
+            "tracing-prof: difference: this profile minus a base profile{}",
+            match (self.time, base.time) {
+                (Some(a), Some(b)) => format!(
+                    " taken {:.1} s earlier",
+                    a.duration_since(b).unwrap_or_default().as_secs_f64()
+                ),
+                _ => String::new(),
+            }
+        )];
+        Ok(out)
+    }
+}

@@ -1,0 +1,251 @@
+//! Text tables: the top functions or span paths of a profile, and a readable listing of its
+//! samples. The same tables serve the `tracing-prof` CLI, the `/debug/pprof` `?debug=1`
+//! answers and the example's summary.
+
+use crate::profile::{Frame, LabelValue, Profile};
+use crate::{ModelError, units};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+/// What the rows of [`Profile::top`] are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Grouping {
+    /// Functions, as `go tool pprof -top` lists them (span frames too, marked `[span]`).
+    #[default]
+    Function,
+    /// Span paths (`request -> render`): flat is the path's own samples, cum includes the
+    /// paths below it.
+    SpanPath,
+}
+
+/// One row of [`Profile::top`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopRow {
+    /// The function or span path.
+    pub name: String,
+    /// Where the function is, when known (`file:line` of its first sample).
+    pub location: Option<String>,
+    /// Value of the samples where it is the leaf (for span paths: the innermost span).
+    pub flat: i64,
+    /// Value of the samples it is part of.
+    pub cum: i64,
+}
+
+/// A sample type's unit and the rows of [`Profile::top`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Top {
+    /// The sample type the rows measure.
+    pub sample_type: String,
+    /// Its unit.
+    pub unit: String,
+    /// The sum over all samples.
+    pub total: i64,
+    /// Rows, largest flat first (then largest cum, then by name), at most the limit asked.
+    pub rows: Vec<TopRow>,
+    /// Rows left out by the limit.
+    pub omitted: usize,
+}
+
+impl Profile {
+    /// The rows of `go tool pprof -top` (or per span path), for sample type `sample_type`
+    /// (default: the profile's default), sorted by flat (by cum when `by_cum`), at most
+    /// `limit` rows (0: all).
+    pub fn top(
+        &self,
+        sample_type: Option<&str>,
+        grouping: Grouping,
+        by_cum: bool,
+        limit: usize,
+    ) -> Result<Top, ModelError> {
+        let index = self.sample_type_named(sample_type)?;
+        let mut rows: Vec<TopRow> = Vec::new();
+        let mut at: HashMap<(String, Option<std::sync::Arc<str>>), usize> = HashMap::new();
+        let mut row = |rows: &mut Vec<TopRow>, name: String, frame: Option<&Frame>| -> usize {
+            let file = frame.and_then(|f| f.file.clone());
+            *at.entry((name.clone(), file)).or_insert_with(|| {
+                rows.push(TopRow {
+                    name,
+                    location: frame
+                        .and_then(|f| Some(format!("{}:{}", f.file.as_deref()?, f.line?))),
+                    flat: 0,
+                    cum: 0,
+                });
+                rows.len() - 1
+            })
+        };
+        for s in &self.samples {
+            let v = s.values.get(index).copied().unwrap_or(0);
+            if v == 0 {
+                continue;
+            }
+            match grouping {
+                Grouping::Function => {
+                    let mut seen = HashSet::new();
+                    for (i, f) in s.stack.iter().enumerate() {
+                        let r = row(&mut rows, f.display_name().into_owned(), Some(f));
+                        if seen.insert(r) {
+                            rows[r].cum += v;
+                        }
+                        if i + 1 == s.stack.len() {
+                            rows[r].flat += v;
+                        }
+                    }
+                }
+                Grouping::SpanPath => {
+                    let spans: Vec<&Frame> = s.span_frames().collect();
+                    let names: Vec<&str> = spans
+                        .iter()
+                        .map(|f| f.function.rsplit("::").next().unwrap_or(&f.function))
+                        .collect();
+                    if names.is_empty() {
+                        let r = row(&mut rows, "(no span path)".to_owned(), None);
+                        rows[r].flat += v;
+                        rows[r].cum += v;
+                        continue;
+                    }
+                    for depth in 1..=names.len() {
+                        let r = row(
+                            &mut rows,
+                            names[..depth].join(" -> "),
+                            Some(spans[depth - 1]),
+                        );
+                        rows[r].cum += v;
+                        if depth == names.len() {
+                            rows[r].flat += v;
+                        }
+                    }
+                }
+            }
+        }
+        rows.retain(|r| r.flat != 0 || r.cum != 0);
+        rows.sort_by(|a, b| {
+            let (ka, kb) = if by_cum {
+                ((a.cum, a.flat), (b.cum, b.flat))
+            } else {
+                ((a.flat, a.cum), (b.flat, b.cum))
+            };
+            (kb.0.abs(), kb.1.abs())
+                .cmp(&(ka.0.abs(), ka.1.abs()))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let omitted = if limit > 0 && rows.len() > limit {
+            let n = rows.len() - limit;
+            rows.truncate(limit);
+            n
+        } else {
+            0
+        };
+        let ty = &self.sample_types[index];
+        Ok(Top {
+            sample_type: ty.name.clone(),
+            unit: ty.unit.clone(),
+            total: self.total(index),
+            rows,
+            omitted,
+        })
+    }
+
+    /// A readable listing of the samples, largest value of `sample_type` first (default: the
+    /// profile's default): every value with its unit, the labels, then the stack one frame per
+    /// line, innermost first, with file and line. At most `limit` samples (0: all).
+    pub fn samples_text(
+        &self,
+        sample_type: Option<&str>,
+        limit: usize,
+    ) -> Result<String, ModelError> {
+        let index = self.sample_type_named(sample_type)?;
+        let merged = self.merged();
+        let mut order: Vec<usize> = (0..merged.samples.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(merged.samples[i].values[index].abs()));
+        let mut out = String::new();
+        let shown = if limit == 0 {
+            order.len()
+        } else {
+            limit.min(order.len())
+        };
+        for &i in &order[..shown] {
+            let s = &merged.samples[i];
+            let values: Vec<String> = std::iter::once(index)
+                .chain((0..self.sample_types.len()).filter(|&k| k != index))
+                .map(|k| {
+                    let t = &self.sample_types[k];
+                    format!("{} {}", t.name, units::format_value(s.values[k], &t.unit))
+                })
+                .collect();
+            let _ = writeln!(out, "{}", values.join(", "));
+            for l in &s.labels {
+                let value = match &l.value {
+                    LabelValue::Num {
+                        value,
+                        unit: Some(u),
+                    } => units::format_value(*value, u),
+                    _ => l.value_text(),
+                };
+                let _ = writeln!(out, "    [{} = {value}]", l.key);
+            }
+            for f in s.stack.iter().rev() {
+                let _ = writeln!(out, "    {}", f.display_with_location());
+            }
+            out.push('\n');
+        }
+        if shown < order.len() {
+            let _ = writeln!(out, "... and {} more samples", order.len() - shown);
+        }
+        Ok(out)
+    }
+}
+
+impl Top {
+    /// The rows as an aligned table with a header: flat, flat%, sum%, cum, cum%, name, as
+    /// `go tool pprof -top` prints them, values in their units.
+    pub fn render(&self, with_locations: bool) -> String {
+        let fmt = |v: i64| units::format_value(v, &self.unit);
+        let mut cells: Vec<[String; 5]> = Vec::with_capacity(self.rows.len());
+        let mut sum = 0i64;
+        for r in &self.rows {
+            sum += r.flat;
+            cells.push([
+                fmt(r.flat),
+                units::percent(r.flat, self.total),
+                units::percent(sum, self.total),
+                fmt(r.cum),
+                units::percent(r.cum, self.total),
+            ]);
+        }
+        let header = ["flat", "flat%", "sum%", "cum", "cum%"];
+        let width: Vec<usize> = (0..5)
+            .map(|c| {
+                cells
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain(std::iter::once(header[c].len()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for (c, h) in header.iter().enumerate() {
+            let _ = write!(out, "{h:>w$}  ", w = width[c]);
+        }
+        out.push_str(if self.rows.iter().any(|r| r.name.contains(" -> ")) {
+            "span path\n"
+        } else {
+            "name\n"
+        });
+        for (r, row) in self.rows.iter().zip(&cells) {
+            for (c, cell) in row.iter().enumerate() {
+                let _ = write!(out, "{cell:>w$}  ", w = width[c]);
+            }
+            out.push_str(&r.name);
+            if with_locations && let Some(l) = &r.location {
+                let _ = write!(out, "  ({l})");
+            }
+            out.push('\n');
+        }
+        if self.omitted > 0 {
+            let _ = writeln!(out, "... and {} more rows", self.omitted);
+        }
+        out
+    }
+}
