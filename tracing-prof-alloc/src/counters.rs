@@ -212,7 +212,29 @@ fn acquire(state: &crate::tag::ThreadState) -> *const ThreadTable {
         let _ = RELEASE_ON_EXIT.try_with(|_| ());
     }
     state.busy.set(false);
+    if table != NO_TABLE {
+        let hook = NEW_THREAD_HOOK.load(Ordering::Acquire);
+        if !hook.is_null() {
+            // SAFETY: NEW_THREAD_HOOK only ever holds null or a `fn()` stored by
+            // `set_new_thread_hook`.
+            let hook: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(hook) };
+            hook();
+        }
+    }
     table
+}
+
+/// What runs on a thread's first allocation (see [`set_new_thread_hook`]); null: nothing.
+static NEW_THREAD_HOOK: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+
+/// Makes `hook` run on every thread's first allocation (once per thread, after its counter
+/// table is set up), or nothing with `None`. The CPU sampler arms a thread's timer this way.
+///
+/// The hook runs inside the allocator: it must not allocate through the global allocator, lock
+/// or panic.
+pub fn set_new_thread_hook(hook: Option<fn()>) {
+    let p = hook.map_or(ptr::null_mut(), |f| f as *mut ());
+    NEW_THREAD_HOOK.store(p, Ordering::Release);
 }
 
 /// Stores the calling thread's OS name into `t` (one `prctl`, at table adoption and thread

@@ -76,7 +76,7 @@ mod unwind;
 pub use allocator::{ReallocMode, TaggingAllocator};
 pub use counters::{
     MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
-    record_interval, record_span_closed, thread_tables,
+    record_interval, record_span_closed, set_new_thread_hook, thread_tables,
 };
 pub use giant::{
     GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy,

@@ -1,0 +1,337 @@
+//! The CPU stack sampler of tracing-prof: which code, under which span, used the CPU.
+//!
+//! Each thread gets a timer on its **own CPU clock** (`timer_create(CLOCK_THREAD_CPUTIME_ID)`
+//! with `SIGEV_THREAD_ID`), so a thread is interrupted after every `1/hz` seconds of CPU time
+//! it uses, wherever it runs; a process-wide `setitimer` would undercount beyond a couple of
+//! busy threads and interrupt arbitrary threads (golang/go#35057). The SIGPROF handler reads the
+//! span path tag the span layer keeps current on the thread (the same one the tagging allocator
+//! reads), walks the stack, and appends `(tag, weight, return addresses)` to the thread's own
+//! lock-free ring. A reader ([`drain`]) turns the rings into a profile off the signal path. The
+//! tag follows the work, not the thread: an instrumented future polled on several workers is
+//! attributed to its span on each of them, across `.await`.
+//!
+//! This crate holds all of the signal-handler `unsafe` and depends on `libc`, `framehop` (DWARF
+//! unwinding that never allocates) and `tracing-prof-alloc` (for the tag) only.
+//!
+//! # Lifecycle
+//! [`start`] installs the handler (once per process, never removed), prepares the unwinder
+//! (modules and their `.eh_frame` found off the signal path) and arms the calling thread.
+//! Other threads are armed when the profiler first sees them: their first allocation (through
+//! the tagging allocator's new-thread hook) or their first span enter ([`ensure_armed`]); they
+//! are disarmed when they exit. [`stop`] deletes every timer.
+//!
+//! # What the handler does
+//! See `signal`: no allocation, lock or system call; `errno` is saved and restored; a full ring
+//! drops the sample and counts it ([`SamplerStats::dropped`]). A timer that expired several
+//! times before its signal could be delivered counts once per expiry (the sample's weight).
+//!
+//! # Limitations
+//! - Linux on x86_64 and aarch64 only; elsewhere [`start`] returns
+//!   [`StartError::Unsupported`].
+//! - Another SIGPROF handler in the process (pprof-rs, pyroscope-rs, your own): [`start`]
+//!   refuses with [`StartError::ForeignHandler`] instead of replacing it.
+//! - A thread that blocks SIGPROF is not interrupted while it does: the CPU time it used then
+//!   is counted, as the weight of one sample, where it unblocks; a thread that blocks it for
+//!   good is never sampled ([`SamplerStats::threads_blocking`] counts those seen blocking it
+//!   when armed).
+//! - Threads the profiler never sees (no allocation through the tagging allocator, no span
+//!   entered) are not sampled.
+//! - A module unloaded with `dlclose` while sampling runs leaves the unwinder reading its
+//!   unmapped tables: do not `dlclose` libraries whose code may be on a sampled stack.
+//! - After `fork`, the child has no timers (POSIX timers are not inherited): sampling stops
+//!   there until [`start`] is called again in the child.
+
+#![cfg_attr(
+    not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )),
+    allow(unused)
+)]
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod modules;
+mod ring;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod signal;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod thread;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod timer;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod unwind;
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub use unwind::{MAX_FRAMES, Unwind};
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+mod unsupported;
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+pub use unsupported::*;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Samples per second of CPU time per thread by default: 100, as Go's.
+pub const DEFAULT_HZ: u32 = 100;
+/// The highest rate [`start`] accepts: 10 kHz (Linux checks CPU timers on its own clock tick,
+/// so rates above the kernel's tick rate arrive as weighted samples anyway).
+pub const MAX_HZ: u32 = 10_000;
+
+/// The rate sampling runs at now (0: stopped).
+static HZ: AtomicU32 = AtomicU32::new(0);
+
+/// Why sampling did not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// This platform has no per-thread CPU timers we can use.
+    Unsupported,
+    /// Another SIGPROF handler is installed: another profiler, or the program's own.
+    ForeignHandler {
+        /// The address of that handler.
+        handler: usize,
+    },
+    /// A rate of 0 or above [`MAX_HZ`].
+    Rate(u32),
+    /// The operating system refused (installing the handler).
+    Os(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Unsupported => f.write_str("CPU sampling needs Linux on x86_64 or aarch64"),
+            StartError::ForeignHandler { handler } => write!(
+                f,
+                "another SIGPROF handler is installed (at {handler:#x}: another profiler, or the \
+                 program's own); tracing-prof does not replace it, so CPU sampling is off"
+            ),
+            StartError::Rate(hz) => {
+                write!(f, "a CPU sampling rate of {hz} Hz is outside 1..={MAX_HZ}")
+            }
+            StartError::Os(e) => write!(f, "cannot install the SIGPROF handler: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// One sample as the handler recorded it.
+#[derive(Clone, Copy, Debug)]
+pub struct RawSample<'a> {
+    /// The thread it was taken on.
+    pub tid: i32,
+    /// The span path tag current on the thread (a `tracing_prof_alloc::Tag` value).
+    pub tag: u32,
+    /// Timer expiries it stands for (1, or more when the thread could not take the signal in
+    /// time).
+    pub weight: u64,
+    /// Whether the stack was deeper than [`MAX_FRAMES`] (its outermost frames are missing).
+    pub truncated: bool,
+    /// Code addresses, innermost first: the interrupted instruction, then return addresses.
+    pub ips: &'a [u64],
+}
+
+/// Counters about the sampler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SamplerStats {
+    /// The rate sampling runs at (0: stopped).
+    pub hz: u32,
+    /// Samples recorded (weighted), since the process started.
+    pub samples: u64,
+    /// Samples dropped because a thread's ring was full (weighted).
+    pub dropped: u64,
+    /// Samples whose stack was cut at [`MAX_FRAMES`].
+    pub truncated: u64,
+    /// Threads armed (a thread armed again after a restart counts again).
+    pub threads_armed: u64,
+    /// Threads with a sampler state now.
+    pub threads_live: usize,
+    /// Threads whose timer could not be created.
+    pub arm_failures: u64,
+    /// The `errno` of the last failure to arm a thread (0: none).
+    pub last_arm_error: i32,
+    /// Threads that blocked SIGPROF when they were armed.
+    pub threads_blocking: u64,
+    /// SIGPROFs that did not come from our timers (ignored).
+    pub foreign_signals: u64,
+    /// Our signals that arrived after their thread was disarmed (ignored).
+    pub late_signals: u64,
+}
+
+/// The rate sampling runs at (0: stopped).
+pub fn hz() -> u32 {
+    HZ.load(Ordering::Relaxed)
+}
+
+/// Whether sampling runs.
+pub fn is_running() -> bool {
+    hz() > 0
+}
+
+/// The header word of a record: tag, depth, weight (saturating at 16 bits) and the truncated
+/// flag. Never all ones (the ring's wrap marker): depth is at most 128.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub(crate) fn record_header(tag: u32, depth: usize, weight: u64, truncated: bool) -> u64 {
+    let depth = depth.min(MAX_FRAMES) as u64;
+    let weight = weight.min(u64::from(u16::MAX));
+    u64::from(tag) | depth << 32 | weight << 40 | u64::from(truncated) << 56
+}
+
+/// The body length of a record from its header.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub(crate) fn record_len(header: u64) -> usize {
+    ((header >> 32) & 0xff) as usize
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod api {
+    use super::*;
+    use std::sync::Mutex;
+
+    static STARTING: Mutex<()> = Mutex::new(());
+
+    /// Starts sampling every thread's stack `hz` times per second of its CPU time, walking
+    /// stacks as `unwind` says, and arms the calling thread. Idempotent; a second call changes
+    /// the rate and the unwinding mode.
+    ///
+    /// Refuses when another SIGPROF handler is installed ([`StartError::ForeignHandler`]).
+    pub fn start(hz: u32, unwind: Unwind) -> Result<(), StartError> {
+        if hz == 0 || hz > MAX_HZ {
+            return Err(StartError::Rate(hz));
+        }
+        let _one = STARTING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        signal::install().map_err(|e| match e {
+            signal::InstallError::Foreign(handler) => StartError::ForeignHandler { handler },
+            signal::InstallError::Os(e) => StartError::Os(e),
+        })?;
+        register_fork_handler();
+        unwind::prepare();
+        unwind::set_mode(unwind);
+        modules::refresh();
+        thread::disarm_all();
+        thread::start_generation(1_000_000_000 / u64::from(hz));
+        HZ.store(hz, Ordering::Relaxed);
+        thread::ensure_armed();
+        Ok(())
+    }
+
+    /// Stops sampling: deletes every thread's timer. The handler stays installed (a signal
+    /// already queued is ignored). Samples still in the rings can be drained.
+    pub fn stop() {
+        let _one = STARTING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        HZ.store(0, Ordering::Relaxed);
+        thread::disarm_all();
+    }
+
+    /// Arms the calling thread if sampling runs and it is not armed yet: one thread-local
+    /// read and a compare otherwise. The span layer calls it on enter, the tagging allocator
+    /// on a thread's first allocation.
+    #[inline]
+    pub fn ensure_armed() {
+        thread::ensure_armed();
+    }
+
+    /// Hands every recorded sample to `f`, oldest first per thread, and frees room in the
+    /// rings. One reader at a time: returns `false` at once, reading nothing, when another
+    /// reader is draining. Call it often enough that rings do not fill: a thread's ring holds
+    /// about 60 samples of 30 frames, 0.6 s of one busy thread at 100 Hz.
+    pub fn drain(mut f: impl FnMut(RawSample<'_>)) -> bool {
+        thread::drain(|tid, header, body| {
+            f(RawSample {
+                tid,
+                tag: header as u32,
+                weight: (header >> 40) & 0xffff,
+                truncated: (header >> 56) & 1 == 1,
+                ips: body,
+            })
+        })
+    }
+
+    /// Rebuilds the unwinder if libraries were loaded or unloaded since it was built (a cheap
+    /// check otherwise). Returns the number of modules with unwind tables.
+    pub fn refresh_modules() -> usize {
+        modules::refresh()
+    }
+
+    /// Whether our SIGPROF handler is still installed. If someone replaced it, stop sampling:
+    /// our timers' signals now go to their handler.
+    pub fn handler_installed() -> bool {
+        signal::still_ours()
+    }
+
+    /// Counters about the sampler.
+    pub fn stats() -> SamplerStats {
+        let (samples, dropped, truncated, threads_live) = thread::totals();
+        SamplerStats {
+            hz: hz(),
+            samples,
+            dropped,
+            truncated,
+            threads_armed: thread::ARMED.load(Ordering::Relaxed),
+            threads_live,
+            arm_failures: thread::ARM_FAILURES.load(Ordering::Relaxed),
+            last_arm_error: thread::LAST_ARM_ERROR.load(Ordering::Relaxed),
+            threads_blocking: thread::BLOCKED.load(Ordering::Relaxed),
+            foreign_signals: signal::FOREIGN.load(Ordering::Relaxed),
+            late_signals: signal::LATE.load(Ordering::Relaxed),
+        }
+    }
+
+    fn register_fork_handler() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        extern "C" fn child() {
+            HZ.store(0, Ordering::Relaxed);
+            thread::after_fork_in_child();
+        }
+        ONCE.call_once(|| {
+            // SAFETY: registers a plain function with no preparation or parent handler; it
+            // only stores to atomics, which is what a child of fork may do.
+            unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        });
+    }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub use api::*;

@@ -1,0 +1,154 @@
+//! The SIGPROF handler: installing it without fighting anyone, and what it does.
+//!
+//! The handler is installed once per process with `SA_SIGINFO | SA_RESTART` (system calls
+//! interrupted by a sample are restarted; `epoll_wait` and a few others still return `EINTR`,
+//! as with any signal) and is **never removed**: SIGPROF's default action kills the process,
+//! and a timer's last signal may still be queued when sampling stops (pyroscope-rs#399,
+//! pprof-rs#288). Once stopped, it returns at once.
+//!
+//! If another SIGPROF handler is installed when sampling starts (pprof-rs, a user's own), we
+//! refuse to start rather than replace it; if one replaces ours later, [`still_ours`] says so
+//! and sampling stops.
+//!
+//! In the handler, only: reads of `siginfo_t` and the interrupted registers, two
+//! thread-local reads (this thread's sampler state, the span path tag the layer set), the stack
+//! walk of [`crate::unwind`], stores into this thread's own ring and counters, and `errno` saved
+//! and restored. No allocation, no lock, no system call, no `dl_iterate_phdr`, no
+//! `_Unwind_Backtrace`. Signals that are not from our timers (a `kill -PROF`, someone's
+//! `setitimer`) are counted and ignored.
+
+use crate::thread::{LOCAL, ThreadSampler};
+use crate::timer::COOKIE;
+use crate::unwind::{self, MAX_FRAMES, Regs, Stack};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// SIGPROFs from somewhere else than our timers.
+pub(crate) static FOREIGN: AtomicU64 = AtomicU64::new(0);
+/// Our timers' signals that arrived for a thread no longer armed (queued before its exit).
+pub(crate) static LATE: AtomicU64 = AtomicU64::new(0);
+
+/// `si_code` of a signal sent by a POSIX timer.
+const SI_TIMER: i32 = -2;
+
+/// Why the handler could not be installed.
+#[derive(Debug)]
+pub(crate) enum InstallError {
+    Foreign(usize),
+    Os(std::io::Error),
+}
+
+fn current_action() -> Result<libc::sigaction, std::io::Error> {
+    // SAFETY: an all-zero sigaction is valid storage for sigaction to fill.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: querying only (the new action is null); `old` is valid and writable.
+    if unsafe { libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(old)
+}
+
+fn ours() -> usize {
+    on_sigprof as *const () as usize
+}
+
+/// Installs the handler unless another one is there. Idempotent.
+pub(crate) fn install() -> Result<(), InstallError> {
+    let old = current_action().map_err(InstallError::Os)?;
+    let handler = old.sa_sigaction;
+    if handler == ours() {
+        return Ok(());
+    }
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+        return Err(InstallError::Foreign(handler));
+    }
+    // SAFETY: an all-zero sigaction is a valid starting value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = ours();
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `sa_mask` is valid storage; an empty mask blocks nothing beyond SIGPROF itself,
+    // which the kernel blocks while its handler runs.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: installs a handler with the SA_SIGINFO signature for SIGPROF.
+    if unsafe { libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) } != 0 {
+        return Err(InstallError::Os(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Whether our handler is still the one installed.
+pub(crate) fn still_ours() -> bool {
+    current_action().is_ok_and(|a| a.sa_sigaction == ours())
+}
+
+/// Reads an `i32` or `usize` field of the `siginfo_t` at `info`.
+///
+/// Layout on the 64-bit Linux targets (x86_64, aarch64): `si_signo`, `si_errno`, `si_code`
+/// (ints at 0, 4, 8), then the union at 16; for timers `si_tid` (16), `si_overrun` (20) and
+/// `si_value` (24).
+///
+/// # Safety
+/// `info` must be the `siginfo_t` of a running SA_SIGINFO handler.
+unsafe fn field<T: Copy>(info: *const libc::siginfo_t, offset: usize) -> T {
+    // SAFETY: the kernel passes a whole siginfo_t (128 bytes); every offset read is within it
+    // and aligned for T.
+    unsafe { info.cast::<u8>().add(offset).cast::<T>().read() }
+}
+
+extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { errno.read() };
+    // SAFETY: `info` and `uc` are the kernel's arguments to this SA_SIGINFO handler.
+    unsafe { handle(info, uc) };
+    // SAFETY: as above.
+    unsafe { errno.write(saved) };
+}
+
+/// # Safety
+/// `info` and `uc` must be the arguments of a running SA_SIGINFO handler.
+unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
+    // SAFETY: forwarded from the caller.
+    let (code, overrun, value) = unsafe {
+        (
+            field::<i32>(info, 8),
+            field::<i32>(info, 20),
+            field::<usize>(info, 24),
+        )
+    };
+    if code != SI_TIMER || value != COOKIE {
+        FOREIGN.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ts = LOCAL
+        .try_with(|l| l.current.get())
+        .unwrap_or(std::ptr::null());
+    if ts.is_null() {
+        LATE.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: a state from `thread::acquire`, owned by this thread; states are never freed.
+    let ts: &ThreadSampler = unsafe { &*ts };
+    let weight = u64::from(overrun.max(0).unsigned_abs()) + 1;
+    let tag = tracing_prof_alloc::current_tag().get();
+    // SAFETY: forwarded from the caller.
+    let regs = unsafe { Regs::from_ucontext(uc) };
+    let stack = Stack {
+        sp: regs.sp,
+        top: ts.stack_top.load(Ordering::Relaxed),
+    };
+    let mut ips = [0u64; MAX_FRAMES];
+    let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
+    let walk = unwind::walk(regs, stack, &mut ips, hint);
+    let header = crate::record_header(tag, walk.depth, weight, walk.truncated);
+    let bump = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    if ts.ring.push(header, &ips[..walk.depth]) {
+        bump(&ts.samples, weight);
+        if walk.truncated {
+            bump(&ts.truncated, 1);
+        }
+    } else {
+        bump(&ts.dropped, weight);
+    }
+}

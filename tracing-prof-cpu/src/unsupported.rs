@@ -1,0 +1,49 @@
+//! Platforms without per-thread CPU timers: sampling never starts.
+
+use crate::{RawSample, SamplerStats, StartError};
+
+/// Frames kept per sample.
+pub const MAX_FRAMES: usize = 128;
+
+/// How the signal handler walks the stack (no effect on this platform).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unwind {
+    /// DWARF call frame information.
+    #[default]
+    Dwarf,
+    /// Frame pointers only.
+    FramePointers,
+}
+
+/// Always [`StartError::Unsupported`] here.
+pub fn start(_hz: u32, _unwind: Unwind) -> Result<(), StartError> {
+    Err(StartError::Unsupported)
+}
+
+/// Nothing to stop.
+pub fn stop() {}
+
+/// Nothing to arm.
+#[inline]
+pub fn ensure_armed() {}
+
+/// Nothing to drain.
+pub fn drain(_f: impl FnMut(RawSample<'_>)) -> bool {
+    true
+}
+
+/// No modules.
+pub fn refresh_modules() -> usize {
+    0
+}
+
+/// No handler.
+pub fn handler_installed() -> bool {
+    false
+}
+
+/// All zero.
+pub fn stats() -> SamplerStats {
+    SamplerStats::default()
+}

@@ -1,0 +1,286 @@
+//! Walking the interrupted thread's stack from inside the signal handler.
+//!
+//! Two ways, chosen with [`Unwind`]:
+//! - **DWARF** (the default): the call frame information of `.eh_frame` that rustc emits for
+//!   every function, whether or not frame pointers are kept, read by framehop with rule caches
+//!   set up before sampling starts (no allocation while unwinding). Works on a plain
+//!   `cargo build --release` binary. Where no table covers an address (JIT code, a stripped
+//!   library), framehop falls back to the frame pointer.
+//! - **Frame pointers**: follows the chain of saved frame pointers only. Cheaper per frame, but
+//!   correct only where every function keeps them (`-C force-frame-pointers=yes`; Rust's
+//!   precompiled standard library does since 2024); elsewhere frames are skipped or the walk
+//!   stops early.
+//!
+//! Every memory read goes through one check: the address must lie between the interrupted
+//! stack pointer and the top of the thread's stack (recorded when the thread was armed), and
+//! be 8-byte aligned. A bad frame therefore ends the walk instead of faulting. The walk never
+//! allocates, locks, calls the platform unwinder (`_Unwind_Backtrace`, which may take the
+//! loader's lock) or `dl_iterate_phdr`.
+
+use crate::modules;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// Frames kept per sample, innermost first; deeper stacks are cut (and counted).
+pub const MAX_FRAMES: usize = 128;
+
+/// How the signal handler walks the stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unwind {
+    /// DWARF call frame information (`.eh_frame`), frame pointers where there is none. Works
+    /// without frame pointers.
+    #[default]
+    Dwarf,
+    /// Frame pointers only: cheaper, correct only where every function keeps them.
+    FramePointers,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+pub(crate) fn set_mode(mode: Unwind) {
+    MODE.store(
+        match mode {
+            Unwind::Dwarf => 0,
+            Unwind::FramePointers => 1,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+pub(crate) fn mode() -> Unwind {
+    match MODE.load(Ordering::Relaxed) {
+        0 => Unwind::Dwarf,
+        _ => Unwind::FramePointers,
+    }
+}
+
+/// The registers unwinding starts from: where the thread was interrupted.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Regs {
+    pub(crate) pc: u64,
+    pub(crate) sp: u64,
+    pub(crate) fp: u64,
+    /// The link register (aarch64); 0 elsewhere.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code, reason = "aarch64 only"))]
+    pub(crate) lr: u64,
+}
+
+impl Regs {
+    /// The interrupted registers from the `ucontext_t` a SA_SIGINFO handler receives.
+    ///
+    /// # Safety
+    /// `uc` must be the third argument of a SA_SIGINFO signal handler now running.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) unsafe fn from_ucontext(uc: *const libc::c_void) -> Regs {
+        // SAFETY: the kernel passes a valid ucontext_t for the duration of the handler.
+        let g = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+        Regs {
+            pc: g[libc::REG_RIP as usize] as u64,
+            sp: g[libc::REG_RSP as usize] as u64,
+            fp: g[libc::REG_RBP as usize] as u64,
+            lr: 0,
+        }
+    }
+
+    /// The interrupted registers from the `ucontext_t` a SA_SIGINFO handler receives.
+    ///
+    /// # Safety
+    /// `uc` must be the third argument of a SA_SIGINFO signal handler now running.
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) unsafe fn from_ucontext(uc: *const libc::c_void) -> Regs {
+        // SAFETY: the kernel passes a valid ucontext_t for the duration of the handler.
+        let m = unsafe { &(*uc.cast::<libc::ucontext_t>()).uc_mcontext };
+        Regs {
+            pc: m.pc,
+            sp: m.sp,
+            fp: m.regs[29],
+            lr: m.regs[30],
+        }
+    }
+}
+
+/// The readable part of the interrupted stack: `[sp, top)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stack {
+    pub(crate) sp: u64,
+    pub(crate) top: u64,
+}
+
+impl Stack {
+    /// Reads the word at `addr` if it lies within `[sp, top)` and is aligned.
+    #[inline]
+    fn read(&self, addr: u64) -> Result<u64, ()> {
+        if addr < self.sp || addr.checked_add(8).is_none_or(|end| end > self.top) || addr % 8 != 0 {
+            return Err(());
+        }
+        // SAFETY: `[sp, top)` is the live part of this thread's stack (`top` was read from the
+        // thread's stack attributes when it was armed, `sp` is where it was interrupted), which
+        // is mapped and readable; the address is aligned and the word lies inside it.
+        Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+    }
+}
+
+/// The result of a walk.
+pub(crate) struct Walk {
+    /// Frames written.
+    pub(crate) depth: usize,
+    /// Whether the stack went on beyond [`MAX_FRAMES`].
+    pub(crate) truncated: bool,
+}
+
+/// Walks the stack from `regs`, writing the code addresses into `out`, innermost first: the
+/// interrupted instruction first, then return addresses. `hint` (the thread id) spreads
+/// threads over the rule caches.
+pub(crate) fn walk(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES], hint: usize) -> Walk {
+    if mode() == Unwind::Dwarf
+        && let Some(unwinder) = modules::unwinder()
+        && let Some(mut cache) = CachePool::take(hint)
+    {
+        let w = dwarf(unwinder, cache.get(), regs, stack, out);
+        drop(cache);
+        return w;
+    }
+    frame_pointers(regs, stack, out)
+}
+
+fn frame_pointers(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES]) -> Walk {
+    out[0] = regs.pc;
+    let mut depth = 1;
+    #[cfg(target_arch = "aarch64")]
+    if regs.lr != 0 {
+        // A leaf function may not have saved the link register yet.
+        out[1] = regs.lr;
+        depth = 2;
+    }
+    let mut fp = regs.fp;
+    while depth < MAX_FRAMES {
+        let (Ok(next), Ok(ret)) = (stack.read(fp), stack.read(fp.wrapping_add(8))) else {
+            return Walk {
+                depth,
+                truncated: false,
+            };
+        };
+        if ret == 0 || next <= fp {
+            if ret != 0 {
+                out[depth] = ret;
+                depth += 1;
+            }
+            return Walk {
+                depth,
+                truncated: false,
+            };
+        }
+        #[cfg(target_arch = "aarch64")]
+        if depth == 2 && ret == out[1] {
+            fp = next;
+            continue; // the link register was saved after all
+        }
+        out[depth] = ret;
+        depth += 1;
+        fp = next;
+    }
+    Walk {
+        depth,
+        truncated: stack.read(fp).is_ok(),
+    }
+}
+
+fn dwarf(
+    unwinder: &modules::Unwinder,
+    cache: &mut modules::Cache,
+    regs: Regs,
+    stack: Stack,
+    out: &mut [u64; MAX_FRAMES],
+) -> Walk {
+    use framehop::Unwinder as _;
+    #[cfg(target_arch = "x86_64")]
+    let start = framehop::UnwindRegsNative::new(regs.pc, regs.sp, regs.fp);
+    #[cfg(target_arch = "aarch64")]
+    let start = framehop::UnwindRegsNative::new(regs.lr, regs.sp, regs.fp);
+    let mut read = |addr: u64| stack.read(addr);
+    let mut frames = unwinder.iter_frames(regs.pc, start, cache, &mut read);
+    let mut depth = 0;
+    loop {
+        match frames.next() {
+            Ok(Some(f)) => {
+                if depth == MAX_FRAMES {
+                    return Walk {
+                        depth,
+                        truncated: true,
+                    };
+                }
+                out[depth] = f.address();
+                depth += 1;
+            }
+            // The end of the stack, or a frame that could not be read: keep what we have.
+            Ok(None) | Err(_) => {
+                return Walk {
+                    depth,
+                    truncated: false,
+                };
+            }
+        }
+    }
+}
+
+/// framehop's rule caches, one per handler that may run at the same time: taken with a
+/// compare-and-swap on the slot's own flag (no lock, no waiting); when every slot is busy, the
+/// handler unwinds with frame pointers instead.
+struct CacheSlot {
+    busy: AtomicBool,
+    cache: UnsafeCell<modules::Cache>,
+}
+
+// SAFETY: `cache` is only touched by the holder of `busy` (see `CachePool::take`).
+unsafe impl Sync for CacheSlot {}
+
+static POOL: std::sync::OnceLock<Box<[CacheSlot]>> = std::sync::OnceLock::new();
+
+/// Creates the rule caches (off the signal path): two per CPU, at most 64.
+pub(crate) fn prepare() {
+    POOL.get_or_init(|| {
+        let n = std::thread::available_parallelism()
+            .map_or(4, |n| n.get() * 2)
+            .min(64);
+        (0..n)
+            .map(|_| CacheSlot {
+                busy: AtomicBool::new(false),
+                cache: UnsafeCell::new(modules::Cache::default()),
+            })
+            .collect()
+    });
+}
+
+pub(crate) struct CachePool(&'static CacheSlot);
+
+impl CachePool {
+    /// A free cache, if the pool exists and one is free. Never blocks.
+    fn take(hint: usize) -> Option<CachePool> {
+        let pool = POOL.get()?;
+        let start = hint % pool.len();
+        for i in 0..pool.len() {
+            let slot = &pool[(start + i) % pool.len()];
+            if slot
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(CachePool(slot));
+            }
+        }
+        None
+    }
+
+    fn get(&mut self) -> &mut modules::Cache {
+        // SAFETY: this holder set `busy`, so no one else touches the cache until it is dropped;
+        // the `&mut self` borrow keeps this holder from handing out two references at once.
+        unsafe { &mut *self.0.cache.get() }
+    }
+}
+
+impl Drop for CachePool {
+    fn drop(&mut self) {
+        self.0.busy.store(false, Ordering::Release);
+    }
+}

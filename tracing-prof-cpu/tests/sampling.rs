@@ -1,0 +1,101 @@
+//! The sampler on its own: samples arrive, weighted by CPU time, with stacks that reach the
+//! burning function and its callers, with both unwinders.
+
+use std::hint::black_box;
+use tracing_prof_cpu::{RawSample, Unwind};
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[inline(never)]
+fn burn_here(ms: u64) -> u64 {
+    let start = thread_cpu_ns();
+    let mut x = 1u64;
+    while thread_cpu_ns() - start < ms * 1_000_000 {
+        for _ in 0..10_000 {
+            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+#[inline(never)]
+fn outer_caller(ms: u64) -> u64 {
+    black_box(burn_here(ms)) + 1
+}
+
+fn names(ips: &[u64]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, &ip) in ips.iter().enumerate() {
+        // The first address is the interrupted instruction, the others return addresses.
+        let pc = if i == 0 { ip } else { ip - 1 };
+        backtrace::resolve(pc as *mut std::ffi::c_void, |s| {
+            if let Some(n) = s.name() {
+                out.push(format!("{n:#}"));
+            }
+        });
+    }
+    out
+}
+
+fn collect() -> Vec<(u64, Vec<u64>)> {
+    let mut v = Vec::new();
+    while !tracing_prof_cpu::drain(|s: RawSample<'_>| v.push((s.weight, s.ips.to_vec()))) {}
+    v
+}
+
+/// Samples 300 ms of CPU at 1 kHz; checks the weights against the thread's CPU clock, and, when
+/// `callers`, that the stacks reach the callers of the burning function.
+fn run(unwind: Unwind, callers: bool) {
+    tracing_prof_cpu::start(1000, unwind).expect("start");
+    let _ = collect();
+    let cpu0 = thread_cpu_ns();
+    black_box(outer_caller(300));
+    let used = thread_cpu_ns() - cpu0;
+    let samples = collect();
+    tracing_prof_cpu::stop();
+    let weight: u64 = samples.iter().map(|s| s.0).sum();
+    // 1 ms per sample: the weights add up to the CPU time used, within 10%.
+    let sampled = weight * 1_000_000;
+    assert!(
+        sampled as f64 > used as f64 * 0.9 && (sampled as f64) < used as f64 * 1.1,
+        "{unwind:?}: sampled {sampled} ns, used {used} ns"
+    );
+    if !callers {
+        return;
+    }
+    let with_both = samples
+        .iter()
+        .filter(|(_, ips)| {
+            let n = names(ips);
+            let burn = n.iter().position(|f| f.contains("burn_here"));
+            let outer = n.iter().position(|f| f.contains("outer_caller"));
+            let test = n.iter().position(|f| f.contains("run"));
+            matches!((burn, outer, test), (Some(b), Some(o), Some(t)) if b < o && o < t)
+        })
+        .count();
+    assert!(
+        with_both * 10 >= samples.len() * 9,
+        "{unwind:?}: {with_both} of {} samples show burn_here <- outer_caller <- run; e.g. {:?}",
+        samples.len(),
+        samples.first().map(|s| names(&s.1))
+    );
+}
+
+#[test]
+fn samples_weigh_cpu_time_and_reach_the_callers() {
+    run(Unwind::Dwarf, true);
+    let s = tracing_prof_cpu::stats();
+    assert!(s.samples > 250 && s.foreign_signals == 0, "{s:?}");
+    // Frame pointers reach the callers only where every function keeps them: in the CI build
+    // with `-C force-frame-pointers=yes`, which sets this variable.
+    let fp_build = std::env::var_os("TRACING_PROF_EXPECT_FRAME_POINTERS").is_some();
+    run(Unwind::FramePointers, fp_build);
+}
