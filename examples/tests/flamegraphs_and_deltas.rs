@@ -60,19 +60,23 @@ fn flamegraphs_folded_and_deltas() {
     guard.flush(Duration::from_secs(30)).unwrap();
 
     // Flame graphs: one SVG per default sample type per export, with the span names in them.
-    let svgs = files(&dir, "spans.", ".cpu.svg");
+    let svgs = files(&dir, "spans.", ".wall_busy.svg");
     assert_eq!(svgs.len(), 2, "{svgs:?}");
     let svg = std::fs::read_to_string(&svgs[1]).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("</svg>"));
     for name in [
-        "tracing_prof_examples::request",
-        "tracing_prof_examples::render",
+        "tracing_prof_examples::request [span]",
+        "tracing_prof_examples::render [span]",
     ] {
         assert!(
             svg.contains(name),
-            "{name} missing from the CPU flame graph"
+            "{name} missing from the busy-time flame graph"
         );
     }
+    // The CPU flame graph: code frames under the span frames.
+    let cpu = files(&dir, "cpu.", ".cpu.svg");
+    assert_eq!(cpu.len(), 2, "{cpu:?}");
+    assert!(std::fs::read_to_string(&cpu[1]).unwrap().contains("[span]"));
     let heap_svg = std::fs::read_to_string(&files(&dir, "heap.", ".inuse_space.svg")[1]).unwrap();
     assert!(heap_svg.contains("tracing_prof_examples::cache_fill"));
 

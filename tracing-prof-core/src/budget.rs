@@ -198,7 +198,7 @@ impl Budget {
 fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
     let mut merged: Vec<AllocationSite> = Vec::new();
     for (ips, allocations, bytes) in recorder.sites() {
-        let stack = crate::symbolize::code_stack(ips, true);
+        let stack = crate::symbolize::code_stack(ips, true, crate::symbolize::Leaf::TrimAllocator);
         if let Some(s) = merged.iter_mut().find(|s| s.stack == stack) {
             s.allocations += allocations;
             s.bytes += bytes;

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use tracing_prof_alloc::{StackTotals, Tag, TagGuard, TagTotals};
 use tracing_prof_model::{
-    CodeFrame, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind,
-    PathProfile, Snapshot, SpanFrame, StackProfile, TABLE_FULL_FRAME, TimeStats,
+    CodeFrame, CpuSource, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME,
+    PathKind, PathProfile, Snapshot, SpanFrame, StackProfile, TABLE_FULL_FRAME, TimeStats,
 };
 
 const _: () = assert!(tracing_prof_model::LIFETIME_BUCKETS == tracing_prof_alloc::LIFETIME_BUCKETS);
@@ -44,6 +44,22 @@ pub fn capture(duration: Duration) -> Snapshot {
     tracing_prof_alloc::read_totals(&mut totals);
     let mut outlived = vec![(0.0, 0); totals.len()];
     tracing_prof_alloc::read_outlived(&mut outlived);
+    let by_tag: PathIndex = all
+        .iter()
+        .map(|(tag, kind, frames)| (*tag, (*kind, frames.clone())))
+        .collect();
+    let cpu = crate::cpu::source(crate::layer::exact_cpu_source());
+    let period = crate::cpu::period_ns();
+    // Symbolization reads the binary's debug info: whatever goes wrong there must not take
+    // the snapshot (or the aggregator thread) down with it; the stacks are left out instead.
+    let (cpu_stacks, sampled_cpu) = if period > 0 {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::cpu::stacks(&by_tag, period)
+        }))
+        .unwrap_or_default()
+    } else {
+        Default::default()
+    };
     let paths = all
         .iter()
         .filter_map(|(tag, kind, frames)| {
@@ -51,18 +67,15 @@ pub fn capture(duration: Duration) -> Snapshot {
             let (objects, bytes) = outlived[tag.get() as usize];
             let mut p = PathProfile::new(*kind, frames.clone());
             p.time = time_of(t);
+            if matches!(cpu, CpuSource::Sampled { .. }) {
+                p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
+            }
             p.memory = memory_of(t);
             p.outlived = (objects.round() as u64, bytes);
             let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
             (!empty).then_some(p)
         })
         .collect();
-    let by_tag: PathIndex = all
-        .into_iter()
-        .map(|(tag, kind, frames)| (tag, (kind, frames)))
-        .collect();
-    // Symbolization reads the binary's debug info: whatever goes wrong there must not take
-    // the snapshot (or the aggregator thread) down with it; the stacks are left out instead.
     let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         stacks_of(tracing_prof_alloc::read_stacks(), &by_tag)
     }))
@@ -71,7 +84,8 @@ pub fn capture(duration: Duration) -> Snapshot {
     snapshot.binary = crate::binary::current();
     snapshot.paths = paths;
     snapshot.overflowed_spans = crate::span_path::overflowed_spans();
-    snapshot.cpu = crate::layer::exact_cpu_source();
+    snapshot.cpu = cpu;
+    snapshot.cpu_stacks = cpu_stacks;
     snapshot.sample_rate = tracing_prof_alloc::sample_rate();
     snapshot.temporary_threshold = tracing_prof_alloc::temporary_threshold();
     snapshot.stacks = stacks;
@@ -87,11 +101,11 @@ pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) 
 }
 
 /// The code stack of `ips`, or the table-full frame for a bucket without one.
-pub(crate) fn code_of(ips: &[usize], kind: PathKind) -> Vec<CodeFrame> {
+pub(crate) fn code_of(ips: &[usize], kind: PathKind, leaf: symbolize::Leaf) -> Vec<CodeFrame> {
     if ips.is_empty() {
         vec![CodeFrame::named(TABLE_FULL_FRAME)]
     } else {
-        symbolize::code_stack(ips, kind == PathKind::Span)
+        symbolize::code_stack(ips, kind == PathKind::Span, leaf)
     }
 }
 
@@ -104,7 +118,7 @@ fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile>
     let mut estimates: Vec<[f64; 2]> = Vec::new();
     for b in buckets {
         let (kind, frames) = path_of(by_tag, b.tag);
-        let code = code_of(&b.ips, kind);
+        let code = code_of(&b.ips, kind, symbolize::Leaf::TrimAllocator);
         let key = (kind, frames.to_vec(), code);
         let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
             merged.push(StackProfile::new(*kind, frames.clone(), code.clone()));

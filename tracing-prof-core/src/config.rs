@@ -2,21 +2,44 @@
 
 use crate::CpuClock;
 use std::time::Duration;
+pub use tracing_prof_cpu::Unwind;
+
+/// How per-span CPU time is measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CpuTime {
+    /// From the CPU stack samples (the default): no cost on span enter and exit; an estimate
+    /// per span path, whose error shrinks with the time measured (see the README).
+    #[default]
+    Sampled,
+    /// A per-thread CPU clock read on every enter and exit ([`CpuClock`]): exact per interval,
+    /// about 0.5 µs per read (a system call). For spans entered rarely, or tests.
+    Exact,
+    /// Not measured.
+    Off,
+}
 
 /// How often the aggregator exports a profile: 10 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
 pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
-/// Whether CPU time is measured on every enter and exit (see [`DEFAULT_CPU_CLOCK`]): yes.
-pub const DEFAULT_CPU_TIME: bool = true;
-/// Which CPU clock: [`CpuClock::Thread`], exact per span; see [`crate::CpuClock`] for why not
-/// `getrusage` by default.
+/// How per-span CPU time is measured: [`CpuTime::Sampled`], from the CPU stack samples, so that
+/// span enter and exit pay no system call.
+pub const DEFAULT_CPU_TIME: CpuTime = CpuTime::Sampled;
+/// Which CPU clock [`CpuTime::Exact`] reads: [`CpuClock::Thread`], exact per span; see
+/// [`crate::CpuClock`] for why not `getrusage` by default.
 pub const DEFAULT_CPU_CLOCK: CpuClock = CpuClock::Thread;
+/// CPU stack samples per second of CPU time on each thread: 100, as Go's. `0` turns CPU
+/// sampling off.
+pub const DEFAULT_CPU_HZ: u32 = tracing_prof_cpu::DEFAULT_HZ;
+/// How the CPU sampler walks stacks: [`Unwind::Dwarf`], which needs no frame pointers.
+pub const DEFAULT_CPU_UNWIND: Unwind = Unwind::Dwarf;
 /// How long dropping the guard waits for the final export: 5 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Level of the event logged when a span path becomes a suspected leak: WARN.
 pub const DEFAULT_LEAK_LEVEL: tracing::Level = tracing::Level::WARN;
+pub use crate::cpu::{DRAIN_EVERY as CPU_DRAIN_EVERY, MAX_CPU_STACKS};
 pub use crate::leak::{DEFAULT_LEAK_MIN_BYTES, DEFAULT_LEAK_SNAPSHOTS};
 
 /// Mean bytes allocated between two heap samples (code stacks): 512 KiB, Go's and jemalloc's
@@ -32,10 +55,14 @@ pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
 pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
 /// Cap on distinct span paths, `1..=MAX_SPAN_PATHS`.
 pub const ENV_MAX_SPAN_PATHS: &str = "TRACING_PROF_MAX_SPAN_PATHS";
-/// CPU time on or off: `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no`.
+/// Per-span CPU time: `sampled`, `exact` or `off` (`1`/`on` mean `sampled`, `0` means `off`).
 pub const ENV_CPU_TIME: &str = "TRACING_PROF_CPU_TIME";
-/// CPU clock: `rusage` or `thread`.
+/// CPU clock of `exact` CPU time: `rusage` or `thread`.
 pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
+/// CPU stack samples per second of CPU time per thread, `0` to `10000` (`0`: off).
+pub const ENV_CPU_HZ: &str = "TRACING_PROF_CPU_HZ";
+/// How the CPU sampler walks stacks: `dwarf` or `fp` (frame pointers).
+pub const ENV_CPU_UNWIND: &str = "TRACING_PROF_CPU_UNWIND";
 /// Consecutive growing captures before a path is a suspected leak; `0` turns detection off.
 pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
 /// Least growth, in bytes, over those captures.
@@ -86,9 +113,13 @@ pub struct Config {
     /// See [`DEFAULT_MAX_SPAN_PATHS`].
     pub max_span_paths: usize,
     /// See [`DEFAULT_CPU_TIME`].
-    pub cpu_time: bool,
+    pub cpu_time: CpuTime,
     /// See [`DEFAULT_CPU_CLOCK`].
     pub cpu_clock: CpuClock,
+    /// See [`DEFAULT_CPU_HZ`].
+    pub cpu_hz: u32,
+    /// See [`DEFAULT_CPU_UNWIND`].
+    pub cpu_unwind: Unwind,
     /// See [`DEFAULT_SHUTDOWN_TIMEOUT`].
     pub shutdown_timeout: Duration,
     /// See [`DEFAULT_LEAK_SNAPSHOTS`]; `0` turns leak detection off.
@@ -114,6 +145,8 @@ impl Default for Config {
             max_span_paths: DEFAULT_MAX_SPAN_PATHS,
             cpu_time: DEFAULT_CPU_TIME,
             cpu_clock: DEFAULT_CPU_CLOCK,
+            cpu_hz: DEFAULT_CPU_HZ,
+            cpu_unwind: DEFAULT_CPU_UNWIND,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             leak_snapshots: DEFAULT_LEAK_SNAPSHOTS,
             leak_min_bytes: DEFAULT_LEAK_MIN_BYTES,
@@ -143,8 +176,29 @@ impl Config {
         if let Some(n) = env_var(ENV_MAX_SPAN_PATHS, parse_max_paths)? {
             self.max_span_paths = n;
         }
-        if let Some(b) = env_var(ENV_CPU_TIME, parse_bool)? {
-            self.cpu_time = b;
+        if let Some(t) = env_var(ENV_CPU_TIME, |s| match s.to_ascii_lowercase().as_str() {
+            "sampled" | "1" | "true" | "on" | "yes" => Ok(CpuTime::Sampled),
+            "exact" => Ok(CpuTime::Exact),
+            "off" | "0" | "false" | "no" => Ok(CpuTime::Off),
+            _ => Err(format!("expected sampled, exact or off, got {s:?}")),
+        })? {
+            self.cpu_time = t;
+        }
+        if let Some(hz) = env_var(ENV_CPU_HZ, |s| match s.parse::<u32>() {
+            Ok(n) if n <= tracing_prof_cpu::MAX_HZ => Ok(n),
+            _ => Err(format!(
+                "expected samples per second from 0 (off) to {}, got {s:?}",
+                tracing_prof_cpu::MAX_HZ
+            )),
+        })? {
+            self.cpu_hz = hz;
+        }
+        if let Some(u) = env_var(ENV_CPU_UNWIND, |s| match s {
+            "dwarf" => Ok(Unwind::Dwarf),
+            "fp" | "frame-pointers" => Ok(Unwind::FramePointers),
+            _ => Err(format!("expected dwarf or fp, got {s:?}")),
+        })? {
+            self.cpu_unwind = u;
         }
         if let Some(c) = env_var(ENV_CPU_CLOCK, |s| match s {
             "rusage" => Ok(CpuClock::Rusage),
@@ -202,6 +256,12 @@ impl Config {
             return Err(ConfigError::Value {
                 setting: "interval",
                 reason: "must be > 0".into(),
+            });
+        }
+        if self.cpu_hz > tracing_prof_cpu::MAX_HZ {
+            return Err(ConfigError::Value {
+                setting: "cpu_hz",
+                reason: format!("must be at most {}", tracing_prof_cpu::MAX_HZ),
             });
         }
         parse_max_paths(&self.max_span_paths.to_string())
@@ -317,13 +377,13 @@ mod tests {
         // SAFETY: as above.
         unsafe {
             std::env::set_var(ENV_INTERVAL, "3s");
-            std::env::set_var(ENV_CPU_TIME, "off");
+            std::env::set_var(ENV_CPU_TIME, "exact");
             std::env::set_var(ENV_MAX_SPAN_PATHS, "");
         }
         let c = Config::from_env().unwrap();
         assert_eq!(
             (c.interval, c.cpu_time, c.max_span_paths),
-            (Duration::from_secs(3), false, 1024)
+            (Duration::from_secs(3), CpuTime::Exact, 1024)
         );
         // SAFETY: as above.
         unsafe {

@@ -56,6 +56,10 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
             return;
         };
         let prev = set_current_span(state.tag, state.instance);
+        if s.len == 0 {
+            // A thread's outermost span: make sure the CPU sampler covers it.
+            tracing_prof_cpu::ensure_armed();
+        }
         if s.len == MAX_DEPTH {
             s.untracked += 1;
             return;

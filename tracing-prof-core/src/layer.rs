@@ -44,11 +44,12 @@ pub struct ProfileLayer<C = SystemClock> {
 }
 
 impl ProfileLayer {
-    /// A layer with the real clock and CPU time on.
+    /// A layer with the real clock, reading no CPU clock on enter and exit (per-span CPU time
+    /// comes from the CPU sampler of a [`Profiler`](crate::Profiler)).
     pub fn new() -> Self {
         ProfileLayer {
             clock: SystemClock::default(),
-            cpu_time: crate::config::DEFAULT_CPU_TIME,
+            cpu_time: false,
         }
     }
 }
@@ -60,7 +61,9 @@ impl Default for ProfileLayer {
 }
 
 impl<C: Clock> ProfileLayer<C> {
-    /// Whether to measure CPU time (two CPU clock syscalls per enter..exit interval).
+    /// Whether to read the thread's CPU clock on every enter and exit, for exact per-span CPU
+    /// time ([`CpuTime::Exact`](crate::CpuTime::Exact)): two system calls per enter..exit
+    /// interval.
     pub fn with_cpu_time(mut self, on: bool) -> Self {
         self.cpu_time = on;
         self

@@ -36,6 +36,7 @@ pub mod budget;
 mod capture;
 mod clock;
 pub mod config;
+mod cpu;
 mod entered;
 mod layer;
 pub mod leak;
@@ -47,7 +48,7 @@ mod threads;
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use capture::capture;
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, CpuTime, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use profiler::{

@@ -64,6 +64,8 @@ pub struct Stats {
     pub stack_table_full: u64,
     /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
     pub untracked_span_instances: u64,
+    /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
+    pub cpu: tracing_prof_cpu::SamplerStats,
 }
 
 #[derive(Debug)]
@@ -76,6 +78,8 @@ struct Shared {
     /// The most recent giant allocations, at most GIANT_RING.
     giants: std::sync::Mutex<std::collections::VecDeque<GiantReport>>,
     giants_missed: AtomicU64,
+    /// Why CPU sampling is not running, when it was asked for.
+    cpu_error: std::sync::Mutex<Option<String>>,
 }
 
 /// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
@@ -155,7 +159,19 @@ impl Profiler {
             sampled_stacks: sampler.stacks,
             stack_table_full: sampler.table_full,
             untracked_span_instances: tracing_prof_alloc::untracked_instances(),
+            cpu: tracing_prof_cpu::stats(),
         }
+    }
+
+    /// Why CPU sampling is not running although it was asked for (another SIGPROF handler in
+    /// the process, an unsupported platform...), or `None`.
+    pub fn cpu_error(&self) -> Option<String> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared
+            .cpu_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -216,9 +232,24 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Whether to measure CPU time. Default [`DEFAULT_CPU_TIME`](crate::config::DEFAULT_CPU_TIME).
-    pub fn cpu_time(mut self, on: bool) -> Self {
-        self.config.cpu_time = on;
+    /// How per-span CPU time is measured: from the CPU samples, exactly on every enter and
+    /// exit, or not at all. Default [`DEFAULT_CPU_TIME`](crate::config::DEFAULT_CPU_TIME).
+    pub fn cpu_time(mut self, mode: crate::CpuTime) -> Self {
+        self.config.cpu_time = mode;
+        self
+    }
+
+    /// CPU stack samples per second of CPU time on each thread (`0`: off). Default
+    /// [`DEFAULT_CPU_HZ`](crate::config::DEFAULT_CPU_HZ). Process-wide.
+    pub fn cpu_sampling(mut self, hz: u32) -> Self {
+        self.config.cpu_hz = hz;
+        self
+    }
+
+    /// How the CPU sampler walks stacks. Default
+    /// [`DEFAULT_CPU_UNWIND`](crate::config::DEFAULT_CPU_UNWIND).
+    pub fn cpu_unwind(mut self, unwind: crate::Unwind) -> Self {
+        self.config.cpu_unwind = unwind;
         self
     }
 
@@ -310,7 +341,19 @@ impl ProfilerBuilder {
             leaks: std::sync::Mutex::new(Vec::new()),
             giants: std::sync::Mutex::new(std::collections::VecDeque::new()),
             giants_missed: AtomicU64::new(0),
+            cpu_error: std::sync::Mutex::new(None),
         });
+        if let Err(e) = crate::cpu::start(
+            self.config.cpu_time,
+            self.config.cpu_hz,
+            self.config.cpu_unwind,
+        ) {
+            eprintln!("tracing-prof: CPU sampling is off: {e}");
+            *shared
+                .cpu_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e.to_string());
+        }
         let (commands, inbox) = bounded::<Command>(4);
         let (done_tx, done) = bounded::<()>(1);
         let mut aggregator = Aggregator {
@@ -335,12 +378,13 @@ impl ProfilerBuilder {
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
                 // No more captures from this thread: the parsed debug info can go.
+                crate::cpu::stop();
                 crate::symbolize::release_now();
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;
         let layer = ProfileLayer::new()
-            .with_cpu_time(self.config.cpu_time)
+            .with_cpu_time(self.config.cpu_time == crate::CpuTime::Exact)
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         let guard = ProfilerGuard {
             profiler: Profiler { shared },
@@ -377,8 +421,21 @@ impl Aggregator {
         set_current_tag(Tag::PROFILER);
         let mut no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
         let mut next = Instant::now() + self.interval;
+        let mut next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
+        let mut drains = 0u64;
         loop {
-            match inbox.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            let sampling = tracing_prof_cpu::is_running();
+            let wake = if sampling { next.min(next_drain) } else { next };
+            match inbox.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) if Instant::now() < next => {
+                    // A drain tick: keep the samplers' rings from filling up.
+                    next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
+                    drains += 1;
+                    crate::cpu::drain();
+                    if drains % 10 == 0 {
+                        self.watch_cpu_sampler();
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     self.export(&mut no_events);
                     next += self.interval;
@@ -396,6 +453,26 @@ impl Aggregator {
                 }
             }
         }
+    }
+
+    /// Once a second while CPU sampling runs: stops it if someone replaced our SIGPROF handler
+    /// (our timers' signals would go to theirs), and follows libraries loaded since.
+    fn watch_cpu_sampler(&self) {
+        if !tracing_prof_cpu::is_running() {
+            return;
+        }
+        if !tracing_prof_cpu::handler_installed() {
+            crate::cpu::stop();
+            let msg = "another SIGPROF handler replaced tracing-prof's; CPU sampling stopped";
+            eprintln!("tracing-prof: {msg}");
+            *self
+                .shared
+                .cpu_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(msg.to_owned());
+            return;
+        }
+        tracing_prof_cpu::refresh_modules();
     }
 
     /// Captures, runs leak detection, and hands the profile to every sink.
@@ -426,7 +503,11 @@ impl Aggregator {
                     size: g.size,
                     span_path: crate::span_path::display(g.tag),
                     refused: g.refused,
-                    stack: crate::symbolize::code_stack(&g.ips, g.tag.get() >= Tag::FIRST_PATH),
+                    stack: crate::symbolize::code_stack(
+                        &g.ips,
+                        g.tag.get() >= Tag::FIRST_PATH,
+                        crate::symbolize::Leaf::TrimAllocator,
+                    ),
                 };
                 crate::symbolize::release_debug_info();
                 events.push(Box::new({

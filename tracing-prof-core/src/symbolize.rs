@@ -179,9 +179,18 @@ fn resolve(ip: usize) -> Arc<[CodeFrame]> {
     frames.into()
 }
 
-/// The code stack of `ips` (innermost first, as the allocator captured them), root first and
-/// trimmed as the module docs say. `in_span`: whether the sample was taken inside a span.
-pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
+/// What to do with the innermost frames of a stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Leaf {
+    /// Drop the allocator's frames and the containers' that called it (heap samples).
+    TrimAllocator,
+    /// Keep everything (CPU samples: time spent in `core` or `alloc` code is real).
+    Keep,
+}
+
+/// The code stack of `ips` (innermost first, as they were captured), root first and trimmed
+/// as the module docs say. `in_span`: whether the sample was taken inside a span.
+pub(crate) fn code_stack(ips: &[usize], in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
     let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
     let cache = guard.get_or_insert_with(HashMap::new);
     let mut leaf_first: Vec<CodeFrame> = Vec::with_capacity(ips.len() * 2);
@@ -203,11 +212,21 @@ pub(crate) fn code_stack(ips: &[usize], in_span: bool) -> Vec<CodeFrame> {
         PARSED.store(true, Ordering::Relaxed);
     }
     drop(guard);
-    trim(leaf_first, in_span)
+    trim(leaf_first, in_span, leaf)
 }
 
 /// Trims a leaf-first stack and returns it root first.
-fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool) -> Vec<CodeFrame> {
+fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
+    if leaf == Leaf::TrimAllocator {
+        trim_allocator(&mut leaf_first);
+    }
+    trim_root(&mut leaf_first, in_span);
+    leaf_first.reverse();
+    leaf_first
+}
+
+/// Drops the allocator's frames at the leaf, and the library containers' that called it.
+fn trim_allocator(leaf_first: &mut Vec<CodeFrame>) {
     // Leaf: the allocator's frames (up to the outermost of them: std helpers such as
     // `LocalKey::with` sit between them) and the library containers' frames that called it, so
     // that the innermost frame is the code that asked for memory (its file and line say where).
@@ -230,7 +249,11 @@ fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool) -> Vec<CodeFrame> {
         .position(|f| !matches(f, LEAF_NAMES, LEAF_FILES))
         .unwrap_or(leaf_first.len());
     leaf_first.drain(..leading);
-    // Root: cut at the innermost span entry point, and the closure it was given.
+}
+
+/// Root: cuts at the innermost span entry point and the closure it was given, or drops the
+/// runtime's start-up frames.
+fn trim_root(leaf_first: &mut Vec<CodeFrame>, in_span: bool) {
     if in_span && let Some(i) = leaf_first.iter().position(is_span_entry) {
         leaf_first.truncate(i);
         while leaf_first.len() > 1
@@ -249,8 +272,6 @@ fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool) -> Vec<CodeFrame> {
             leaf_first.pop();
         }
     }
-    leaf_first.reverse();
-    leaf_first
 }
 
 #[cfg(test)]
@@ -297,9 +318,12 @@ mod tests {
             ),
             f("main", ""),
         ];
-        assert_eq!(names(&trim(stack.clone(), true)), ["app::parse"]);
         assert_eq!(
-            names(&trim(stack.clone(), false)),
+            names(&trim(stack.clone(), true, Leaf::TrimAllocator)),
+            ["app::parse"]
+        );
+        assert_eq!(
+            names(&trim(stack.clone(), false, Leaf::TrimAllocator)),
             [
                 "app::main",
                 "app::handle",
@@ -315,7 +339,15 @@ mod tests {
             "/cargo/tracing-0.1.41/src/span.rs",
         );
         short[4] = f("{closure#0}", "/src/app/src/main.rs");
-        assert_eq!(names(&trim(short, true)), ["{closure#0}", "app::parse"]);
+        assert_eq!(
+            names(&trim(short.clone(), true, Leaf::TrimAllocator)),
+            ["{closure#0}", "app::parse"]
+        );
+        // CPU samples keep the leaf frames, whatever they are.
+        assert_eq!(
+            names(&trim(short, true, Leaf::Keep))[..2],
+            ["{closure#0}", "app::parse"]
+        );
     }
 
     #[test]
@@ -335,7 +367,7 @@ mod tests {
             ips.push(frame.ip() as usize);
             ips.len() < 8
         });
-        let frames = code_stack(&ips, false);
+        let frames = code_stack(&ips, false, Leaf::TrimAllocator);
         assert!(
             frames
                 .iter()

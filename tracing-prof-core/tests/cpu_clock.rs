@@ -46,8 +46,11 @@ fn span(clock: CpuClock, gap: Gap) -> Span {
 /// Runs the spans on THREADS threads; returns the CPU measured inside them directly.
 fn run(clock: CpuClock, gap: Gap) -> u64 {
     let dispatch = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(ProfileLayer::new().with_clock(SystemClock::new(clock))),
+        tracing_subscriber::registry().with(
+            ProfileLayer::new()
+                .with_cpu_time(true)
+                .with_clock(SystemClock::new(clock)),
+        ),
     );
     let truth = AtomicU64::new(0);
     let thread_clock = SystemClock::new(CpuClock::Thread);

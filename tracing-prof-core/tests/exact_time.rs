@@ -37,7 +37,9 @@ fn advance(wall: u64, user: u64, sys: u64) {
 
 #[test]
 fn busy_idle_wall_and_cpu_are_exact() {
-    let layer = ProfileLayer::new().with_clock(FakeClock);
+    let layer = ProfileLayer::new()
+        .with_cpu_time(true)
+        .with_clock(FakeClock);
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         for round in 0..2 {
             if round == 1 {

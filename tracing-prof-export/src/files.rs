@@ -21,10 +21,11 @@ pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
 /// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
 pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
 
-/// Kinds written by default: `spans`, `span_memory`, `heap`, `lifetimes`, `threads` (`allocs` is
-/// `heap` with another default sample type).
-pub const DEFAULT_KINDS: [ProfileKind; 5] = [
+/// Kinds written by default: `spans`, `cpu` (when CPU sampling runs), `span_memory`, `heap`,
+/// `lifetimes`, `threads` (`allocs` is `heap` with another default sample type).
+pub const DEFAULT_KINDS: [ProfileKind; 6] = [
     ProfileKind::Spans,
+    ProfileKind::Cpu,
     ProfileKind::SpanMemory,
     ProfileKind::Heap,
     ProfileKind::Lifetimes,
@@ -33,7 +34,7 @@ pub const DEFAULT_KINDS: [ProfileKind; 5] = [
 
 /// Sample types drawn by [`FileExporter::flamegraphs`]`(true)`.
 pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
-    (ProfileKind::Spans, "cpu"),
+    (ProfileKind::Cpu, "cpu"),
     (ProfileKind::Spans, "wall_busy"),
     (ProfileKind::SpanMemory, "alloc_space"),
     (ProfileKind::Heap, "inuse_space"),

@@ -4,10 +4,12 @@
 //! | path | answers | default sample type |
 //! |---|---|---|
 //! | `/debug/pprof/` | an index of the endpoints | |
-//! | `/debug/pprof/heap` | memory per span path | `inuse_space` |
-//! | `/debug/pprof/allocs` | memory per span path | `alloc_space` |
+//! | `/debug/pprof/profile` | Go's CPU profile of the next `seconds` (default 30): code stacks under span paths | `cpu` |
+//! | `/debug/pprof/cpu` | the same since the profiler started | `cpu` |
+//! | `/debug/pprof/heap` | memory held, by code stack under span path | `inuse_space` |
+//! | `/debug/pprof/allocs` | memory allocated, the same | `alloc_space` |
 //! | `/debug/pprof/spans` | time per span path | `cpu` |
-//! | `/debug/pprof/profile` | time per span path over the next `seconds` (default 30) | `cpu` |
+//! | `/debug/pprof/span_memory`, `lifetimes`, `threads` | as the files of the same names | |
 //!
 //! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
 //! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
@@ -173,7 +175,7 @@ impl PprofHandler {
             "/debug/pprof" => return index(),
             "/debug/pprof/profile" => {
                 seconds = Some(seconds.unwrap_or(DEFAULT_PROFILE_SECONDS.min(self.max_seconds)));
-                ProfileKind::Spans
+                ProfileKind::Cpu
             }
             other => match other
                 .strip_prefix("/debug/pprof/")
@@ -183,6 +185,17 @@ impl PprofHandler {
                 None => return HttpResponse::text(404, "not found; see /debug/pprof/\n"),
             },
         };
+        if kind == ProfileKind::Cpu && self.profiler.stats().cpu.hz == 0 {
+            let why = self
+                .profiler
+                .cpu_error()
+                .unwrap_or_else(|| "it is turned off (TRACING_PROF_CPU_HZ=0)".into());
+            let msg = format!(
+                "CPU sampling is not running: {why}\n\
+                 /debug/pprof/spans has the time per span path.\n"
+            );
+            return HttpResponse::text(503, msg);
+        }
         let profile = match seconds {
             Some(n) => {
                 let base = self.profiler.snapshot();
@@ -218,8 +231,9 @@ fn index() -> HttpResponse {
         <tr><td><a href=\"span_memory?debug=1\">span_memory</a></td><td>memory per span path, exact (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"lifetimes?debug=1\">lifetimes</a></td><td>frees by lifetime and temporary allocations, by code stack, sampled</td></tr>\n\
         <tr><td><a href=\"threads?debug=1\">threads</a></td><td>memory per thread, exact (inuse_space by default)</td></tr>\n\
-        <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU</td></tr>\n\
-        <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>time per span path over the next <code>seconds</code> (default 30)</td></tr>\n\
+        <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU, off-CPU</td></tr>\n\
+        <tr><td><a href=\"cpu?debug=1\">cpu</a></td><td>CPU time by code stack under span path, sampled, since start</td></tr>\n\
+        <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>CPU profile of the next <code>seconds</code> (default 30), as Go's</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
         Use: <code>go tool pprof http://HOST/debug/pprof/heap</code></p></body></html>\n";
     HttpResponse {

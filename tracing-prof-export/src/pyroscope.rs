@@ -437,10 +437,12 @@ impl Sink for PyroscopeExporter {
             .unwrap_or(window.time);
         let profiles = [
             ProfileKind::Spans,
+            ProfileKind::Cpu,
             ProfileKind::Heap,
             ProfileKind::SpanMemory,
         ]
         .into_iter()
+        .filter(|k| k.is_available(&window))
         .map(|k| {
             let p = window.profile(k);
             (k, p.sample_types.clone(), p.encode())
@@ -630,6 +632,7 @@ impl Pusher {
             .map(|(kind, _, bytes)| {
                 let name = match kind {
                     ProfileKind::Spans => "spans",
+                    ProfileKind::Cpu => "process_cpu",
                     ProfileKind::Heap | ProfileKind::Allocs => "memory",
                     other => other.name(),
                 };

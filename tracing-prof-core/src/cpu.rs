@@ -1,0 +1,171 @@
+//! CPU samples, from the sampler's rings to the snapshot: the store that accumulates them
+//! (cumulative counts per span path tag and stack), and the glue that starts and stops the
+//! sampler with the profiler.
+//!
+//! The rings are drained by the aggregator thread every [`DRAIN_EVERY`] and by every capture;
+//! the store lives off the signal path, under a mutex that only the profiler's own threads and
+//! callers of `snapshot()` take. It is bounded: at most [`MAX_CPU_STACKS`] distinct stacks;
+//! samples of further stacks count under their span path with the `(stack table full)` frame.
+
+use crate::capture::{PathIndex, code_of, path_of};
+use crate::config::CpuTime;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tracing_prof_alloc::Tag;
+use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame};
+
+/// How often the aggregator drains the samplers' rings: 100 ms (a thread's ring holds about
+/// 0.6 s of samples at 100 Hz).
+pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// Distinct CPU stacks kept (per span path and code stack): 16384.
+pub const MAX_CPU_STACKS: usize = 16_384;
+
+/// The CPU time mode of the profiler built last: 0 none built (a bare layer), 1 sampled,
+/// 2 exact, 3 off.
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// The sampling rate this process's profiler started the sampler with (0 once stopped).
+static STARTED_HZ: AtomicU32 = AtomicU32::new(0);
+/// The rate the samples in the store were taken at (kept after the sampler stops).
+static RAN_HZ: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Default)]
+struct Store {
+    /// Weighted samples per (tag, code addresses innermost first); an empty stack counts the
+    /// samples that found the store full.
+    counts: HashMap<(u32, Box<[u64]>), u64>,
+    /// Samples that arrived while the store was full.
+    overflowed: u64,
+}
+
+static STORE: Mutex<Option<Store>> = Mutex::new(None);
+
+fn store() -> std::sync::MutexGuard<'static, Option<Store>> {
+    STORE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts the sampler as `cpu_time`, `hz` and `unwind` say; `Err` says why it could not run
+/// (the profiler goes on without it).
+pub(crate) fn start(
+    cpu_time: CpuTime,
+    hz: u32,
+    unwind: tracing_prof_cpu::Unwind,
+) -> Result<(), tracing_prof_cpu::StartError> {
+    MODE.store(
+        match cpu_time {
+            CpuTime::Sampled => 1,
+            CpuTime::Exact => 2,
+            CpuTime::Off => 3,
+        },
+        Ordering::Relaxed,
+    );
+    if hz == 0 {
+        return Ok(());
+    }
+    // The unwinder's caches and module list are the profiler's own memory.
+    let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+    tracing_prof_alloc::set_new_thread_hook(Some(tracing_prof_cpu::ensure_armed));
+    tracing_prof_cpu::start(hz, unwind)?;
+    let before = RAN_HZ.swap(hz, Ordering::Relaxed);
+    if before != 0 && before != hz {
+        // Counts taken at another rate stand for another period: start afresh.
+        *store() = None;
+    }
+    STARTED_HZ.store(hz, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Stops the sampler if this process's profiler started it, and keeps what it recorded.
+pub(crate) fn stop() {
+    if STARTED_HZ.swap(0, Ordering::Relaxed) != 0 {
+        tracing_prof_cpu::stop();
+        tracing_prof_alloc::set_new_thread_hook(None);
+        drain();
+    }
+}
+
+/// Moves every recorded sample into the store. Never waits on another reader.
+pub(crate) fn drain() {
+    let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+    let mut guard = store();
+    let s = guard.get_or_insert_with(Store::default);
+    tracing_prof_cpu::drain(|sample| {
+        let key = (sample.tag, Box::<[u64]>::from(sample.ips));
+        if let Some(n) = s.counts.get_mut(&key) {
+            *n += sample.weight;
+        } else if s.counts.len() < MAX_CPU_STACKS {
+            s.counts.insert(key, sample.weight);
+        } else {
+            s.overflowed += sample.weight;
+            *s.counts.entry((sample.tag, Box::from([]))).or_insert(0) += sample.weight;
+        }
+    });
+}
+
+/// How the snapshot's per-span CPU time was measured.
+pub(crate) fn source(exact: CpuSource) -> CpuSource {
+    match MODE.load(Ordering::Relaxed) {
+        1 => match RAN_HZ.load(Ordering::Relaxed) {
+            0 => CpuSource::Off,
+            hz => CpuSource::Sampled { hz },
+        },
+        // Exact, or no profiler built: whatever the layer measures.
+        0 | 2 => exact,
+        _ => CpuSource::Off,
+    }
+}
+
+/// The sampling period the store's counts stand for (0: no sampling ran).
+pub(crate) fn period_ns() -> u64 {
+    match RAN_HZ.load(Ordering::Relaxed) {
+        0 => 0,
+        hz => 1_000_000_000 / u64::from(hz),
+    }
+}
+
+/// The CPU stacks recorded so far (cumulative), symbolized and merged by span path and code
+/// stack, and the sampled CPU time per tag.
+pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
+    drain();
+    let counts: Vec<(u32, Box<[u64]>, u64)> = {
+        let guard = store();
+        guard.as_ref().map_or_else(Vec::new, |s| {
+            s.counts
+                .iter()
+                .map(|((tag, ips), n)| (*tag, ips.clone(), *n))
+                .collect()
+        })
+    };
+    let mut per_tag: HashMap<Tag, u64> = HashMap::new();
+    let mut merged: Vec<CpuStack> = Vec::new();
+    let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
+    for (tag, ips, n) in counts {
+        let tag = Tag::new(tag);
+        *per_tag.entry(tag).or_insert(0) += n * period_ns;
+        let (kind, frames) = path_of(by_tag, tag);
+        // The leaf is the interrupted instruction itself; the symbolizer looks up `ip - 1`
+        // (return addresses point after their call), so it is given `pc + 1`.
+        let ips: Vec<usize> = ips
+            .iter()
+            .enumerate()
+            .map(|(i, &ip)| if i == 0 { ip as usize + 1 } else { ip as usize })
+            .collect();
+        let code = code_of(&ips, kind, crate::symbolize::Leaf::Keep);
+        let key = (kind, frames.to_vec(), code);
+        let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
+            merged.push(CpuStack::new(*kind, frames.clone(), code.clone()));
+            merged.len() - 1
+        });
+        merged[i].samples += n;
+        merged[i].cpu_ns += n * period_ns;
+    }
+    crate::symbolize::release_debug_info();
+    // Largest first, then by stack: a stable order for files and tables.
+    merged.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| (&a.frames, &a.code).cmp(&(&b.frames, &b.code)))
+    });
+    (merged, per_tag)
+}
