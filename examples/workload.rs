@@ -260,3 +260,71 @@ fn render(rows: &[(u64, String)], entry: &[u8]) -> String {
     out.push(']');
     out
 }
+
+/// The shape that hurts a profiler most: many cheap requests. Each does a few microseconds of
+/// work, enters about ten spans (a polled-twice request future, a polled-twice query future,
+/// five short sections) and makes about a dozen small allocations; `concurrency` are in flight
+/// on the tokio runtime. Per-span costs show here that CPU-heavy requests hide.
+pub async fn run_cheap(requests: u64, concurrency: usize) -> u64 {
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut total = 0u64;
+    for id in 0..requests {
+        let permit = Arc::clone(&semaphore)
+            .acquire_owned()
+            .await
+            .expect("semaphore open");
+        // The request span is made on the worker that runs the request, as a server's
+        // handler makes it.
+        tasks.spawn(async move {
+            let r = cheap_request(id).instrument(info_span!("request")).await;
+            drop(permit);
+            r
+        });
+        while let Some(done) = tasks.try_join_next() {
+            total = total.wrapping_add(done.expect("request task"));
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        total = total.wrapping_add(done.expect("request task"));
+    }
+    total
+}
+
+async fn cheap_request(id: u64) -> u64 {
+    let mut rng = Rng::new(id);
+    let path = info_span!("parse").in_scope(|| format!("/items/{}", rng.range(0, 1000)));
+    let user = info_span!("authorize").in_scope(|| {
+        let token: String = (0..16)
+            .map(|_| char::from(b'a' + (rng.next_u64() % 26) as u8))
+            .collect();
+        token.len() as u64
+    });
+    let rows = async {
+        tokio::task::yield_now().await; // the database answers at once: a second poll
+        (0..4)
+            .map(|i| format!("row-{id}-{i}"))
+            .collect::<Vec<String>>()
+    }
+    .instrument(info_span!("query"))
+    .await;
+    let hash = info_span!("compute").in_scope(|| {
+        let mut h = user;
+        for r in &rows {
+            for b in r.bytes().chain(path.bytes()).cycle().take(400) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+            }
+        }
+        h
+    });
+    let body = info_span!("render").in_scope(|| {
+        let mut out = String::with_capacity(64);
+        let _ = write!(out, "{{\"path\":\"{path}\",\"hash\":{hash},\"rows\":[");
+        for r in &rows {
+            let _ = write!(out, "\"{r}\",");
+        }
+        out.push_str("]}");
+        out
+    });
+    info_span!("respond").in_scope(|| body.len() as u64 ^ hash)
+}

@@ -169,6 +169,31 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     assert_cpu_shape(&base, &[]);
     // 2 s windows while the service works: the same shape, over 2 s only.
     assert_cpu_shape(&base, &["-seconds", "2"]);
+
+    // Go's CPU profile endpoint, as `go tool pprof URL` asks for it: the next 2 s of CPU, with
+    // the example's CPU-heavy function under its span frames.
+    let cpu = common::pprof(&["-traces"], format!("{base}/profile?seconds=2"));
+    assert!(cpu.contains("Type: cpu") && cpu.contains("Duration: 2"), "{cpu}");
+    let under_render = cpu.split("-----------+").any(|t| {
+        let frames: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.contains("span_path:"))
+            .map(|l| {
+                let l = l.trim();
+                match l.split_once(char::is_whitespace) {
+                    Some((first, rest)) if !first.contains("::") => rest.trim(),
+                    _ => l,
+                }
+            })
+            .filter(|l| !l.is_empty())
+            .collect();
+        frames.ends_with(&[
+            "tracing_prof_examples::render",
+            "tracing_prof_examples::render [span]",
+            "tracing_prof_examples::request [span]",
+        ])
+    });
+    assert!(under_render, "render is not under request -> render:\n{cpu}");
 }
 
 #[test]

@@ -72,6 +72,7 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
     let pushed = push.taken();
     assert_eq!(pushed.len(), 2);
     let mut requests = 0;
+    let mut render_samples = 0;
     for r in &pushed {
         assert_eq!(
             (r.method.as_str(), r.target.as_str()),
@@ -99,6 +100,20 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         requests += value(&spans, REQUEST, "spans");
         let cpu = pprof(&req.series[1].samples[0].raw_profile);
         assert_eq!(sample_types(&cpu), ["samples", "cpu"]);
+        let cpu = tracing_prof::Profile::decode(&req.series[1].samples[0].raw_profile).unwrap();
+        render_samples += cpu
+            .samples
+            .iter()
+            .filter(|s| {
+                let names: Vec<String> = s.stack.iter().map(|f| f.display_name().into()).collect();
+                names.starts_with(&[
+                    REQUEST.to_owned(),
+                    "tracing_prof_examples::render [span]".to_owned(),
+                    "tracing_prof_examples::render".to_owned(),
+                ])
+            })
+            .map(|s| s.values[0])
+            .sum::<i64>();
         let memory = pprof(&req.series[2].samples[0].raw_profile);
         assert_eq!(
             sample_types(&memory),
@@ -123,6 +138,8 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         requests, 500,
         "each push holds its own interval: together, every request once"
     );
+    // process_cpu holds the CPU stacks: the example's CPU-heavy function under its spans.
+    assert!(render_samples > 0, "no CPU sample of render under request -> render");
 
     // /ingest: one request per kind per interval.
     let ingested = ingest.taken();

@@ -1,12 +1,17 @@
-//! Span instances, for counting sampled allocations that outlive the span that made them.
+//! Span instances: what the profiler keeps per open span, in a fixed table, without allocating.
 //!
 //! The span layer opens an instance when a span is created and makes it current with the tag
-//! on enter. A sampled allocation adds its weight to its instance's live counters and a free of
-//! it subtracts it; when the span closes, what is still live *outlived* the span and is added to
-//! its path's `outlived` counters. Instances live in a fixed table of [`MAX_INSTANCES`] slots
-//! (`id % MAX_INSTANCES`); a span created while its slot is held by a still-open older span is
-//! not tracked (counted in [`untracked_instances`]). Only sampled allocations are seen, so the
-//! counts are estimates, exact at sampling rate 1.
+//! on enter. Two things accrue to it while the span is open:
+//! - its **busy time** (the layer adds each enter..exit interval), from which its idle time is
+//!   computed when it closes;
+//! - its **live sampled memory**: a sampled allocation adds its weight and a free of it
+//!   subtracts it; when the span closes, what is still live *outlived* the span and is added to
+//!   its path's `outlived` counters (estimates, exact at sampling rate 1).
+//!
+//! Instances live in a fixed table of [`MAX_INSTANCES`] slots (`id % MAX_INSTANCES`); a span
+//! created while its slot is held by a still-open older span is not tracked (counted in
+//! [`untracked_instances`]; the layer then keeps its busy time itself). Ids are handed out to
+//! each thread in blocks, so that span creation on different threads writes no common counter.
 
 use crate::MAX_TAGS;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -19,6 +24,8 @@ struct Instance {
     /// Live sampled weight (fixed point, see `sample`) and bytes; may transiently wrap.
     objects_fp: AtomicU64,
     bytes: AtomicU64,
+    /// Sum of the span's enter..exit intervals, nanoseconds.
+    busy_ns: AtomicU64,
 }
 
 static INSTANCES: [Instance; MAX_INSTANCES] = [const {
@@ -26,10 +33,14 @@ static INSTANCES: [Instance; MAX_INSTANCES] = [const {
         id: AtomicU32::new(0),
         objects_fp: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
+        busy_ns: AtomicU64::new(0),
     }
 }; MAX_INSTANCES];
 
-static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+/// The next block of ids to hand to a thread.
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
+/// Ids a thread takes at a time.
+const ID_BLOCK: u32 = 64;
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// Outlived weight (fixed point) and bytes per tag.
 static OUTLIVED: [(AtomicU64, AtomicU64); MAX_TAGS] =
@@ -39,11 +50,29 @@ fn slot(id: u32) -> &'static Instance {
     &INSTANCES[id as usize % MAX_INSTANCES]
 }
 
+/// The next instance id for this thread: from its current block, or a new block.
+fn next_id() -> u32 {
+    crate::tag::STATE
+        .try_with(|s| {
+            let (next, end) = (s.next_instance.get(), s.instance_end.get());
+            let id = if next == end {
+                let start = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
+                s.instance_end.set(start.wrapping_add(ID_BLOCK));
+                start
+            } else {
+                next
+            };
+            s.next_instance.set(id.wrapping_add(1));
+            id
+        })
+        .unwrap_or_else(|_| NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Opens an instance for a new span; 0 when its slot is taken (the span is not tracked).
 pub fn open_span_instance() -> u32 {
-    let mut id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut id = next_id();
     if id == 0 {
-        id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        id = next_id();
     }
     let s = slot(id);
     if s.id
@@ -55,21 +84,41 @@ pub fn open_span_instance() -> u32 {
     }
     s.objects_fp.store(0, Ordering::Relaxed);
     s.bytes.store(0, Ordering::Relaxed);
+    s.busy_ns.store(0, Ordering::Relaxed);
     id
 }
 
+/// Whether instance `id` is open (its span has not closed). A closed instance's number is not
+/// handed out again for 2^32 spans.
+#[inline]
+pub fn is_open(id: u32) -> bool {
+    id != 0 && slot(id).id.load(Ordering::Acquire) == id
+}
+
+/// Adds `ns` of busy time to the open instance `id`; false (nothing added) when it is not
+/// open or not tracked.
+#[inline]
+pub fn add_busy(id: u32, ns: u64) -> bool {
+    if !is_open(id) {
+        return false;
+    }
+    slot(id).busy_ns.fetch_add(ns, Ordering::Relaxed);
+    true
+}
+
 /// Closes the instance `id` of a span of `tag`: what its sampled allocations still hold is
-/// added to the tag's outlived counters.
-pub fn close_span_instance(id: u32, tag: crate::Tag) {
+/// added to the tag's outlived counters. Returns the instance's busy time.
+pub fn close_span_instance(id: u32, tag: crate::Tag) -> u64 {
     if id == 0 {
-        return;
+        return 0;
     }
     let s = slot(id);
+    let busy = s.busy_ns.load(Ordering::Acquire);
     if s.id
         .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
     {
-        return;
+        return 0;
     }
     let objects = s.objects_fp.swap(0, Ordering::AcqRel);
     let bytes = s.bytes.swap(0, Ordering::AcqRel);
@@ -79,6 +128,7 @@ pub fn close_span_instance(id: u32, tag: crate::Tag) {
         o.fetch_add(objects, Ordering::Relaxed);
         b.fetch_add(bytes, Ordering::Relaxed);
     }
+    busy
 }
 
 /// A sampled block of weight `objects_fp` and `bytes` was allocated (`alive`) or freed in

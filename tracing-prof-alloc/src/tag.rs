@@ -63,6 +63,9 @@ pub(crate) struct ThreadState {
     pub(crate) in_sample: Cell<bool>,
     /// Where [`crate::record_sites`] records this thread's allocations (null: nowhere).
     pub(crate) recorder: Cell<*mut crate::sites::SiteRecorder>,
+    /// The next span instance id of this thread's block, and the end of the block.
+    pub(crate) next_instance: Cell<u32>,
+    pub(crate) instance_end: Cell<u32>,
 }
 
 thread_local! {
@@ -79,6 +82,8 @@ thread_local! {
             sample_gen: Cell::new(0),
             in_sample: Cell::new(false),
             recorder: Cell::new(std::ptr::null_mut()),
+            next_instance: Cell::new(0),
+            instance_end: Cell::new(0),
         }
     };
 }

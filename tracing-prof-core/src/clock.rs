@@ -74,7 +74,9 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// `CLOCK_MONOTONIC` (vDSO, no syscall) for wall time, and the chosen [`CpuClock`].
+/// `CLOCK_MONOTONIC` for wall time (read from the CPU's time-stamp counter where the kernel
+/// keeps time with it, through the vDSO otherwise: no system call either way), and the chosen
+/// [`CpuClock`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock {
     cpu: CpuClock,
@@ -94,16 +96,7 @@ impl Clock for SystemClock {
 
     #[inline]
     fn now_ns(&self) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on
-        // Linux, and on failure `ts` stays zero, which is harmless.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        (ts.tv_sec as u64)
-            .wrapping_mul(1_000_000_000)
-            .wrapping_add(ts.tv_nsec as u64)
+        crate::monotonic::now_ns()
     }
 
     #[inline]

@@ -13,7 +13,7 @@ use crate::clock::{Clock, CpuSample};
 use crate::layer::SpanState;
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_prof_alloc::{Tag, set_current_span};
 
 /// Entered spans tracked per thread.
@@ -21,7 +21,9 @@ pub const MAX_DEPTH: usize = 64;
 
 struct Entered {
     id: u64,
-    state: Arc<SpanState>,
+    state: SpanState,
+    /// Where the busy time of a span without an instance slot goes.
+    untracked_busy: Option<Arc<AtomicU64>>,
     /// Tag and span instance current before this span was entered, restored on exit.
     prev: (Tag, u32),
     start_ns: u64,
@@ -48,7 +50,13 @@ thread_local! {
 
 /// Span `id` with `state` is entered on this thread.
 #[inline]
-pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: bool) {
+pub(crate) fn enter(
+    id: u64,
+    state: SpanState,
+    untracked_busy: Option<Arc<AtomicU64>>,
+    clock: &impl Clock,
+    cpu: bool,
+) {
     // The tag is switched only where the exit can restore it: on a tracked frame, or as an
     // untracked level that exit restores from the frame below.
     let _ = STACK.try_with(|s| {
@@ -74,6 +82,7 @@ pub(crate) fn enter(id: u64, state: Arc<SpanState>, clock: &impl Clock, cpu: boo
         s.frames[len] = Some(Entered {
             id,
             state,
+            untracked_busy,
             prev,
             start_ns: if reentry { 0 } else { clock.now_ns() },
             start_cpu,
@@ -139,7 +148,11 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             below.child_cpu.add(used);
         }
         drop(s);
-        e.state.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        if !tracing_prof_alloc::add_busy(e.state.instance, busy)
+            && let Some(b) = &e.untracked_busy
+        {
+            b.fetch_add(busy, Ordering::Relaxed);
+        }
         let own = used.since(e.child_cpu);
         tracing_prof_alloc::record_interval(
             e.state.tag,

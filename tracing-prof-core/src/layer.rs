@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::{entered, span_path};
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use tracing_core::Subscriber;
@@ -11,18 +12,56 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-/// What the layer keeps per span instance, in the span's extensions.
-#[derive(Debug)]
+/// What the layer knows of a span: copied freely (the per-thread cache, the entered stack).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SpanState {
     /// The interned path of this span.
     pub(crate) tag: Tag,
     /// The interned path of its parent ([`Tag::NO_SPAN`] for a root).
     pub(crate) parent: Tag,
     pub(crate) created_ns: u64,
-    /// Sum of this span's enter..exit intervals, for its idle time at close.
-    pub(crate) busy_ns: AtomicU64,
-    /// The allocator's instance for it (0: untracked), to count what outlives it.
+    /// The allocator's instance for it (0: untracked), where its busy time and the sampled
+    /// memory it holds accrue.
     pub(crate) instance: u32,
+}
+
+/// What the layer keeps in a span's extensions.
+#[derive(Debug)]
+struct SpanData {
+    state: SpanState,
+    /// Busy time of a span without an instance slot (rare: more spans open than slots).
+    untracked_busy: Option<Arc<AtomicU64>>,
+}
+
+/// Spans this thread created or entered lately, so that entering and closing them needs no
+/// registry lookup: a direct-mapped table of `(span id, state)`. An entry is only used while
+/// its span instance is still open: a closed span's id may be given to a new span, but the new
+/// span gets a new instance, so the old entry no longer matches.
+const RECENT_SPANS: usize = 16;
+
+thread_local! {
+    static RECENT: [Cell<(u64, SpanState)>; RECENT_SPANS] =
+        const { [const { Cell::new((0, SpanState { tag: Tag::NO_SPAN, parent: Tag::NO_SPAN, created_ns: 0, instance: 0 })) }; RECENT_SPANS] };
+}
+
+fn recent_slot(id: u64) -> usize {
+    (id ^ (id >> 16)) as usize % RECENT_SPANS
+}
+
+#[inline]
+fn recent(id: u64) -> Option<SpanState> {
+    RECENT
+        .try_with(|r| r[recent_slot(id)].get())
+        .ok()
+        .filter(|(i, s)| *i == id && tracing_prof_alloc::is_open(s.instance))
+        .map(|(_, s)| s)
+}
+
+#[inline]
+fn remember(id: u64, state: SpanState) {
+    if state.instance != 0 {
+        let _ = RECENT.try_with(|r| r[recent_slot(id)].set((id, state)));
+    }
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -32,11 +71,14 @@ pub(crate) struct SpanState {
 /// [`ProfilerBuilder::build`](crate::ProfilerBuilder::build); `ProfileLayer::new()` gives a layer
 /// whose numbers [`Profile::capture`](crate::Profile::capture) can read without a background thread.
 ///
-/// Per enter: a span lookup (the registry's lock-free slab and the span's extensions read lock,
-/// uncontended unless another layer writes that span's extensions at the same instant), one
-/// reference count increment, two thread-local writes, one monotonic clock read, and with CPU
-/// time on one per-thread CPU clock read (a syscall; see [`CpuClock`](crate::CpuClock)). Per exit the same less the lookup, plus four
-/// stores to this thread's own counters. No allocation, no global lock.
+/// Per enter: the span's state from this thread's recent spans (a span created or entered
+/// lately on this thread), else a registry lookup (its lock-free slab and the span's extensions
+/// read lock); thread-local writes; one monotonic clock read (the CPU's time-stamp counter where
+/// the kernel uses it); with exact CPU time, one per-thread CPU clock read (a system call; see
+/// [`CpuClock`](crate::CpuClock)). Per exit the same less the lookup, plus stores to this
+/// thread's own counters and one atomic add to the span's busy time. Per creation: the parent's
+/// path (the current tag, for a contextual parent), the path interned (a thread-local cache),
+/// one allocation (the span's extensions entry). No global lock on any of them.
 #[derive(Debug, Clone)]
 pub struct ProfileLayer<C = SystemClock> {
     clock: C,
@@ -47,6 +89,7 @@ impl ProfileLayer {
     /// A layer with the real clock, reading no CPU clock on enter and exit (per-span CPU time
     /// comes from the CPU sampler of a [`Profiler`](crate::Profiler)).
     pub fn new() -> Self {
+        crate::monotonic::init();
         ProfileLayer {
             clock: SystemClock::default(),
             cpu_time: false,
@@ -77,13 +120,21 @@ impl<C: Clock> ProfileLayer<C> {
         }
     }
 
-    fn state<S>(id: &Id, ctx: &Context<'_, S>) -> Option<Arc<SpanState>>
+    /// The state of span `id`: from this thread's recent spans, or looked up in the registry
+    /// (and remembered), with the shared busy counter of an untracked span.
+    #[inline]
+    fn state<S>(id: &Id, ctx: &Context<'_, S>) -> Option<(SpanState, Option<Arc<AtomicU64>>)>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        if let Some(state) = recent(id.into_u64()) {
+            return Some((state, None));
+        }
         let span = ctx.span(id)?;
         let ext = span.extensions();
-        ext.get::<Arc<SpanState>>().cloned()
+        let data = ext.get::<SpanData>()?;
+        remember(id.into_u64(), data.state);
+        Some((data.state, data.untracked_busy.clone()))
     }
 }
 
@@ -115,26 +166,36 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        // A contextual parent is the innermost span entered on this thread, whose path is the
+        // tag current now (read before the profiler's own tag replaces it).
+        let current = tracing_prof_alloc::current_tag();
         let _profiler = TagGuard::new(Tag::PROFILER);
-        let Some(span) = ctx.span(id) else { return };
-        let parent = span
-            .parent()
-            .and_then(|p| p.extensions().get::<Arc<SpanState>>().map(|s| s.tag))
-            .unwrap_or(Tag::NO_SPAN);
+        let parent = match attrs.parent() {
+            Some(p) => Self::state(p, &ctx).map_or(Tag::NO_SPAN, |(s, _)| s.tag),
+            None if attrs.is_contextual() => current,
+            None => Tag::NO_SPAN,
+        };
         let tag = span_path::intern(parent, attrs.metadata());
+        let instance = tracing_prof_alloc::open_span_instance();
         let state = SpanState {
             tag,
             parent,
             created_ns: self.clock.now_ns(),
-            busy_ns: AtomicU64::new(0),
-            instance: tracing_prof_alloc::open_span_instance(),
+            instance,
         };
-        span.extensions_mut().insert(Arc::new(state));
+        let data = SpanData {
+            state,
+            untracked_busy: (instance == 0).then(|| Arc::new(AtomicU64::new(0))),
+        };
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(data);
+            remember(id.into_u64(), state);
+        }
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some(state) = Self::state(id, &ctx) {
-            entered::enter(id.into_u64(), state, &self.clock, self.cpu_time);
+        if let Some((state, untracked)) = Self::state(id, &ctx) {
+            entered::enter(id.into_u64(), state, untracked, &self.clock, self.cpu_time);
         }
     }
 
@@ -143,12 +204,14 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let Some(state) = Self::state(&id, &ctx) else {
+        let Some((state, untracked)) = Self::state(&id, &ctx) else {
             return;
         };
+        let busy = match untracked {
+            Some(b) => b.load(Ordering::Relaxed),
+            None => tracing_prof_alloc::close_span_instance(state.instance, state.tag),
+        };
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
-        let idle = wall.saturating_sub(state.busy_ns.load(Ordering::Relaxed));
-        tracing_prof_alloc::record_span_closed(state.tag, wall, idle);
-        tracing_prof_alloc::close_span_instance(state.instance, state.tag);
+        tracing_prof_alloc::record_span_closed(state.tag, wall, wall.saturating_sub(busy));
     }
 }

@@ -40,6 +40,7 @@ mod cpu;
 mod entered;
 mod layer;
 pub mod leak;
+mod monotonic;
 mod profiler;
 mod span_path;
 mod symbolize;

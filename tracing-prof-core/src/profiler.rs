@@ -458,6 +458,7 @@ impl Aggregator {
     /// Once a second while CPU sampling runs: stops it if someone replaced our SIGPROF handler
     /// (our timers' signals would go to theirs), and follows libraries loaded since.
     fn watch_cpu_sampler(&self) {
+        crate::monotonic::recheck();
         if !tracing_prof_cpu::is_running() {
             return;
         }

@@ -1,0 +1,107 @@
+//! The cheap-request workload (`tracing_prof_examples::run_cheap`: a few microseconds of work,
+//! about ten span enters and a dozen allocations per request, 256 in flight on 4 tokio
+//! workers), which shows per-span costs that CPU-heavy requests hide.
+//!
+//! Variants, each a child process (for its peak RSS), rotating over the rounds:
+//! - `off`: plain jemalloc, a tracing registry with a no-op layer instead of ours (the same
+//!   instrumented service, unprofiled; a registry with no layer at all never frees a closed
+//!   span's slot, tokio-rs/tracing#2668, and grew to 450 MB here);
+//! - `default`: what `init_from_env()` gives: tagging allocator, layer, heap sampling at
+//!   512 KiB, CPU sampling at 100 Hz with per-span CPU time from the samples, pprof files every
+//!   10 s (and at exit);
+//! - `no-cpu-sampling`: the default less CPU sampling (`TRACING_PROF_CPU_HZ=0`), to see what
+//!   sampling itself costs;
+//! - `exact-cpu`: the previous default: no CPU sampling, a CPU clock read on every enter and
+//!   exit.
+//!
+//! `cargo bench -p tracing-prof-examples --bench cheap`
+//! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
+
+#[path = "../../benches/child.rs"]
+mod child;
+#[path = "../../benches/switch.rs"]
+mod switch;
+
+use std::time::Instant;
+use tracing_prof::core::CpuTime;
+use tracing_prof::{FileExporter, Profiler};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: switch::Switch = switch::Switch;
+
+const ENV: &str = "TRACING_PROF_BENCH_CHILD";
+const MODES: [&str; 4] = ["off", "default", "no-cpu-sampling", "exact-cpu"];
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn child(mode: &str) {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cheap-{}", std::process::id()));
+    let guard = if mode == "off" {
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::layer::Identity::new())
+            .init();
+        None
+    } else {
+        let mut b = Profiler::builder().sink(FileExporter::new(&dir));
+        b = match mode {
+            "default" => b,
+            "no-cpu-sampling" => b.cpu_sampling(0),
+            "exact-cpu" => b.cpu_sampling(0).cpu_time(CpuTime::Exact),
+            other => panic!("unknown mode {other}"),
+        };
+        let (layer, guard) = b.build().expect("profiler");
+        tracing_subscriber::registry().with(layer).init();
+        Some(guard)
+    };
+    let requests = setting("TRACING_PROF_BENCH_REQUESTS", 400_000);
+    let start = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    std::hint::black_box(rt.block_on(tracing_prof_examples::run_cheap(requests, 256)));
+    drop(rt);
+    let wall = start.elapsed();
+    let flush = Instant::now();
+    drop(guard);
+    let flush = flush.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    child::report(wall, flush);
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(ENV) {
+        return child(&mode);
+    }
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"cheap".contains(a.as_str()))
+    {
+        return; // filtered out by `cargo bench -- NAME`
+    }
+    let rounds = setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
+    let runs = child::rotate(ENV, &MODES, rounds);
+    println!(
+        "\n### Cheap requests ({} requests, 256 in flight, 4 workers): the default configuration vs off\n",
+        setting("TRACING_PROF_BENCH_REQUESTS", 400_000)
+    );
+    println!(
+        "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
+    );
+    child::table(&MODES, &runs);
+    let (default, no_cpu) = (&runs[1], &runs[2]);
+    println!(
+        "\nCPU sampling at 100 Hz against the same configuration without it (median of per-round \
+         ratios): wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
+        child::ratio(default, no_cpu, &|r| r.wall_s),
+        child::ratio(default, no_cpu, &|r| r.cpu_s),
+        child::ratio(default, no_cpu, &|r| r.maxrss_mib),
+    );
+}
