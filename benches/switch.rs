@@ -8,9 +8,9 @@ use tracing_prof::TaggingAllocator;
 
 /// Chooses, once per process and before the first allocation returns, between the tagging
 /// allocator and plain jemalloc; both sides pay the same branch. The child's mode
-/// (`TRACING_PROF_BENCH_CHILD`) picks: `off` (and the parent, which has none) gets plain
-/// jemalloc, every other mode the tagging allocator.
-pub struct Switch;
+/// (`TRACING_PROF_BENCH_CHILD`) picks: modes starting with `off` (and the parent, which has
+/// none) get plain jemalloc, every other mode the tagging allocator.
+pub(crate) struct Switch;
 
 static MODE: AtomicU8 = AtomicU8::new(0);
 static TAGGED: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
@@ -19,7 +19,7 @@ fn tagged() -> bool {
     let mut m = MODE.load(Ordering::Relaxed);
     if m == 0 {
         let mode = crate::child::env_bytes(c"TRACING_PROF_BENCH_CHILD");
-        let on = !mode.is_empty() && mode != b"off";
+        let on = !mode.is_empty() && !mode.starts_with(b"off");
         m = if on { 1 } else { 2 };
         MODE.store(m, Ordering::Relaxed);
     }

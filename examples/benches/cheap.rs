@@ -1,6 +1,7 @@
 //! The cheap-request workload (`tracing_prof_examples::run_cheap`: a few microseconds of work,
-//! about ten span enters and a dozen allocations per request, 256 in flight on 4 tokio
-//! workers), which shows per-span costs that CPU-heavy requests hide.
+//! about ten span enters and a dozen allocations per request, 256 in flight, spawned from a
+//! task on a tokio runtime with one worker per CPU), which shows per-span costs that
+//! CPU-heavy requests hide.
 //!
 //! Variants, each a child process (for its peak RSS), rotating over the rounds:
 //! - `off`: plain jemalloc, a tracing registry with a no-op layer instead of ours (the same
@@ -12,7 +13,9 @@
 //! - `no-cpu-sampling`: the default less CPU sampling (`TRACING_PROF_CPU_HZ=0`), to see what
 //!   sampling itself costs;
 //! - `exact-cpu`: the previous default: no CPU sampling, a CPU clock read on every enter and
-//!   exit.
+//!   exit;
+//! - `alloc-only`: the tagging allocator with no layer and no profiler;
+//! - `off-layer-only`: the layer with no tagging allocator and no profiler.
 //!
 //! `cargo bench -p tracing-prof-examples --bench cheap`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
@@ -31,7 +34,14 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: switch::Switch = switch::Switch;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
-const MODES: [&str; 4] = ["off", "default", "no-cpu-sampling", "exact-cpu"];
+const MODES: [&str; 6] = [
+    "off",
+    "default",
+    "no-cpu-sampling",
+    "exact-cpu",
+    "alloc-only",
+    "off-layer-only",
+];
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -42,9 +52,14 @@ fn setting(name: &str, default: u64) -> u64 {
 
 fn child(mode: &str) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cheap-{}", std::process::id()));
-    let guard = if mode == "off" {
+    let guard = if mode == "off" || mode == "alloc-only" {
         tracing_subscriber::registry()
             .with(tracing_subscriber::layer::Identity::new())
+            .init();
+        None
+    } else if mode == "off-layer-only" {
+        tracing_subscriber::registry()
+            .with(tracing_prof::ProfileLayer::new())
             .init();
         None
     } else {
@@ -53,6 +68,7 @@ fn child(mode: &str) {
             "default" => b,
             "no-cpu-sampling" => b.cpu_sampling(0),
             "exact-cpu" => b.cpu_sampling(0).cpu_time(CpuTime::Exact),
+            "no-sampling" => b.cpu_sampling(0).heap_sampling(0),
             other => panic!("unknown mode {other}"),
         };
         let (layer, guard) = b.build().expect("profiler");
@@ -61,12 +77,19 @@ fn child(mode: &str) {
     };
     let requests = setting("TRACING_PROF_BENCH_REQUESTS", 400_000);
     let start = Instant::now();
+    // tokio's default: one worker per CPU.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
         .enable_all()
         .build()
         .unwrap();
-    std::hint::black_box(rt.block_on(tracing_prof_examples::run_cheap(requests, 256)));
+    // The requests are spawned from a task on the runtime, as a server's connection tasks do,
+    // not from outside it (each spawn from outside wakes a worker: context switches dominate).
+    let total = rt.block_on(async move {
+        tokio::spawn(tracing_prof_examples::run_cheap(requests, 256))
+            .await
+            .expect("the request loop")
+    });
+    std::hint::black_box(total);
     drop(rt);
     let wall = start.elapsed();
     let flush = Instant::now();
@@ -89,7 +112,7 @@ fn main() {
     let rounds = setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
     let runs = child::rotate(ENV, &MODES, rounds);
     println!(
-        "\n### Cheap requests ({} requests, 256 in flight, 4 workers): the default configuration vs off\n",
+        "\n### Cheap requests ({} requests, 256 in flight, a worker per CPU): the default configuration vs off\n",
         setting("TRACING_PROF_BENCH_REQUESTS", 400_000)
     );
     println!(

@@ -173,7 +173,10 @@ fn go_tool_pprof_reads_the_live_endpoint() {
     // Go's CPU profile endpoint, as `go tool pprof URL` asks for it: the next 2 s of CPU, with
     // the example's CPU-heavy function under its span frames.
     let cpu = common::pprof(&["-traces"], format!("{base}/profile?seconds=2"));
-    assert!(cpu.contains("Type: cpu") && cpu.contains("Duration: 2"), "{cpu}");
+    assert!(
+        cpu.contains("Type: cpu") && cpu.contains("Duration: 2"),
+        "{cpu}"
+    );
     let under_render = cpu.split("-----------+").any(|t| {
         let frames: Vec<&str> = t
             .lines()
@@ -193,7 +196,10 @@ fn go_tool_pprof_reads_the_live_endpoint() {
             "tracing_prof_examples::request [span]",
         ])
     });
-    assert!(under_render, "render is not under request -> render:\n{cpu}");
+    assert!(
+        under_render,
+        "render is not under request -> render:\n{cpu}"
+    );
 }
 
 #[test]

@@ -139,7 +139,10 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         "each push holds its own interval: together, every request once"
     );
     // process_cpu holds the CPU stacks: the example's CPU-heavy function under its spans.
-    assert!(render_samples > 0, "no CPU sample of render under request -> render");
+    assert!(
+        render_samples > 0,
+        "no CPU sample of render under request -> render"
+    );
 
     // /ingest: one request per kind per interval.
     let ingested = ingest.taken();

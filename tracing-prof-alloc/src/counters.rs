@@ -314,6 +314,7 @@ struct ReleaseOnExit;
 
 impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
+        crate::instances::release_thread_slots();
         let _ = STATE.try_with(|s| {
             let table = s.table.replace(NO_TABLE);
             s.origin.set(0);

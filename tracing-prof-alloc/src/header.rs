@@ -71,7 +71,7 @@ pub(crate) struct SampleHeader {
     /// How many allocations it stands for (1 at rate 1).
     pub(crate) weight: f32,
     /// The span instance it was allocated in (0: none); see `instances`.
-    pub(crate) instance: u32,
+    pub(crate) instance: u64,
 }
 
 const _: () = assert!(size_of::<SampleHeader>() + HEADER_SIZE <= SAMPLED_OFFSET);

@@ -1,139 +1,187 @@
 //! Span instances: what the profiler keeps per open span, in a fixed table, without allocating.
 //!
-//! The span layer opens an instance when a span is created and makes it current with the tag
-//! on enter. Two things accrue to it while the span is open:
-//! - its **busy time** (the layer adds each enter..exit interval), from which its idle time is
-//!   computed when it closes;
-//! - its **live sampled memory**: a sampled allocation adds its weight and a free of it
-//!   subtracts it; when the span closes, what is still live *outlived* the span and is added to
-//!   its path's `outlived` counters (estimates, exact at sampling rate 1).
+//! The span layer opens an instance when a span is created (while heap sampling is on) and
+//! makes it current with the tag on enter. A sampled allocation adds its weight to its
+//! instance's live counters and a free of it subtracts it; when the span closes, what is still
+//! live *outlived* the span and is added to its path's `outlived` counters (estimates, exact
+//! at sampling rate 1).
 //!
-//! Instances live in a fixed table of [`MAX_INSTANCES`] slots (`id % MAX_INSTANCES`); a span
-//! created while its slot is held by a still-open older span is not tracked (counted in
-//! [`untracked_instances`]; the layer then keeps its busy time itself). Ids are handed out to
-//! each thread in blocks, so that span creation on different threads writes no common counter.
+//! Instances live in a fixed table of [`MAX_INSTANCES`] slots. Slots are reused last-freed
+//! first, from a small per-thread cache of free slots (refilled from, and spilled to, a global
+//! lock-free stack), so that a thread creating and closing spans keeps touching the same few
+//! cache lines; the slots of a thread that exits go back to the global stack. An instance id is
+//! the slot's index and a 48-bit per-slot generation: ids are never reused. With every slot held by an open span, new spans are not tracked (counted in
+//! [`untracked_instances`]).
 
 use crate::MAX_TAGS;
+use crate::tag::STATE;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Span instances tracked at once.
-pub const MAX_INSTANCES: usize = 65536;
+pub const MAX_INSTANCES: usize = 1 << SLOT_BITS;
+const SLOT_BITS: u32 = 16;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// Free slots a thread keeps for itself.
+pub(crate) const LOCAL_FREE: usize = 16;
 
+#[repr(align(64))]
 struct Instance {
-    id: AtomicU32,
+    /// The open instance's id (generation and slot index); 0 while free.
+    id: AtomicU64,
+    /// Generation of the slot's last instance.
+    generation: AtomicU64,
+    /// Next slot in the global free stack (index + 1; 0: none).
+    next_free: AtomicU32,
     /// Live sampled weight (fixed point, see `sample`) and bytes; may transiently wrap.
     objects_fp: AtomicU64,
     bytes: AtomicU64,
-    /// Sum of the span's enter..exit intervals, nanoseconds.
-    busy_ns: AtomicU64,
 }
 
 static INSTANCES: [Instance; MAX_INSTANCES] = [const {
     Instance {
-        id: AtomicU32::new(0),
+        id: AtomicU64::new(0),
+        generation: AtomicU64::new(0),
+        next_free: AtomicU32::new(0),
         objects_fp: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
-        busy_ns: AtomicU64::new(0),
     }
 }; MAX_INSTANCES];
 
-/// The next block of ids to hand to a thread.
-static NEXT_ID: AtomicU32 = AtomicU32::new(0);
-/// Ids a thread takes at a time.
-const ID_BLOCK: u32 = 64;
+/// Slots never used yet start here.
+static FRESH: AtomicU32 = AtomicU32::new(0);
+/// The global free stack: (version << 32) | (slot index + 1), 0 below the version: empty. The
+/// version makes a pop that raced with a pop and a push of the same slot fail (ABA).
+static FREE: AtomicU64 = AtomicU64::new(0);
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// Outlived weight (fixed point) and bytes per tag.
 static OUTLIVED: [(AtomicU64, AtomicU64); MAX_TAGS] =
     [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MAX_TAGS];
 
-fn slot(id: u32) -> &'static Instance {
-    &INSTANCES[id as usize % MAX_INSTANCES]
+fn slot(id: u64) -> &'static Instance {
+    &INSTANCES[(id & SLOT_MASK) as usize]
 }
 
-/// The next instance id for this thread: from its current block, or a new block.
-fn next_id() -> u32 {
-    crate::tag::STATE
-        .try_with(|s| {
-            let (next, end) = (s.next_instance.get(), s.instance_end.get());
-            let id = if next == end {
-                let start = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
-                s.instance_end.set(start.wrapping_add(ID_BLOCK));
-                start
-            } else {
-                next
-            };
-            s.next_instance.set(id.wrapping_add(1));
-            id
-        })
-        .unwrap_or_else(|_| NEXT_ID.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Opens an instance for a new span; 0 when its slot is taken (the span is not tracked).
-pub fn open_span_instance() -> u32 {
-    let mut id = next_id();
-    if id == 0 {
-        id = next_id();
+fn push_global(index: u32) {
+    let mut head = FREE.load(Ordering::Relaxed);
+    loop {
+        INSTANCES[index as usize]
+            .next_free
+            .store(head as u32, Ordering::Relaxed);
+        let new = ((head >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
+        match FREE.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(h) => head = h,
+        }
     }
-    let s = slot(id);
-    if s.id
-        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-    {
+}
+
+fn pop_global() -> Option<u32> {
+    let mut head = FREE.load(Ordering::Acquire);
+    loop {
+        let top = head as u32;
+        if top == 0 {
+            return None;
+        }
+        let next = INSTANCES[(top - 1) as usize]
+            .next_free
+            .load(Ordering::Relaxed);
+        let new = ((head >> 32).wrapping_add(1) << 32) | u64::from(next);
+        match FREE.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(top - 1),
+            Err(h) => head = h,
+        }
+    }
+}
+
+/// A free slot: this thread's last freed, else the global stack's, else a fresh one.
+fn take_slot() -> Option<u32> {
+    let local = STATE
+        .try_with(|s| {
+            let n = s.free_len.get();
+            (n > 0).then(|| {
+                s.free_len.set(n - 1);
+                s.free_slots[usize::from(n - 1)].get()
+            })
+        })
+        .ok()
+        .flatten();
+    local.map(u32::from).or_else(pop_global).or_else(|| {
+        let fresh = FRESH.fetch_add(1, Ordering::Relaxed);
+        ((fresh as usize) < MAX_INSTANCES).then_some(fresh)
+    })
+}
+
+/// Gives a slot back: to this thread's cache, or the global stack when that is full.
+fn give_slot(index: u32) {
+    let kept = STATE
+        .try_with(|s| {
+            let n = s.free_len.get();
+            let fits = usize::from(n) < LOCAL_FREE;
+            if fits {
+                s.free_slots[usize::from(n)].set(index as u16);
+                s.free_len.set(n + 1);
+            }
+            fits
+        })
+        .unwrap_or(false);
+    if !kept {
+        push_global(index);
+    }
+}
+
+/// Returns this thread's cached free slots to the global stack (at thread exit).
+pub(crate) fn release_thread_slots() {
+    let _ = STATE.try_with(|s| {
+        for i in 0..usize::from(s.free_len.replace(0)) {
+            push_global(u32::from(s.free_slots[i].get()));
+        }
+    });
+}
+
+/// Opens an instance for a new span; 0 when every slot is held (the span is not tracked).
+pub fn open_span_instance() -> u64 {
+    let Some(index) = take_slot() else {
         UNTRACKED.fetch_add(1, Ordering::Relaxed);
         return 0;
-    }
+    };
+    let s = &INSTANCES[index as usize];
+    // From 1, so that ids are never 0; 2^48 reuses of one slot do not happen.
+    let generation = s.generation.load(Ordering::Relaxed) + 1;
+    s.generation.store(generation, Ordering::Relaxed);
     s.objects_fp.store(0, Ordering::Relaxed);
     s.bytes.store(0, Ordering::Relaxed);
-    s.busy_ns.store(0, Ordering::Relaxed);
+    let id = (generation << SLOT_BITS) | u64::from(index);
+    s.id.store(id, Ordering::Release);
     id
 }
 
-/// Whether instance `id` is open (its span has not closed). A closed instance's number is not
-/// handed out again for 2^32 spans.
-#[inline]
-pub fn is_open(id: u32) -> bool {
-    id != 0 && slot(id).id.load(Ordering::Acquire) == id
-}
-
-/// Adds `ns` of busy time to the open instance `id`; false (nothing added) when it is not
-/// open or not tracked.
-#[inline]
-pub fn add_busy(id: u32, ns: u64) -> bool {
-    if !is_open(id) {
-        return false;
-    }
-    slot(id).busy_ns.fetch_add(ns, Ordering::Relaxed);
-    true
-}
-
 /// Closes the instance `id` of a span of `tag`: what its sampled allocations still hold is
-/// added to the tag's outlived counters. Returns the instance's busy time.
-pub fn close_span_instance(id: u32, tag: crate::Tag) -> u64 {
+/// added to the tag's outlived counters.
+pub fn close_span_instance(id: u64, tag: crate::Tag) {
     if id == 0 {
-        return 0;
+        return;
     }
     let s = slot(id);
-    let busy = s.busy_ns.load(Ordering::Acquire);
     if s.id
         .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
     {
-        return 0;
+        return;
     }
     let objects = s.objects_fp.swap(0, Ordering::AcqRel);
     let bytes = s.bytes.swap(0, Ordering::AcqRel);
+    give_slot((id & SLOT_MASK) as u32);
     // A wrapped (negative) count is a free that raced with the close: nothing outlived.
     if objects > 0 && objects < i64::MAX as u64 && bytes < i64::MAX as u64 {
         let (o, b) = &OUTLIVED[tag.get() as usize];
         o.fetch_add(objects, Ordering::Relaxed);
         b.fetch_add(bytes, Ordering::Relaxed);
     }
-    busy
 }
 
 /// A sampled block of weight `objects_fp` and `bytes` was allocated (`alive`) or freed in
 /// instance `id`.
-pub(crate) fn track(id: u32, objects_fp: u64, bytes: u64, alive: bool) {
+pub(crate) fn track(id: u64, objects_fp: u64, bytes: u64, alive: bool) {
     if id == 0 {
         return;
     }

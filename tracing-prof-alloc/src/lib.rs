@@ -83,8 +83,7 @@ pub use giant::{
 };
 pub use header::HEADER_SIZE;
 pub use instances::{
-    MAX_INSTANCES, add_busy, close_span_instance, is_open, open_span_instance, read_outlived,
-    untracked_instances,
+    MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
 };
 pub use sample::{
     DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,

@@ -48,7 +48,7 @@ pub(crate) struct ThreadState {
     /// Set while this thread is inside the table's slow path, to keep re-entrant calls off it.
     pub(crate) busy: Cell<bool>,
     /// The span instance current with `tag` (0: none; see `instances`).
-    pub(crate) instance: Cell<u32>,
+    pub(crate) instance: Cell<u64>,
     /// This thread's table index as stored in headers (0: no table; see `counters`).
     pub(crate) origin: Cell<u32>,
     /// Bytes left before the next heap sample; the hot path subtracts each request's size.
@@ -63,9 +63,9 @@ pub(crate) struct ThreadState {
     pub(crate) in_sample: Cell<bool>,
     /// Where [`crate::record_sites`] records this thread's allocations (null: nowhere).
     pub(crate) recorder: Cell<*mut crate::sites::SiteRecorder>,
-    /// The next span instance id of this thread's block, and the end of the block.
-    pub(crate) next_instance: Cell<u32>,
-    pub(crate) instance_end: Cell<u32>,
+    /// Span instance slots this thread freed last (`free_len` of them), reused first.
+    pub(crate) free_slots: [Cell<u16>; crate::instances::LOCAL_FREE],
+    pub(crate) free_len: Cell<u8>,
 }
 
 thread_local! {
@@ -82,8 +82,8 @@ thread_local! {
             sample_gen: Cell::new(0),
             in_sample: Cell::new(false),
             recorder: Cell::new(std::ptr::null_mut()),
-            next_instance: Cell::new(0),
-            instance_end: Cell::new(0),
+            free_slots: [const { Cell::new(0) }; crate::instances::LOCAL_FREE],
+            free_len: Cell::new(0),
         }
     };
 }
@@ -106,7 +106,7 @@ pub fn set_current_tag(tag: Tag) -> Tag {
 /// `open_span_instance`); returns the pair it replaces. The span layer calls this on enter and
 /// exit. Never allocates, locks or panics.
 #[inline]
-pub fn set_current_span(tag: Tag, instance: u32) -> (Tag, u32) {
+pub fn set_current_span(tag: Tag, instance: u64) -> (Tag, u64) {
     STATE
         .try_with(|s| (Tag(s.tag.replace(tag.0)), s.instance.replace(instance)))
         .unwrap_or((Tag::NO_SPAN, 0))

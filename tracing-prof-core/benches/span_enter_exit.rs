@@ -38,9 +38,8 @@ fn main() {
         tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
     );
     let wall = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new()));
-    let cpu = Dispatch::new(
-        tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true)),
-    );
+    let cpu =
+        Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true)));
     let rusage = Dispatch::new(
         tracing_subscriber::registry().with(
             ProfileLayer::new()

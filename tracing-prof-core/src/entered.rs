@@ -6,11 +6,14 @@
 //! subtree without counting anything twice. A child that runs elsewhere (a spawned task) never
 //! ran inside the parent's interval and is not subtracted.
 //!
-//! A fixed-size array in a thread-local, so enter and exit never allocate. Deeper nesting than
-//! [`MAX_DEPTH`] still switches allocation tags correctly (for LIFO nesting) but is not timed.
+//! A fixed-size array in a thread-local, so enter and exit never allocate; a frame is a few
+//! words (the CPU clock readings of exact CPU time sit in an array of their own, touched only
+//! then). Deeper nesting than [`MAX_DEPTH`] still switches allocation tags correctly (for LIFO
+//! nesting) but is not timed.
 
 use crate::clock::{Clock, CpuSample};
-use crate::layer::SpanState;
+use crate::layer::Home;
+use crate::span_index::{self, SpanState};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,78 +22,129 @@ use tracing_prof_alloc::{Tag, set_current_span};
 /// Entered spans tracked per thread.
 pub const MAX_DEPTH: usize = 64;
 
+/// Sentinel slot of a frame whose busy time goes to its span's extensions.
+const NO_SLOT: u32 = u32::MAX;
+
+#[derive(Default)]
 struct Entered {
     id: u64,
-    state: SpanState,
-    /// Where the busy time of a span without an instance slot goes.
-    untracked_busy: Option<Arc<AtomicU64>>,
-    /// Tag and span instance current before this span was entered, restored on exit.
-    prev: (Tag, u32),
+    /// Span instance current with this span, and the one before it, restored on exit.
+    instance: u64,
+    prev_instance: u64,
     start_ns: u64,
-    start_cpu: CpuSample,
-    /// Already entered further down this stack: the outer interval measures it.
-    reentry: bool,
     /// Time of child spans' intervals nested in this one, to subtract from it.
     child_busy_ns: u64,
-    child_cpu: CpuSample,
+    tag: Tag,
+    parent: Tag,
+    prev_tag: Tag,
+    /// The span's entry in the span index, or [`NO_SLOT`].
+    slot: u32,
+    /// Already entered further down this stack: the outer interval measures it.
+    reentry: bool,
+    /// Where the busy time of a span outside the span index goes.
+    extensions_busy: Option<Arc<AtomicU64>>,
+}
+
+/// The CPU clock readings of a frame, with exact CPU time only.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    start: CpuSample,
+    children: CpuSample,
 }
 
 struct Stack {
-    frames: [Option<Entered>; MAX_DEPTH],
+    frames: [Entered; MAX_DEPTH],
+    cpu: [Cpu; MAX_DEPTH],
     len: usize,
     /// Entries beyond MAX_DEPTH, not timed.
     untracked: usize,
 }
 
+const EMPTY: Entered = Entered {
+    id: 0,
+    instance: 0,
+    prev_instance: 0,
+    start_ns: 0,
+    child_busy_ns: 0,
+    tag: Tag::NO_SPAN,
+    parent: Tag::NO_SPAN,
+    prev_tag: Tag::NO_SPAN,
+    slot: NO_SLOT,
+    reentry: false,
+    extensions_busy: None,
+};
+
+const NO_CPU: Cpu = Cpu {
+    start: CpuSample {
+        total_ns: 0,
+        user_ns: 0,
+        sys_ns: 0,
+    },
+    children: CpuSample {
+        total_ns: 0,
+        user_ns: 0,
+        sys_ns: 0,
+    },
+};
+
 thread_local! {
     static STACK: RefCell<Stack> = const {
-        RefCell::new(Stack { frames: [const { None }; MAX_DEPTH], len: 0, untracked: 0 })
+        RefCell::new(Stack {
+            frames: [EMPTY; MAX_DEPTH],
+            cpu: [NO_CPU; MAX_DEPTH],
+            len: 0,
+            untracked: 0,
+        })
     };
 }
 
 /// Span `id` with `state` is entered on this thread.
 #[inline]
-pub(crate) fn enter(
-    id: u64,
-    state: SpanState,
-    untracked_busy: Option<Arc<AtomicU64>>,
-    clock: &impl Clock,
-    cpu: bool,
-) {
+pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, cpu: bool) {
     // The tag is switched only where the exit can restore it: on a tracked frame, or as an
     // untracked level that exit restores from the frame below.
     let _ = STACK.try_with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
         };
-        let prev = set_current_span(state.tag, state.instance);
-        if s.len == 0 {
+        let (prev_tag, prev_instance) = set_current_span(state.tag, state.instance);
+        let len = s.len;
+        if len == 0 {
             // A thread's outermost span: make sure the CPU sampler covers it.
             tracing_prof_cpu::ensure_armed();
         }
-        if s.len == MAX_DEPTH {
+        if len == MAX_DEPTH {
             s.untracked += 1;
             return;
         }
-        let reentry = s.frames[..s.len].iter().flatten().any(|e| e.id == id);
-        let start_cpu = if cpu && !reentry {
-            clock.thread_cpu()
-        } else {
-            CpuSample::default()
+        let reentry = s.frames[..len].iter().any(|e| e.id == id);
+        if cpu {
+            s.cpu[len] = Cpu {
+                start: if reentry {
+                    CpuSample::default()
+                } else {
+                    clock.thread_cpu()
+                },
+                children: CpuSample::default(),
+            };
+        }
+        let (slot, extensions_busy) = match home {
+            Home::Index(slot) => (slot.index(), None),
+            Home::Extensions(b) => (NO_SLOT, Some(b)),
         };
-        let len = s.len;
-        s.frames[len] = Some(Entered {
-            id,
-            state,
-            untracked_busy,
-            prev,
-            start_ns: if reentry { 0 } else { clock.now_ns() },
-            start_cpu,
-            reentry,
-            child_busy_ns: 0,
-            child_cpu: CpuSample::default(),
-        });
-        s.len += 1;
+        let f = &mut s.frames[len];
+        f.id = id;
+        f.instance = state.instance;
+        f.prev_instance = prev_instance;
+        f.start_ns = if reentry { 0 } else { clock.now_ns() };
+        f.child_busy_ns = 0;
+        f.tag = state.tag;
+        f.parent = state.parent;
+        f.prev_tag = prev_tag;
+        f.slot = slot;
+        f.reentry = reentry;
+        f.extensions_busy = extensions_busy;
+        s.len = len + 1;
     });
 }
 
@@ -101,61 +155,58 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
         };
+        let s = &mut *s;
         if s.untracked > 0 {
             s.untracked -= 1;
-            let below = s.frames[..s.len]
-                .last()
-                .and_then(|e| e.as_ref())
-                .map(|e| (e.state.tag, e.state.instance));
+            let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
             let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
             set_current_span(tag, instance);
             return;
         }
         let len = s.len;
-        let Some(pos) = s.frames[..len]
-            .iter()
-            .rposition(|e| e.as_ref().is_some_and(|e| e.id == id))
-        else {
+        let Some(pos) = s.frames[..len].iter().rposition(|e| e.id == id) else {
             return; // exit without a matching enter on this thread: nothing to measure
         };
-        let Some(e) = s.frames[pos].take() else {
-            return;
-        };
+        let e = std::mem::take(&mut s.frames[pos]);
+        let cpu_frame = s.cpu[pos];
         if pos + 1 == len {
-            set_current_span(e.prev.0, e.prev.1);
+            set_current_span(e.prev_tag, e.prev_instance);
         } else {
             // Out-of-order exit: the span entered right after this one now restores to what
             // this one would have restored.
             s.frames[pos..len].rotate_left(1);
-            if let Some(next) = s.frames[pos].as_mut() {
-                next.prev = e.prev;
-            }
+            s.cpu[pos..len].rotate_left(1);
+            let next = &mut s.frames[pos];
+            next.prev_tag = e.prev_tag;
+            next.prev_instance = e.prev_instance;
         }
-        s.len -= 1;
+        s.len = len - 1;
         if e.reentry {
             return;
         }
         let busy = clock.now_ns().saturating_sub(e.start_ns);
         let used = if cpu {
-            clock.thread_cpu().since(e.start_cpu)
+            clock.thread_cpu().since(cpu_frame.start)
         } else {
             CpuSample::default()
         };
-        if let Some(Some(below)) = pos.checked_sub(1).map(|i| s.frames[i].as_mut())
-            && below.state.tag == e.state.parent
+        if let Some(i) = pos.checked_sub(1)
+            && s.frames[i].tag == e.parent
         {
-            below.child_busy_ns += busy;
-            below.child_cpu.add(used);
+            s.frames[i].child_busy_ns += busy;
+            if cpu {
+                s.cpu[i].children.add(used);
+            }
         }
-        drop(s);
-        if !tracing_prof_alloc::add_busy(e.state.instance, busy)
-            && let Some(b) = &e.untracked_busy
-        {
-            b.fetch_add(busy, Ordering::Relaxed);
+        match (&e.extensions_busy, e.slot) {
+            (Some(b), _) => {
+                b.fetch_add(busy, Ordering::Relaxed);
+            }
+            (None, slot) => span_index::add_busy(span_index::Slot::at(slot), e.id, busy),
         }
-        let own = used.since(e.child_cpu);
+        let own = used.since(cpu_frame.children);
         tracing_prof_alloc::record_interval(
-            e.state.tag,
+            e.tag,
             busy.saturating_sub(e.child_busy_ns),
             own.total_ns,
             own.user_ns,

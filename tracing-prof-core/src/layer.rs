@@ -1,10 +1,10 @@
 //! The `tracing-subscriber` layer.
 
 use crate::clock::{Clock, SystemClock};
+use crate::span_index::{self, SpanState};
 use crate::{entered, span_path};
-use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tracing_core::Subscriber;
 use tracing_core::span::{Attributes, Id};
 use tracing_prof_alloc::{Tag, TagGuard};
@@ -12,56 +12,20 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-/// What the layer knows of a span: copied freely (the per-thread cache, the entered stack).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SpanState {
-    /// The interned path of this span.
-    pub(crate) tag: Tag,
-    /// The interned path of its parent ([`Tag::NO_SPAN`] for a root).
-    pub(crate) parent: Tag,
-    pub(crate) created_ns: u64,
-    /// The allocator's instance for it (0: untracked), where its busy time and the sampled
-    /// memory it holds accrue.
-    pub(crate) instance: u32,
-}
-
-/// What the layer keeps in a span's extensions.
+/// What the layer keeps in a span's extensions, for a span the span index had no room for.
 #[derive(Debug)]
 struct SpanData {
     state: SpanState,
-    /// Busy time of a span without an instance slot (rare: more spans open than slots).
-    untracked_busy: Option<Arc<AtomicU64>>,
+    busy_ns: Arc<AtomicU64>,
 }
 
-/// Spans this thread created or entered lately, so that entering and closing them needs no
-/// registry lookup: a direct-mapped table of `(span id, state)`. An entry is only used while
-/// its span instance is still open: a closed span's id may be given to a new span, but the new
-/// span gets a new instance, so the old entry no longer matches.
-const RECENT_SPANS: usize = 16;
-
-thread_local! {
-    static RECENT: [Cell<(u64, SpanState)>; RECENT_SPANS] =
-        const { [const { Cell::new((0, SpanState { tag: Tag::NO_SPAN, parent: Tag::NO_SPAN, created_ns: 0, instance: 0 })) }; RECENT_SPANS] };
-}
-
-fn recent_slot(id: u64) -> usize {
-    (id ^ (id >> 16)) as usize % RECENT_SPANS
-}
-
-#[inline]
-fn recent(id: u64) -> Option<SpanState> {
-    RECENT
-        .try_with(|r| r[recent_slot(id)].get())
-        .ok()
-        .filter(|(i, s)| *i == id && tracing_prof_alloc::is_open(s.instance))
-        .map(|(_, s)| s)
-}
-
-#[inline]
-fn remember(id: u64, state: SpanState) {
-    if state.instance != 0 {
-        let _ = RECENT.try_with(|r| r[recent_slot(id)].set((id, state)));
-    }
+/// Where a span's busy time accrues.
+#[derive(Clone, Debug)]
+pub(crate) enum Home {
+    /// Its entry of the span index (the common case).
+    Index(span_index::Slot),
+    /// A counter in its extensions.
+    Extensions(Arc<AtomicU64>),
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -69,20 +33,32 @@ fn remember(id: u64, state: SpanState) {
 ///
 /// Add it to a [`tracing_subscriber::registry()`]. Usually made by
 /// [`ProfilerBuilder::build`](crate::ProfilerBuilder::build); `ProfileLayer::new()` gives a layer
-/// whose numbers [`Profile::capture`](crate::Profile::capture) can read without a background thread.
+/// whose numbers [`capture`](crate::capture) can read without a background thread.
 ///
-/// Per enter: the span's state from this thread's recent spans (a span created or entered
-/// lately on this thread), else a registry lookup (its lock-free slab and the span's extensions
-/// read lock); thread-local writes; one monotonic clock read (the CPU's time-stamp counter where
-/// the kernel uses it); with exact CPU time, one per-thread CPU clock read (a system call; see
-/// [`CpuClock`](crate::CpuClock)). Per exit the same less the lookup, plus stores to this
-/// thread's own counters and one atomic add to the span's busy time. Per creation: the parent's
-/// path (the current tag, for a contextual parent), the path interned (a thread-local cache),
-/// one allocation (the span's extensions entry). No global lock on any of them.
-#[derive(Debug, Clone)]
+/// Per enter: the span's state from the span index (one cache line, found by hashing the span
+/// id; a registry lookup only for spans the index had no room for), thread-local writes, one
+/// monotonic clock read (the CPU's time-stamp counter where the kernel uses it), and with exact
+/// CPU time one per-thread CPU clock read (a system call; see [`CpuClock`](crate::CpuClock)).
+/// Per exit the same less the lookup, plus stores to this thread's own counters and one atomic
+/// add to the span's busy time. Per creation: the parent's path (the current tag, for a
+/// contextual parent), the path interned (a thread-local cache), a clock read and the span's
+/// index entry. No allocation, no lock on any of them.
+#[derive(Debug)]
 pub struct ProfileLayer<C = SystemClock> {
     clock: C,
     cpu_time: bool,
+    /// This layer's key in the span index: span ids are unique within one registry only.
+    owner: AtomicU32,
+}
+
+impl<C: Clone> Clone for ProfileLayer<C> {
+    fn clone(&self) -> Self {
+        ProfileLayer {
+            clock: self.clock.clone(),
+            cpu_time: self.cpu_time,
+            owner: AtomicU32::new(span_index::new_owner()),
+        }
+    }
 }
 
 impl ProfileLayer {
@@ -93,6 +69,7 @@ impl ProfileLayer {
         ProfileLayer {
             clock: SystemClock::default(),
             cpu_time: false,
+            owner: AtomicU32::new(span_index::new_owner()),
         }
     }
 }
@@ -117,24 +94,25 @@ impl<C: Clock> ProfileLayer<C> {
         ProfileLayer {
             clock,
             cpu_time: self.cpu_time,
+            owner: self.owner,
         }
     }
 
-    /// The state of span `id`: from this thread's recent spans, or looked up in the registry
-    /// (and remembered), with the shared busy counter of an untracked span.
+    /// The state of span `id` and where its busy time goes: the span index, or the span's
+    /// extensions.
     #[inline]
-    fn state<S>(id: &Id, ctx: &Context<'_, S>) -> Option<(SpanState, Option<Arc<AtomicU64>>)>
+    fn state<S>(&self, id: &Id, ctx: &Context<'_, S>) -> Option<(SpanState, Home)>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        if let Some(state) = recent(id.into_u64()) {
-            return Some((state, None));
+        let owner = self.owner.load(Ordering::Relaxed);
+        if let Some((slot, state)) = span_index::find(owner, id.into_u64()) {
+            return Some((state, Home::Index(slot)));
         }
         let span = ctx.span(id)?;
         let ext = span.extensions();
         let data = ext.get::<SpanData>()?;
-        remember(id.into_u64(), data.state);
-        Some((data.state, data.untracked_busy.clone()))
+        Some((data.state, Home::Extensions(Arc::clone(&data.busy_ns))))
     }
 }
 
@@ -157,6 +135,8 @@ where
     C: Clock,
 {
     fn on_register_dispatch(&self, _subscriber: &tracing::Dispatch) {
+        // A layer in a new registry: a key of its own in the span index.
+        self.owner.store(span_index::new_owner(), Ordering::Relaxed);
         let mode = match (self.cpu_time, self.clock.splits_cpu()) {
             (false, _) => 0,
             (true, false) => 1,
@@ -171,31 +151,37 @@ where
         let current = tracing_prof_alloc::current_tag();
         let _profiler = TagGuard::new(Tag::PROFILER);
         let parent = match attrs.parent() {
-            Some(p) => Self::state(p, &ctx).map_or(Tag::NO_SPAN, |(s, _)| s.tag),
+            Some(p) => self.state(p, &ctx).map_or(Tag::NO_SPAN, |(s, _)| s.tag),
             None if attrs.is_contextual() => current,
             None => Tag::NO_SPAN,
         };
         let tag = span_path::intern(parent, attrs.metadata());
-        let instance = tracing_prof_alloc::open_span_instance();
+        // Span instances only serve the heap sampler's "outlived" counts.
+        let instance = if tracing_prof_alloc::sample_rate() > 0 {
+            tracing_prof_alloc::open_span_instance()
+        } else {
+            0
+        };
         let state = SpanState {
             tag,
             parent,
             created_ns: self.clock.now_ns(),
             instance,
         };
-        let data = SpanData {
-            state,
-            untracked_busy: (instance == 0).then(|| Arc::new(AtomicU64::new(0))),
-        };
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(data);
-            remember(id.into_u64(), state);
+        let owner = self.owner.load(Ordering::Relaxed);
+        if span_index::insert(owner, id.into_u64(), state).is_none()
+            && let Some(span) = ctx.span(id)
+        {
+            span.extensions_mut().insert(SpanData {
+                state,
+                busy_ns: Arc::new(AtomicU64::new(0)),
+            });
         }
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some((state, untracked)) = Self::state(id, &ctx) {
-            entered::enter(id.into_u64(), state, untracked, &self.clock, self.cpu_time);
+        if let Some((state, home)) = self.state(id, &ctx) {
+            entered::enter(id.into_u64(), state, home, &self.clock, self.cpu_time);
         }
     }
 
@@ -204,13 +190,14 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let Some((state, untracked)) = Self::state(&id, &ctx) else {
+        let Some((state, home)) = self.state(&id, &ctx) else {
             return;
         };
-        let busy = match untracked {
-            Some(b) => b.load(Ordering::Relaxed),
-            None => tracing_prof_alloc::close_span_instance(state.instance, state.tag),
+        let busy = match home {
+            Home::Index(slot) => span_index::remove(slot, id.into_u64()),
+            Home::Extensions(b) => b.load(Ordering::Relaxed),
         };
+        tracing_prof_alloc::close_span_instance(state.instance, state.tag);
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
         tracing_prof_alloc::record_span_closed(state.tag, wall, wall.saturating_sub(busy));
     }

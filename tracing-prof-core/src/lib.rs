@@ -42,6 +42,7 @@ mod layer;
 pub mod leak;
 mod monotonic;
 mod profiler;
+mod span_index;
 mod span_path;
 mod symbolize;
 mod threads;

@@ -5,7 +5,7 @@
 //! registry can never mix two spans' counts. The table is process-wide, like the allocator's
 //! counters it indexes. Beyond the cap, new paths map to [`Tag::OVERFLOW`] and are counted.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -79,6 +79,19 @@ static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// Per-thread cache of the table, so that span creation rarely takes the global lock.
     static CACHE: RefCell<KeyMap<u32>> = RefCell::new(KeyMap::default());
+    /// In front of it, the paths this thread interned lately: a direct-mapped table of
+    /// `(parent, callsite, tag)`, one hash and one compare per span creation.
+    static RECENT: [Cell<(u32, usize, u32)>; RECENT_PATHS] =
+        const { [const { Cell::new((u32::MAX, 0, 0)) }; RECENT_PATHS] };
+}
+
+const RECENT_PATHS: usize = 64;
+
+fn recent_slot(key: Key) -> usize {
+    let mut h = KeyHasher::default();
+    h.write_u32(key.0);
+    h.write_usize(key.1);
+    h.finish() as usize % RECENT_PATHS
 }
 
 fn table() -> MutexGuard<'static, Option<Table>> {
@@ -99,6 +112,22 @@ pub(crate) fn set_cap(cap: usize) {
 /// with the profiler's tag current), may lock; never called on enter or exit.
 pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
     let key = (parent.get(), metadata as *const Metadata<'static> as usize);
+    let slot = recent_slot(key);
+    if let Ok((p, m, tag)) = RECENT.try_with(|r| r[slot].get())
+        && (p, m) == key
+    {
+        return Tag::new(tag);
+    }
+    let tag = intern_slow(key, metadata);
+    if tag != Tag::OVERFLOW {
+        let _ = RECENT.try_with(|r| r[slot].set((key.0, key.1, tag.get())));
+    }
+    tag
+}
+
+#[cold]
+fn intern_slow(key: Key, metadata: &'static Metadata<'static>) -> Tag {
+    let parent = Tag::new(key.0);
     let cached = CACHE
         .try_with(|c| c.borrow().get(&key).copied())
         .ok()

@@ -49,7 +49,11 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("fe_request").in_scope(|| std::hint::black_box(vec![1u8; 4096]));
     });
-    std::thread::sleep(Duration::from_millis(400));
+    // Several intervals (the first export symbolizes, which can take a while on a busy host).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while guard.profiler().stats().exports < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
         guard.profiler().stats().exports >= 4,
         "{:?}",
