@@ -197,6 +197,8 @@ impl Budget {
 /// Symbolizes and merges the recorded sites, most bytes first.
 fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
     let mut merged: Vec<AllocationSite> = Vec::new();
+    // One symbolization batch for every site.
+    crate::symbolize::prepare(recorder.sites().flat_map(|s| s.0.iter().copied()));
     for (ips, allocations, bytes) in recorder.sites() {
         let stack = crate::symbolize::code_stack(ips, true, crate::symbolize::Leaf::TrimAllocator);
         if let Some(s) = merged.iter_mut().find(|s| s.stack == stack) {
@@ -227,7 +229,6 @@ fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
             bytes: other_bytes,
         });
     }
-    crate::symbolize::release_debug_info();
     merged.sort_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)

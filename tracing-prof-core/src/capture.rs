@@ -112,6 +112,8 @@ pub(crate) fn code_of(ips: &[usize], kind: PathKind, leaf: symbolize::Leaf) -> V
 /// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
 /// span paths are equal become one [`StackProfile`].
 fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile> {
+    // Every new address in one batch: each compilation unit is read once.
+    symbolize::prepare(buckets.iter().flat_map(|b| b.ips.iter().copied()));
     let mut merged: Vec<StackProfile> = Vec::new();
     let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
     // Estimates are summed unrounded, then rounded once.
@@ -140,7 +142,6 @@ fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile>
         l.temporary_bytes = b.temporary_bytes;
         m.lifetimes.add(&l);
     }
-    symbolize::release_debug_info();
     for (m, [alloc, inuse]) in merged.iter_mut().zip(estimates) {
         m.memory.alloc_objects = alloc.round() as u64;
         m.memory.inuse_objects = inuse.round() as u64;

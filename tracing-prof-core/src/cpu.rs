@@ -137,6 +137,15 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
                 .collect()
         })
     };
+    // The leaf is the interrupted instruction itself; the symbolizer looks up `ip - 1`
+    // (return addresses point after their call), so it is given `pc + 1`.
+    let as_return = |ips: &[u64]| -> Vec<usize> {
+        ips.iter()
+            .enumerate()
+            .map(|(i, &ip)| if i == 0 { ip as usize + 1 } else { ip as usize })
+            .collect()
+    };
+    crate::symbolize::prepare(counts.iter().flat_map(|(_, ips, _)| as_return(ips)));
     let mut per_tag: HashMap<Tag, u64> = HashMap::new();
     let mut merged: Vec<CpuStack> = Vec::new();
     let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
@@ -144,13 +153,7 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
         let tag = Tag::new(tag);
         *per_tag.entry(tag).or_insert(0) += n * period_ns;
         let (kind, frames) = path_of(by_tag, tag);
-        // The leaf is the interrupted instruction itself; the symbolizer looks up `ip - 1`
-        // (return addresses point after their call), so it is given `pc + 1`.
-        let ips: Vec<usize> = ips
-            .iter()
-            .enumerate()
-            .map(|(i, &ip)| if i == 0 { ip as usize + 1 } else { ip as usize })
-            .collect();
+        let ips = as_return(&ips);
         let code = code_of(&ips, kind, crate::symbolize::Leaf::Keep);
         let key = (kind, frames.to_vec(), code);
         let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
@@ -160,7 +163,6 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
         merged[i].samples += n;
         merged[i].cpu_ns += n * period_ns;
     }
-    crate::symbolize::release_debug_info();
     // Largest first, then by stack: a stable order for files and tables.
     merged.sort_by(|a, b| {
         b.samples

@@ -377,9 +377,7 @@ impl ProfilerBuilder {
                 aggregator.run(inbox);
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
-                // No more captures from this thread: the parsed debug info can go.
                 crate::cpu::stop();
-                crate::symbolize::release_now();
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;
@@ -510,7 +508,6 @@ impl Aggregator {
                         crate::symbolize::Leaf::TrimAllocator,
                     ),
                 };
-                crate::symbolize::release_debug_info();
                 events.push(Box::new({
                     let r = report.clone();
                     move || log_giant(&r)

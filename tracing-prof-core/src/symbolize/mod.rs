@@ -1,67 +1,117 @@
 //! Turning sampled return addresses into code frames, off the hot path, with a cache.
 //!
-//! The allocator stores raw return addresses; this module resolves them with the `backtrace`
-//! crate (DWARF line tables through `addr2line`; inlined functions become frames of their own)
-//! on the thread that captures a profile, under the profiler's own tag. Each address is
-//! resolved once per process. The first resolution reads the binary's debug info, which takes
-//! time and memory once (build with at least `debug = "line-tables-only"` for file and line
-//! numbers; without any debug info, function names still come from the symbol table).
+//! The samplers store raw return addresses; this module resolves them on the thread that
+//! captures a profile, under the profiler's own tag, within a small memory budget:
+//! - function names come from each module's symbol table (the program's, its libraries',
+//!   the vDSO's), demangled;
+//! - file, line and inlined functions come from the DWARF debug information of only the
+//!   compilation units that hold sampled addresses, found through `.debug_aranges`; each
+//!   unit's line program is run once per batch without keeping its rows, and its tree of
+//!   functions is walked only where it holds the batch's addresses (see `dwarf`).
+//!
+//! Each module file is mapped read-only once; the pages a batch read are handed back to the
+//! kernel when it is done, so the debug information never stays in memory. Each address is
+//! resolved once per process and its frames cached ([`MAX_CACHED`] addresses at most). No lock
+//! is held while resolving. Build with at least `debug = "line-tables-only"` for file and line
+//! numbers (`"limited"` for qualified names of inlined functions); without any debug
+//! information, names still come from the symbol table.
 //!
 //! Two trims make the stacks read like Go's:
-//! - at the leaf, the allocator's own frames (`tracing_prof_alloc`, `__rust_alloc`,
-//!   `alloc::alloc::*`) are dropped, so the innermost frame is the code that asked for memory;
+//! - at the leaf of heap samples, the allocator's own frames (`tracing_prof_alloc`,
+//!   `__rust_alloc`, `alloc::alloc::*`) are dropped, so the innermost frame is the code that
+//!   asked for memory;
 //! - at the root, when the stack runs through the place a span was entered by
 //!   `Span::in_scope` or an `Instrumented` future's `poll`, everything from there outwards is
 //!   dropped: those frames are already shown as span frames. Stacks entered with
 //!   `span.enter()` keep their whole code stack, less the runtime's own root frames.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+mod dwarf;
+mod elf;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use tracing_prof_model::CodeFrame;
+
+/// Addresses whose frames are kept; past it the cache starts afresh.
+pub(crate) const MAX_CACHED: usize = 1 << 17;
+
+/// Resolved frames per return address, innermost (inlined) first.
+static CACHE: Mutex<Option<HashMap<usize, Arc<[CodeFrame]>>>> = Mutex::new(None);
+/// The loaded modules, as last read.
+static MODULES: Mutex<Vec<Arc<elf::Module>>> = Mutex::new(Vec::new());
+
+fn cache() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Arc<[CodeFrame]>>>> {
+    CACHE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The modules, read again when one holding `addr` is missing (a library loaded since).
+fn modules_for(addrs: &[usize]) -> Vec<Arc<elf::Module>> {
+    let known = MODULES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let covered = |m: &[Arc<elf::Module>], a: usize| m.iter().any(|m| m.text.contains(&(a as u64)));
+    if !known.is_empty() && addrs.iter().all(|&a| covered(&known, a)) {
+        return known;
+    }
+    let fresh = elf::loaded_modules(&known);
+    *MODULES.lock().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+    fresh
+}
+
+/// Resolves every address of `ips` not cached yet, in one batch: each compilation unit
+/// involved is read once. Return addresses point after their call: `ip - 1` is looked up.
+pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
+    let missing: Vec<usize> = {
+        let guard = cache();
+        let cached = guard.as_ref();
+        let set: HashSet<usize> = ips
+            .into_iter()
+            .filter(|ip| cached.is_none_or(|c| !c.contains_key(ip)))
+            .collect();
+        set.into_iter().collect()
+    };
+    if missing.is_empty() {
+        return;
+    }
+    let modules = modules_for(&missing);
+    let mut resolved: Vec<(usize, Arc<[CodeFrame]>)> = Vec::with_capacity(missing.len());
+    for m in &modules {
+        let mut svmas: Vec<(u64, usize)> = missing
+            .iter()
+            .filter(|&&ip| m.text.contains(&(ip.saturating_sub(1) as u64)))
+            .map(|&ip| ((ip.saturating_sub(1) as u64).wrapping_sub(m.bias), ip))
+            .collect();
+        if svmas.is_empty() {
+            continue;
+        }
+        svmas.sort_unstable();
+        let addrs: Vec<u64> = svmas.iter().map(|s| s.0).collect();
+        let frames = dwarf::resolve(m, &addrs);
+        m.release();
+        for (svma, ip) in svmas {
+            if let Some(f) = frames.get(&svma) {
+                resolved.push((ip, f.clone().into()));
+            }
+        }
+    }
+    let mut guard = cache();
+    let c = guard.get_or_insert_with(HashMap::new);
+    if c.len() + missing.len() > MAX_CACHED {
+        c.clear();
+    }
+    let found: HashSet<usize> = resolved.iter().map(|r| r.0).collect();
+    for (ip, f) in resolved {
+        c.insert(ip, f);
+    }
+    for ip in missing.into_iter().filter(|ip| !found.contains(ip)) {
+        c.insert(ip, vec![unknown(ip)].into());
+    }
+}
 
 fn unknown(ip: usize) -> CodeFrame {
     CodeFrame::named(&format!("0x{ip:x}"))
 }
-
-/// Set when an address was resolved since the last [`release_debug_info`].
-static PARSED: AtomicBool = AtomicBool::new(false);
-/// Captures in a row that resolved nothing new while the debug info was loaded.
-static IDLE: AtomicU32 = AtomicU32::new(0);
-/// Whether the debug info may be loaded.
-static LOADED: AtomicBool = AtomicBool::new(false);
-
-/// Captures without a new address before the parsed debug info is freed.
-const RELEASE_AFTER: u32 = 2;
-
-/// Called once per capture, after all its stacks are resolved: frees the debug info parsed to
-/// resolve new addresses (tens of MB for a service) once two captures in a row needed nothing
-/// new, so that a service that has shown its allocation sites pays for it only while warming
-/// up. Resolved frames stay cached.
-pub(crate) fn release_debug_info() {
-    if PARSED.swap(false, Ordering::Relaxed) {
-        LOADED.store(true, Ordering::Relaxed);
-        IDLE.store(0, Ordering::Relaxed);
-    } else if LOADED.load(Ordering::Relaxed)
-        && IDLE.fetch_add(1, Ordering::Relaxed) + 1 >= RELEASE_AFTER
-    {
-        LOADED.store(false, Ordering::Relaxed);
-        backtrace::clear_symbol_cache();
-    }
-}
-
-/// Frees the parsed debug info now (the profiler stops); resolved frames stay cached.
-pub(crate) fn release_now() {
-    let loaded = LOADED.swap(false, Ordering::Relaxed);
-    let parsed = PARSED.swap(false, Ordering::Relaxed);
-    IDLE.store(0, Ordering::Relaxed);
-    if loaded || parsed {
-        backtrace::clear_symbol_cache();
-    }
-}
-
-/// Resolved frames per return address, innermost (inlined) first.
-static CACHE: Mutex<Option<HashMap<usize, Arc<[CodeFrame]>>>> = Mutex::new(None);
 
 /// Leaf frames that belong to the allocator machinery or to the containers of `core`/`alloc`,
 /// by function name (for frames without line tables)...
@@ -159,26 +209,6 @@ fn unwrap_qualified_path(name: &str) -> String {
     name.to_owned()
 }
 
-fn resolve(ip: usize) -> Arc<[CodeFrame]> {
-    let mut frames = Vec::new();
-    // Return addresses point after the call; the call itself is one byte before.
-    let pc = ip.saturating_sub(1);
-    backtrace::resolve(pc as *mut std::ffi::c_void, |sym| {
-        let Some(name) = sym.name() else { return };
-        frames.push(CodeFrame {
-            function: Arc::from(unwrap_qualified_path(&format!("{name:#}"))),
-            file: sym
-                .filename()
-                .map(|f| Arc::from(f.to_string_lossy().as_ref())),
-            line: sym.lineno(),
-        });
-    });
-    if frames.is_empty() {
-        frames.push(unknown(ip));
-    }
-    frames.into()
-}
-
 /// What to do with the innermost frames of a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Leaf {
@@ -191,27 +221,19 @@ pub(crate) enum Leaf {
 /// The code stack of `ips` (innermost first, as they were captured), root first and trimmed
 /// as the module docs say. `in_span`: whether the sample was taken inside a span.
 pub(crate) fn code_stack(ips: &[usize], in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
-    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    let cache = guard.get_or_insert_with(HashMap::new);
-    let mut leaf_first: Vec<CodeFrame> = Vec::with_capacity(ips.len() * 2);
-    let mut resolved = false;
-    for &ip in ips {
-        let frames = cache.entry(ip).or_insert_with(|| {
-            resolved = true;
-            resolve(ip)
-        });
-        leaf_first.extend(frames.iter().cloned());
-        // Frames outside the innermost span's entry point, and those of the runtime's start-up
-        // (C's `main`, libc's thread start), are trimmed anyway: not resolving them spares
-        // reading other objects' debug info (libc's cost 56 ms and 34 MB in the example).
-        if (in_span && frames.iter().any(is_span_entry)) || frames.iter().any(is_runtime_start) {
-            break;
+    prepare(ips.iter().copied());
+    let leaf_first: Vec<CodeFrame> = {
+        let guard = cache();
+        let c = guard.as_ref();
+        let mut v = Vec::with_capacity(ips.len() * 2);
+        for ip in ips {
+            match c.and_then(|c| c.get(ip)) {
+                Some(frames) => v.extend(frames.iter().cloned()),
+                None => v.push(unknown(*ip)),
+            }
         }
-    }
-    if resolved {
-        PARSED.store(true, Ordering::Relaxed);
-    }
-    drop(guard);
+        v
+    };
     trim(leaf_first, in_span, leaf)
 }
 
@@ -264,6 +286,12 @@ fn trim_root(leaf_first: &mut Vec<CodeFrame>, in_span: bool) {
             leaf_first.pop();
         }
     } else {
+        // Everything from where Rust's runtime starts the program or the thread is start-up.
+        if let Some(i) = leaf_first.iter().position(is_runtime_start)
+            && i > 0
+        {
+            leaf_first.truncate(i);
+        }
         while leaf_first.len() > 1
             && leaf_first
                 .last()
@@ -360,19 +388,105 @@ mod tests {
         assert_eq!(unwrap_qualified_path("<broken"), "<broken");
     }
 
+    #[inline(never)]
+    fn probe_target() -> u64 {
+        std::hint::black_box(7)
+    }
+
     #[test]
-    fn resolves_this_function() {
-        let mut ips = Vec::new();
-        backtrace::trace(|frame| {
-            ips.push(frame.ip() as usize);
-            ips.len() < 8
-        });
-        let frames = code_stack(&ips, false, Leaf::TrimAllocator);
+    fn resolves_a_function_with_its_file_and_line() {
+        // As a return address: the symbolizer looks up `ip - 1`.
+        let ip = probe_target as *const () as usize + 1;
+        let frames = code_stack(&[ip], false, Leaf::Keep);
         assert!(
-            frames
-                .iter()
-                .any(|f| f.function.contains("resolves_this_function")),
+            frames.iter().any(|f| f.function.ends_with("probe_target")
+                && f.file
+                    .as_deref()
+                    .is_some_and(|p| p.ends_with("symbolize/mod.rs"))
+                && f.line.is_some()),
             "{frames:?}"
         );
+        // An address outside every module is named by its value.
+        assert_eq!(&*code_stack(&[0x10], false, Leaf::Keep)[0].function, "0x10");
+    }
+
+    /// Deep enough to hold inlined frames: the outer ones are `#[inline(always)]`.
+    #[inline(never)]
+    fn collect_return_addresses(out: &mut Vec<usize>) {
+        inlined_outer(out);
+    }
+
+    #[inline(always)]
+    fn inlined_outer(out: &mut Vec<usize>) {
+        inlined_inner(out);
+    }
+
+    #[inline(always)]
+    fn inlined_inner(out: &mut Vec<usize>) {
+        backtrace::trace(|frame| {
+            out.push(frame.ip() as usize);
+            true
+        });
+        // Addresses inside std, the test harness and libc, as well as these.
+        let mut v: Vec<u32> = (0..100).rev().collect();
+        v.sort();
+        std::hint::black_box(&v);
+    }
+
+    /// Every frame, name, file and line agrees with backtrace-rs (which reads all the debug
+    /// information up front) on the return addresses of a real stack: this test's, through
+    /// inlined functions, the test harness, std's thread start and libc.
+    #[test]
+    fn agrees_with_backtrace_rs() {
+        let mut ips = Vec::new();
+        collect_return_addresses(&mut ips);
+        assert!(ips.len() > 5, "{ips:?}");
+        prepare(ips.iter().copied());
+        let guard = cache();
+        let c = guard.as_ref().expect("the cache");
+        let mut compared = 0;
+        let mut inlined = 0;
+        let mut named = 0;
+        for &ip in &ips {
+            let ours: Vec<(String, Option<String>, Option<u32>)> = c[&ip]
+                .iter()
+                .map(|f| {
+                    (
+                        f.function.to_string(),
+                        f.file.as_deref().map(str::to_owned),
+                        f.line,
+                    )
+                })
+                .collect();
+            let mut theirs = Vec::new();
+            backtrace::resolve(ip as *mut std::ffi::c_void, |s| {
+                let name = s.name().map(|n| unwrap_qualified_path(&format!("{n:#}")));
+                let file = s.filename().map(|p| p.to_string_lossy().into_owned());
+                theirs.push((name, file, s.lineno()));
+            });
+            if theirs.is_empty() || theirs.iter().all(|t| t.0.is_none()) {
+                continue; // backtrace-rs knows nothing there (ours names it by symbol or address)
+            }
+            let theirs: Vec<(String, Option<String>, Option<u32>)> = theirs
+                .into_iter()
+                .map(|(n, f, l)| (n.unwrap_or_default(), f, l))
+                .collect();
+            if ours.len() == 1 && ours[0].1.is_none() {
+                // A module whose DWARF is compressed in a separate debug file (libc with
+                // Debian's libc6-dbg): ours reads its symbol table only.
+                assert_eq!(ours[0].0, theirs[theirs.len() - 1].0, "at 0x{ip:x}");
+                named += 1;
+                continue;
+            }
+            assert_eq!(ours, theirs, "at 0x{ip:x}");
+            compared += 1;
+            inlined += ours.len() - 1;
+        }
+        assert!(
+            compared >= 5,
+            "compared {compared}, named {named}, of {}",
+            ips.len()
+        );
+        assert!(inlined >= 2, "no inlined frames compared");
     }
 }

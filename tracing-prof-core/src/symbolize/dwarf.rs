@@ -1,0 +1,421 @@
+//! Resolving a batch of addresses of one module: names from the symbol table; file, line and
+//! inlined frames from the DWARF of only the compilation units that hold them.
+//!
+//! For each unit that holds an address of the batch, its line program is run once (its rows
+//! kept until the batch ends) and its tree of functions walked once, descending only into
+//! functions whose code ranges hold an address of the batch. Nothing else of the debug
+//! information is read.
+
+use super::elf::Module;
+use gimli::{EndianSlice, RunTimeEndian};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tracing_prof_model::CodeFrame;
+
+type R = EndianSlice<'static, RunTimeEndian>;
+
+/// `name` demangled, without the hash, qualified paths unwrapped for pprof (see
+/// `unwrap_qualified_path`).
+pub(super) fn demangle(name: &[u8]) -> String {
+    let s = String::from_utf8_lossy(name);
+    match rustc_demangle::try_demangle(&s) {
+        Ok(d) => super::unwrap_qualified_path(&format!("{d:#}")),
+        Err(_) => s.into_owned(),
+    }
+}
+
+/// A file:line place.
+#[derive(Clone, Debug, Default)]
+struct Place {
+    file: Option<Arc<str>>,
+    line: Option<u32>,
+}
+
+/// A function or inlined function holding some of the batch's addresses.
+struct Scope {
+    name: Option<String>,
+    /// Where it was inlined from (inlined functions only).
+    call: Place,
+}
+
+fn dwarf_of(module: &Module) -> Option<gimli::Dwarf<R>> {
+    use object::{Object, ObjectSection};
+    let obj = module.object.as_ref()?;
+    obj.section_by_name(".debug_info")?;
+    let endian = if obj.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<R, ()> {
+        let data = obj
+            .section_by_name(id.name())
+            .and_then(|s| s.data().ok())
+            .unwrap_or(&[]);
+        Ok(EndianSlice::new(data, endian))
+    };
+    gimli::Dwarf::load(load).ok()
+}
+
+/// Resolves `addrs` (module addresses, sorted) of `module`: frames innermost first per address.
+pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFrame>> {
+    let mut out: HashMap<u64, Vec<CodeFrame>> = HashMap::with_capacity(addrs.len());
+    let mut by_unit: HashMap<usize, Vec<u64>> = HashMap::new();
+    for &a in addrs {
+        match module.unit(a) {
+            Some(u) => by_unit.entry(u).or_default().push(a),
+            None => {
+                out.insert(a, vec![symbol_frame(module, a, Place::default())]);
+            }
+        }
+    }
+    let dwarf = if by_unit.is_empty() {
+        None
+    } else {
+        dwarf_of(module)
+    };
+    for (unit_offset, addrs) in by_unit {
+        let frames = dwarf
+            .as_ref()
+            .and_then(|d| resolve_unit(module, d, unit_offset, &addrs).ok());
+        for (i, &a) in addrs.iter().enumerate() {
+            let f = frames
+                .as_ref()
+                .and_then(|f| f.get(i).cloned())
+                .unwrap_or_else(|| vec![symbol_frame(module, a, Place::default())]);
+            out.insert(a, f);
+        }
+    }
+    out
+}
+
+/// The symbol table's function at `a`, at `place`.
+fn symbol_frame(module: &Module, a: u64, place: Place) -> CodeFrame {
+    let function = match module.function(a) {
+        Some((_, name)) => demangle(name),
+        None => format!("0x{:x}", a.wrapping_add(module.bias)),
+    };
+    CodeFrame {
+        function: Arc::from(function),
+        file: place.file,
+        line: place.line,
+    }
+}
+
+/// Frames of each of `addrs` (sorted), all in the unit at `unit_offset`.
+fn resolve_unit(
+    module: &Module,
+    dwarf: &gimli::Dwarf<R>,
+    unit_offset: usize,
+    addrs: &[u64],
+) -> gimli::Result<Vec<Vec<CodeFrame>>> {
+    let header = dwarf
+        .debug_info
+        .header_from_offset(gimli::DebugInfoOffset(unit_offset))?;
+    let unit = dwarf.unit(header)?;
+    let unit = unit.unit_ref(dwarf);
+    let places = line_places(unit, addrs).unwrap_or_else(|_| vec![Place::default(); addrs.len()]);
+    // Per address, the functions holding it, outermost first.
+    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); addrs.len()];
+    let mut scopes: Vec<Scope> = Vec::new();
+    let mut files: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+    let mut tree = unit.entries_tree(None)?;
+    let idx: Vec<usize> = (0..addrs.len()).collect();
+    let mut others = Others {
+        module,
+        dwarf,
+        units: HashMap::new(),
+    };
+    walk(
+        unit,
+        tree.root()?,
+        addrs,
+        &idx,
+        &mut scopes,
+        &mut chains,
+        &mut files,
+        &mut others,
+        0,
+    )?;
+    Ok(addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            let chain = &chains[i];
+            if chain.is_empty() {
+                return vec![symbol_frame(module, a, places[i].clone())];
+            }
+            // Innermost first: the deepest scope at the line table's place, each outer one at
+            // the place the scope inside it was inlined from.
+            let mut frames = Vec::with_capacity(chain.len());
+            let mut place = places[i].clone();
+            for (depth, &s) in chain.iter().enumerate().rev() {
+                let scope = &scopes[s];
+                let name = if depth == 0 {
+                    // The outermost is a real function: the symbol table names it best.
+                    module
+                        .function(a)
+                        .map(|(_, n)| demangle(n))
+                        .or_else(|| scope.name.clone())
+                } else {
+                    scope.name.clone()
+                };
+                frames.push(CodeFrame {
+                    function: Arc::from(name.unwrap_or_else(|| "?".to_owned())),
+                    file: place.file.clone(),
+                    line: place.line,
+                });
+                place = scope.call.clone();
+            }
+            frames
+        })
+        .collect())
+}
+
+/// The line table's place of each of `addrs` (sorted). The program is run once and no row is
+/// kept: each row covers the addresses up to the next row of its sequence.
+fn line_places(unit: gimli::UnitRef<'_, R>, addrs: &[u64]) -> gimli::Result<Vec<Place>> {
+    let mut out = vec![Place::default(); addrs.len()];
+    let Some(program) = unit.line_program.clone() else {
+        return Ok(out);
+    };
+    let mut found: Vec<Option<(u64, u32)>> = vec![None; addrs.len()];
+    let mut rows = program.rows();
+    // The previous row of the current sequence: (address, file, line).
+    let mut prev: Option<(u64, u64, u32)> = None;
+    while let Some((_, row)) = rows.next_row()? {
+        let address = row.address();
+        if let Some((start, file, line)) = prev {
+            let from = addrs.partition_point(|&a| a < start);
+            let to = addrs.partition_point(|&a| a < address);
+            for f in &mut found[from..to] {
+                *f = Some((file, line));
+            }
+        }
+        prev = if row.end_sequence() {
+            None
+        } else {
+            let line = row
+                .line()
+                .map_or(0, |l| u32::try_from(l.get()).unwrap_or(0));
+            Some((address, row.file_index(), line))
+        };
+    }
+    let header = rows.header();
+    let mut files: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+    for (place, f) in out.iter_mut().zip(found) {
+        if let Some((file, line)) = f {
+            place.file = files
+                .entry(file)
+                .or_insert_with(|| file_path(unit, header, file))
+                .clone();
+            place.line = (line > 0).then_some(line);
+        }
+    }
+    Ok(out)
+}
+
+fn file_path(
+    unit: gimli::UnitRef<'_, R>,
+    header: &gimli::LineProgramHeader<R>,
+    index: u64,
+) -> Option<Arc<str>> {
+    let file = header.file(index)?;
+    let name = unit.attr_string(file.path_name()).ok()?;
+    let name = String::from_utf8_lossy(name.slice());
+    if name.starts_with('/') {
+        return Some(Arc::from(name.as_ref()));
+    }
+    let dir = file
+        .directory(header)
+        .and_then(|d| unit.attr_string(d).ok())
+        .map(|d| String::from_utf8_lossy(d.slice()).into_owned())
+        .unwrap_or_default();
+    let dir = if dir.starts_with('/') || dir.is_empty() {
+        dir
+    } else {
+        let comp = unit
+            .comp_dir
+            .map(|c| String::from_utf8_lossy(c.slice()).into_owned())
+            .unwrap_or_default();
+        format!("{comp}/{dir}")
+    };
+    Some(Arc::from(if dir.is_empty() {
+        name.into_owned()
+    } else {
+        format!("{}/{name}", dir.trim_end_matches('/'))
+    }))
+}
+
+/// Walks the tree below `node`, descending into functions only where they hold some of the
+/// addresses `idx` (indices into `addrs`), and records the chains.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a recursive walk threading its accumulators"
+)]
+fn walk(
+    unit: gimli::UnitRef<'_, R>,
+    node: gimli::EntriesTreeNode<'_, '_, R>,
+    addrs: &[u64],
+    idx: &[usize],
+    scopes: &mut Vec<Scope>,
+    chains: &mut [Vec<usize>],
+    files: &mut HashMap<u64, Option<Arc<str>>>,
+    others: &mut Others<'_>,
+    depth: usize,
+) -> gimli::Result<()> {
+    if depth > 256 || idx.is_empty() {
+        return Ok(());
+    }
+    let entry = node.entry();
+    let inside: Vec<usize>;
+    let idx = match entry.tag() {
+        gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
+            let mut ranges = unit.die_ranges(entry)?;
+            let mut held = vec![false; idx.len()];
+            let mut any_range = false;
+            while let Some(r) = ranges.next()? {
+                any_range = true;
+                for (k, &i) in idx.iter().enumerate() {
+                    held[k] |= r.begin <= addrs[i] && addrs[i] < r.end;
+                }
+            }
+            if !any_range {
+                return Ok(()); // a declaration or an abstract instance: no code here
+            }
+            inside = idx
+                .iter()
+                .zip(&held)
+                .filter_map(|(&i, &h)| h.then_some(i))
+                .collect();
+            if inside.is_empty() {
+                return Ok(());
+            }
+            let call = if entry.tag() == gimli::DW_TAG_inlined_subroutine {
+                call_place(unit, entry, files)
+            } else {
+                Place::default()
+            };
+            scopes.push(Scope {
+                name: others.name(unit, entry, 0),
+                call,
+            });
+            for &i in &inside {
+                chains[i].push(scopes.len() - 1);
+            }
+            &inside[..]
+        }
+        _ => idx,
+    };
+    let mut children = node.children();
+    while let Some(child) = children.next()? {
+        walk(
+            unit,
+            child,
+            addrs,
+            idx,
+            scopes,
+            chains,
+            files,
+            others,
+            depth + 1,
+        )?;
+    }
+    Ok(())
+}
+
+fn call_place(
+    unit: gimli::UnitRef<'_, R>,
+    entry: &gimli::DebuggingInformationEntry<R>,
+    files: &mut HashMap<u64, Option<Arc<str>>>,
+) -> Place {
+    let file = match entry.attr_value(gimli::DW_AT_call_file) {
+        Some(gimli::AttributeValue::FileIndex(i)) => Some(i),
+        Some(v) => v.udata_value(),
+        None => None,
+    };
+    let line = entry
+        .attr_value(gimli::DW_AT_call_line)
+        .and_then(|v| v.udata_value())
+        .and_then(|l| u32::try_from(l).ok());
+    let file = file.and_then(|i| {
+        files
+            .entry(i)
+            .or_insert_with(|| {
+                let header = unit.line_program.as_ref()?.header();
+                file_path(unit, header, i)
+            })
+            .clone()
+    });
+    Place {
+        file,
+        line: line.filter(|&l| l > 0),
+    }
+}
+
+/// The units of one module that functions refer to across units (`DW_FORM_ref_addr`, as in
+/// code inlined from another codegen unit), parsed once per batch.
+struct Others<'a> {
+    module: &'a Module,
+    dwarf: &'a gimli::Dwarf<R>,
+    units: HashMap<usize, Arc<gimli::Unit<R>>>,
+}
+
+impl Others<'_> {
+    /// A function's name: its linkage name demangled, else that of the function it is an
+    /// instance of (in this unit or another), else its plain name.
+    fn name(
+        &mut self,
+        unit: gimli::UnitRef<'_, R>,
+        entry: &gimli::DebuggingInformationEntry<R>,
+        depth: u32,
+    ) -> Option<String> {
+        for at in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name] {
+            if let Some(v) = entry.attr_value(at)
+                && let Ok(s) = unit.attr_string(v)
+            {
+                return Some(demangle(s.slice()));
+            }
+        }
+        if depth < 8 {
+            for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+                let name = match entry.attr_value(at) {
+                    Some(gimli::AttributeValue::UnitRef(offset)) => unit
+                        .entry(offset)
+                        .ok()
+                        .and_then(|origin| self.name(unit, &origin, depth + 1)),
+                    Some(gimli::AttributeValue::DebugInfoRef(offset)) => {
+                        self.name_at(offset.0, depth + 1)
+                    }
+                    _ => None,
+                };
+                if name.is_some() {
+                    return name;
+                }
+            }
+        }
+        let v = entry.attr_value(gimli::DW_AT_name)?;
+        let s = unit.attr_string(v).ok()?;
+        Some(String::from_utf8_lossy(s.slice()).into_owned())
+    }
+
+    /// The name of the function whose entry is at `offset` in `.debug_info`.
+    fn name_at(&mut self, offset: usize, depth: u32) -> Option<String> {
+        let starts = self.module.unit_starts(self.dwarf);
+        let start = starts[starts.partition_point(|&s| s <= offset).checked_sub(1)?];
+        if !self.units.contains_key(&start) {
+            let header = self
+                .dwarf
+                .debug_info
+                .header_from_offset(gimli::DebugInfoOffset(start))
+                .ok()?;
+            let unit = self.dwarf.unit(header).ok()?;
+            self.units.insert(start, Arc::new(unit));
+        }
+        // A handle of its own: the recursion may add units to the map.
+        let unit = Arc::clone(self.units.get(&start)?);
+        let at = gimli::DebugInfoOffset(offset).to_unit_offset(&unit.header)?;
+        let entry = unit.entry(at).ok()?;
+        self.name(unit.unit_ref(self.dwarf), &entry, depth)
+    }
+}
