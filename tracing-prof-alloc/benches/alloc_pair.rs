@@ -44,6 +44,42 @@ fn sampled<A: GlobalAlloc>(a: &A, n: u64, rate: u64, depth: u32) {
     set_sample_rate(0);
 }
 
+/// The floor of any header-tagging wrapper kept out of line (as `TaggingAllocator` is, see
+/// its `GlobalAlloc` impl): a call level and an 8-byte header written and read, no accounting.
+/// Only for alignments up to 8, which is all this benchmark asks for.
+struct HeaderOnly<A>(A);
+
+// SAFETY: forwards with 8 more bytes in front (align <= 8 only, as used here) and returns the
+// pointer 8 bytes in; `dealloc` undoes the same.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for HeaderOnly<A> {
+    #[inline(never)]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: a valid, non-zero layout 8 bytes larger; the word fits in front.
+        unsafe {
+            let outer = std::alloc::Layout::from_size_align_unchecked(layout.size() + 8, 8);
+            let base = self.0.alloc(outer);
+            if base.is_null() {
+                return base;
+            }
+            base.cast::<u64>().write(0x7470_0001_0000_000a);
+            base.add(8)
+        }
+    }
+
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe {
+            let base = ptr.sub(8);
+            std::hint::black_box(base.cast::<u64>().read());
+            let outer = std::alloc::Layout::from_size_align_unchecked(layout.size() + 8, 8);
+            self.0.dealloc(base, outer);
+        }
+    }
+}
+
+static HEADER_ONLY_JEMALLOC: HeaderOnly<Jemalloc> = HeaderOnly(Jemalloc);
+
 static TAG_SYSTEM: TaggingAllocator<System> = TaggingAllocator::new(System);
 static TAG_JEMALLOC: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
 
@@ -64,6 +100,7 @@ fn main() {
             vec![
                 ab::variant("Jemalloc", |n| pairs(&Jemalloc, n)),
                 ab::variant("Tagging<Jemalloc>", |n| pairs(&TAG_JEMALLOC, n)),
+                ab::variant("floor: header only", |n| pairs(&HEADER_ONLY_JEMALLOC, n)),
             ],
         );
     }

@@ -1,7 +1,8 @@
 //! The `GlobalAlloc` wrapper.
 
 use crate::counters::{
-    Ticket, begin_alloc, commit_alloc, record_free, record_free_for, record_resize,
+    Ticket, begin_alloc, commit_alloc, fast_commit_alloc, fast_countdown, fast_free, record_free,
+    record_free_for, record_resize,
 };
 use crate::header::{self, Header};
 use crate::tag::current_tag;
@@ -105,6 +106,89 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         } else {
             // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
             Some(unsafe { header::outer_layout_small(size, align, extended) })
+        }
+    }
+
+    /// `alloc` and `alloc_zeroed`, fast path: a thread with a table, a request below the
+    /// cold-path limit that does not reach the next heap sample. Everything else goes to
+    /// [`Self::alloc_with`], called in tail position so that the fast path saves few registers.
+    #[inline(always)]
+    fn alloc_fast(
+        &self,
+        layout: Layout,
+        get: impl FnOnce(&A, Layout) -> *mut u8,
+        slow: fn(&Self, Layout) -> *mut u8,
+    ) -> *mut u8 {
+        let (size, align) = (layout.size(), layout.align());
+        if giant::needs_cold_path(size, align) || !fast_countdown(size) {
+            return slow(self, layout);
+        }
+        // SAFETY: below the cold-path limit, as `needs_cold_path` just checked.
+        let outer = unsafe { header::outer_layout_small(size, align, false) };
+        let base = get(&self.inner, outer);
+        if base.is_null() {
+            return base;
+        }
+        let (tag, origin) = fast_commit_alloc(size);
+        // SAFETY: `base` is a live block of the plain outer layout: the user part starts
+        // `offset_for(align, false)` bytes in, with the header right in front, 8-aligned.
+        unsafe {
+            let user = base.add(header::offset_for(align, false));
+            header::write(user, Header::new(tag, origin, 0));
+            user
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: `outer` has a non-zero size (it includes the header).
+        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc(outer) })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_zeroed_slow(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: `outer` has a non-zero size. The headers overwrite only bytes before the user
+        // pointer, so the user's bytes stay zero.
+        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc_zeroed(outer) })
+    }
+
+    /// `dealloc` of anything but a plain block freed by the thread that allocated it: another
+    /// thread's block, a sampled block, a thread without a table. A header that is not ours
+    /// aborts the process.
+    ///
+    /// # Safety
+    /// As for `GlobalAlloc::dealloc`; `h` is `ptr`'s header.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout, h: Header) {
+        if !h.is_ours() {
+            not_ours(ptr);
+        }
+        record_free(h.tag, h.origin(), layout.size());
+        let extended = h.is_extended();
+        if h.is_live_sample() {
+            // SAFETY: a live block flagged as a live sample.
+            unsafe { sample::record_free(ptr, layout.size()) };
+        }
+        // SAFETY: forwarded from the caller, with the block's own flag.
+        unsafe { self.dealloc_outer(ptr, layout, extended) };
+    }
+
+    /// Hands `ptr`'s whole block back to the inner allocator.
+    ///
+    /// # Safety
+    /// As for `GlobalAlloc::dealloc`; `extended` is the block's `EXTENDED` flag.
+    #[inline(always)]
+    unsafe fn dealloc_outer(&self, ptr: *mut u8, layout: Layout, extended: bool) {
+        let offset = header::offset_for(layout.align(), extended);
+        // SAFETY: the same layout and flag gave the same `outer_layout` when the block was
+        // allocated, so it is valid now, and `ptr - offset` is the pointer `inner` returned.
+        unsafe {
+            let outer =
+                header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked();
+            self.inner.dealloc(ptr.sub(offset), outer);
         }
     }
 
@@ -229,40 +313,43 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
     #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `outer` has a non-zero size (it includes the header).
-        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc(outer) })
+        self.alloc_fast(
+            layout,
+            |inner, outer| unsafe { inner.alloc(outer) },
+            Self::alloc_slow,
+        )
     }
 
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: `outer` has a non-zero size. The headers overwrite only bytes before the user
+        // SAFETY: `outer` has a non-zero size. The header overwrites only bytes before the user
         // pointer, so the user's bytes stay zero.
-        self.alloc_with(layout, |inner, outer| unsafe { inner.alloc_zeroed(outer) })
+        self.alloc_fast(
+            layout,
+            |inner, outer| unsafe { inner.alloc_zeroed(outer) },
+            Self::alloc_zeroed_slow,
+        )
     }
 
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a pointer we returned for this layout, so the header is there.
         let h = unsafe { header::read(ptr) };
-        record_free(h.tag, h.origin(), layout.size());
-        let extended = h.is_extended();
-        if h.is_live_sample() {
-            // SAFETY: a live block flagged as a live sample.
-            unsafe { sample::record_free(ptr, layout.size()) };
+        if !fast_free(h.tag, h.meta, layout.size()) {
+            // SAFETY: forwarded from our caller; `h` is `ptr`'s header.
+            return unsafe { self.dealloc_slow(ptr, layout, h) };
         }
-        let offset = header::offset_for(layout.align(), extended);
-        // SAFETY: the same layout and flag gave the same `outer_layout` when the block was
-        // allocated, so it is valid now, and `ptr - offset` is the pointer `inner` returned.
-        unsafe {
-            let outer =
-                header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked();
-            self.inner.dealloc(ptr.sub(offset), outer);
-        }
+        // SAFETY: forwarded from our caller; the fast path only takes plain blocks.
+        unsafe { self.dealloc_outer(ptr, layout, false) };
     }
 
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` is ours and live, so its header is readable.
         let old = unsafe { header::read(ptr) };
+        if !old.is_ours() {
+            not_ours(ptr);
+        }
         let extended = old.is_extended();
         let ticket = begin_alloc(new_size);
         if ticket.sample && !extended {
@@ -323,4 +410,22 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         unsafe { header::write(user, Header::new(tag, origin, flags)) };
         user
     }
+}
+
+/// A pointer that this allocator never returned reached `dealloc` or `realloc` (a broken
+/// `GlobalAlloc` contract, or memory corruption): says so on stderr and aborts, rather than
+/// hand the inner allocator an address it never gave out.
+#[cold]
+#[inline(never)]
+fn not_ours(ptr: *mut u8) -> ! {
+    let mut msg = *b"tracing-prof-alloc: freed or reallocated pointer 0x0000000000000000 has no header of ours: it was not allocated by this allocator (or the memory before it was overwritten); aborting\n";
+    let digits = b"0123456789abcdef";
+    let at = b"tracing-prof-alloc: freed or reallocated pointer 0x".len();
+    let addr = ptr as usize;
+    for i in 0..16 {
+        msg[at + i] = digits[(addr >> (60 - 4 * i)) & 0xf];
+    }
+    // SAFETY: writes our own buffer to stderr; no allocation, async-signal-safe.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    std::process::abort();
 }

@@ -153,6 +153,17 @@ fn table(s: &crate::tag::ThreadState) -> *const ThreadTable {
     if t.is_null() { acquire(s) } else { t }
 }
 
+/// This thread's own slot for `tag`.
+///
+/// # Safety
+/// `table` must be this thread's real table (neither null nor [`NO_TABLE`]).
+#[inline(always)]
+unsafe fn own_slot(table: *const ThreadTable, tag: u32) -> &'static Slot {
+    // SAFETY: real tables are fully initialised and never freed (the caller's contract); the
+    // mask keeps the index in bounds.
+    unsafe { &(*table).slots[tag as usize & (MAX_TAGS - 1)] }
+}
+
 /// Runs `f` on the slot for `tag` in `table` (or in the shared fallback table).
 #[inline(always)]
 fn with_slot_in(table: *const ThreadTable, tag: u32, f: impl FnOnce(&Slot, Writer)) {
@@ -344,6 +355,65 @@ pub(crate) struct Ticket {
     table: *const ThreadTable,
     /// Whether the heap sampler picked this request.
     pub(crate) sample: bool,
+}
+
+/// The fast path's countdown: when this thread has a table and the request does not reach the
+/// next heap sample, counts `bytes` down and returns `true`; otherwise changes nothing (the
+/// caller then takes the full path, [`begin_alloc`]).
+#[inline(always)]
+pub(crate) fn fast_countdown(bytes: usize) -> bool {
+    STATE
+        .try_with(|s| {
+            let left = s.sample_left.get().wrapping_sub(bytes as i64);
+            // A non-zero origin means a real table (set together in `acquire`, cleared
+            // together at thread exit).
+            let fast = s.origin.get() != 0 && left >= 0;
+            if fast {
+                s.sample_left.set(left);
+            }
+            fast
+        })
+        .unwrap_or(false)
+}
+
+/// Counts a plain allocation of `bytes` that the fast path made, after [`fast_countdown`]
+/// returned `true` on this thread (so it has a table); returns the header's tag and origin.
+///
+/// Read again from the thread state after the inner allocator returns, rather than kept
+/// across the call: fewer registers to save on the hot path.
+#[inline(always)]
+pub(crate) fn fast_commit_alloc(bytes: usize) -> (u32, u32) {
+    STATE
+        .try_with(|s| {
+            let tag = s.tag.get();
+            // SAFETY: `fast_countdown` saw a non-zero origin, so the table is a real one.
+            let slot = unsafe { own_slot(s.table.get(), tag) };
+            Writer::Owner.add(&slot.alloc_objects, 1);
+            Writer::Owner.add(&slot.alloc_bytes, bytes as u64);
+            (tag, s.origin.get())
+        })
+        .unwrap_or((0, 0))
+}
+
+/// The fast path of a free: when `meta` (the header's meta word) is exactly that
+/// of a plain block allocated by this thread, which has a table, counts the free and returns
+/// `true`. Anything else (another thread's block, a sampled block, no table, a header that is
+/// not ours) returns `false` with nothing counted.
+#[inline(always)]
+pub(crate) fn fast_free(tag: u32, meta: u32, bytes: usize) -> bool {
+    STATE
+        .try_with(|s| {
+            let origin = s.origin.get();
+            if origin == 0 || meta != crate::header::Header::new(0, origin, 0).meta {
+                return false;
+            }
+            // SAFETY: a non-zero origin means a real table.
+            let slot = unsafe { own_slot(s.table.get(), tag) };
+            Writer::Owner.add(&slot.free_objects, 1);
+            Writer::Owner.add(&slot.free_bytes, bytes as u64);
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// Starts an allocation of `bytes`: reads the current tag and table, and counts the bytes down

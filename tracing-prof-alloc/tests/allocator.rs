@@ -343,3 +343,46 @@ fn allocations_during_tls_teardown_are_counted() {
         (6, 3 * 77, 3, 3 * 44)
     );
 }
+
+/// A pointer the allocator never returned, freed through it: the process aborts with a message
+/// naming the pointer, on the fast path and on realloc, instead of freeing `ptr - 8`.
+#[test]
+fn a_pointer_that_is_not_ours_aborts_with_a_message() {
+    const CHILD: &str = "TRACING_PROF_ALLOC_NOT_OURS";
+    if let Ok(how) = std::env::var(CHILD) {
+        static WRAPPED: TaggingAllocator<System> = TaggingAllocator::new(System);
+        let layout = Layout::from_size_align(64, 8).unwrap();
+        // SAFETY: deliberately breaks the contract: the block comes from System, and is zeroed
+        // so that its "header" is not ours.
+        unsafe {
+            let p = System
+                .alloc_zeroed(Layout::from_size_align(128, 8).unwrap())
+                .add(64);
+            match how.as_str() {
+                "dealloc" => WRAPPED.dealloc(p, layout),
+                _ => {
+                    WRAPPED.realloc(p, layout, 256);
+                }
+            }
+        }
+        unreachable!("the allocator returned");
+    }
+    for how in ["dealloc", "realloc"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_pointer_that_is_not_ours_aborts_with_a_message",
+            ])
+            .env(CHILD, how)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{how}: {stderr}");
+        assert!(
+            stderr.contains("tracing-prof-alloc: freed or reallocated pointer 0x")
+                && stderr.contains("has no header of ours"),
+            "{how}: {stderr}"
+        );
+    }
+}
