@@ -130,6 +130,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         total.inuse_objects
     );
 
+    print_cpu(&profile, &profiler.stats().cpu);
     print_stacks(&profile);
     print_threads(&profile);
 
@@ -158,7 +159,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         let memory = newest(&dir, "span_memory").unwrap_or_default();
         let lifetimes = newest(&dir, "lifetimes").unwrap_or_default();
         let threads = newest(&dir, "threads").unwrap_or_default();
+        let cpu = newest(&dir, "cpu").unwrap_or_default();
         println!("Profiles are in {}/. To look further:", dir.display());
+        println!("  go tool pprof -top {}", cpu.display());
+        println!(
+            "  go tool pprof -traces -tagfocus='span_path=request -> render' {}",
+            cpu.display()
+        );
         println!("  go tool pprof -top {}", spans.display());
         println!(
             "  go tool pprof -top -sample_index=wall_busy {}",
@@ -216,6 +223,41 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
         );
     }
     println!();
+}
+
+/// The functions that used the most CPU, from the CPU samples under span frames, and what
+/// sampling cost.
+fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::SamplerStats) {
+    let tracing_prof::model::CpuSource::Sampled { hz } = profile.cpu else {
+        return;
+    };
+    if stats.handler_runs == 0 {
+        return;
+    }
+    let top = profile.profile(tracing_prof::ProfileKind::Cpu).top(
+        None,
+        tracing_prof::model::Grouping::Function,
+        false,
+        8,
+    );
+    if let Ok(top) = top {
+        println!(
+            "Top functions by sampled CPU time (code and span frames; flat: in the function itself):"
+        );
+        for line in top.render(true).lines() {
+            println!("  {line}");
+        }
+    }
+    println!(
+        "  ({} samples at {} Hz, {} dropped; the signal handler took {:.1} µs and found {:.0} frames per sample on average; unwind rule cache {} hits, {} misses)\n",
+        stats.samples,
+        hz,
+        stats.dropped,
+        stats.handler_ns as f64 / stats.handler_runs as f64 / 1e3,
+        stats.frames as f64 / stats.handler_runs as f64,
+        stats.unwind_cache_hits,
+        stats.unwind_cache_misses,
+    );
 }
 
 /// The sampled code stacks holding the most memory, and the sites of the most temporary bytes.

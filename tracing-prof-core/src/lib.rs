@@ -58,6 +58,7 @@ pub use profiler::{
     SinkError, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
+pub use tracing_prof_cpu::SamplerStats;
 pub use tracing_prof_model as model;
 pub use tracing_prof_model::SuspectedLeak;
 pub use tracing_prof_model::{

@@ -38,6 +38,10 @@ pub(crate) struct ThreadSampler {
     pub(crate) samples: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) truncated: AtomicU64,
+    /// Handler runs that unwound a stack, the frames they found and the nanoseconds they took.
+    pub(crate) handled: AtomicU64,
+    pub(crate) frames: AtomicU64,
+    pub(crate) handler_ns: AtomicU64,
     pub(crate) ring: Ring,
 }
 
@@ -316,16 +320,30 @@ pub(crate) fn after_fork_in_child() {
     each(|s| s.timer.store(0, Ordering::SeqCst));
 }
 
-/// Totals of the per-thread counters, and the number of threads owning a state now.
-pub(crate) fn totals() -> (u64, u64, u64, usize) {
-    let (mut samples, mut dropped, mut truncated, mut live) = (0, 0, 0, 0);
+/// Sums of the per-thread counters, and the number of threads owning a state now.
+#[derive(Default)]
+pub(crate) struct Totals {
+    pub(crate) samples: u64,
+    pub(crate) dropped: u64,
+    pub(crate) truncated: u64,
+    pub(crate) handled: u64,
+    pub(crate) frames: u64,
+    pub(crate) handler_ns: u64,
+    pub(crate) live: usize,
+}
+
+pub(crate) fn totals() -> Totals {
+    let mut t = Totals::default();
     each(|s| {
-        samples += s.samples.load(Ordering::Relaxed);
-        dropped += s.dropped.load(Ordering::Relaxed);
-        truncated += s.truncated.load(Ordering::Relaxed);
+        t.samples += s.samples.load(Ordering::Relaxed);
+        t.dropped += s.dropped.load(Ordering::Relaxed);
+        t.truncated += s.truncated.load(Ordering::Relaxed);
+        t.handled += s.handled.load(Ordering::Relaxed);
+        t.frames += s.frames.load(Ordering::Relaxed);
+        t.handler_ns += s.handler_ns.load(Ordering::Relaxed);
         if s.state.load(Ordering::Relaxed) == OWNED {
-            live += 1;
+            t.live += 1;
         }
     });
-    (samples, dropped, truncated, live)
+    t
 }

@@ -252,6 +252,27 @@ pub(crate) fn prepare() {
     });
 }
 
+/// framehop's rule-cache hits and misses, summed over the caches free now (one a handler
+/// holds is skipped rather than waited for).
+pub(crate) fn cache_stats() -> (u64, u64) {
+    let (mut hits, mut misses) = (0, 0);
+    for slot in POOL.get().map_or(&[][..], |p| &p[..]) {
+        if slot
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            let held = CachePool(slot);
+            // SAFETY: this holder set `busy`, as in `CachePool::get`.
+            let s = unsafe { &*held.0.cache.get() }.stats();
+            hits += s.hit_count;
+            misses +=
+                s.miss_empty_slot_count + s.miss_wrong_address_count + s.miss_wrong_modules_count;
+        }
+    }
+    (hits, misses)
+}
+
 pub(crate) struct CachePool(&'static CacheSlot);
 
 impl CachePool {

@@ -94,6 +94,14 @@ fn samples_weigh_cpu_time_and_reach_the_callers() {
     run(Unwind::Dwarf, true);
     let s = tracing_prof_cpu::stats();
     assert!(s.samples > 250 && s.foreign_signals == 0, "{s:?}");
+    // The handler's own accounts: one run per signal (each weighing one or more samples), at
+    // least the three frames checked above in each, and a time for each.
+    assert!(
+        s.handler_runs > 0 && s.handler_runs <= s.samples + s.dropped,
+        "{s:?}"
+    );
+    assert!(s.frames >= 3 * s.handler_runs, "{s:?}");
+    assert!(s.handler_ns >= s.handler_runs, "{s:?}");
     // Frame pointers reach the callers only where every function keeps them: in the CI build
     // with `-C force-frame-pointers=yes`, which sets this variable.
     let fp_build = std::env::var_os("TRACING_PROF_EXPECT_FRAME_POINTERS").is_some();
