@@ -179,9 +179,9 @@ pub struct SamplerStats {
     /// `CLOCK_MONOTONIC`): `handler_ns / handler_runs` is the cost of one sample on the
     /// sampled thread, the kernel's signal delivery aside.
     pub handler_ns: u64,
-    /// Frames the DWARF unwinder found in its rule caches, and frames it had to look up in
-    /// `.eh_frame` (the slow part of a sample).
+    /// Frames the DWARF unwinder found in its rule caches.
     pub unwind_cache_hits: u64,
+    /// Frames it had to look up in `.eh_frame` instead (the slow part of a sample).
     pub unwind_cache_misses: u64,
     /// Threads armed (a thread armed again after a restart counts again).
     pub threads_armed: u64,
