@@ -154,12 +154,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!();
     }
 
-    let (spans, heap) = (newest(&dir, "spans"), newest(&dir, "heap"));
+    let (spans, heap) = (latest(&dir, "spans"), latest(&dir, "heap"));
     if let (Some(spans), Some(heap)) = (spans, heap) {
-        let memory = newest(&dir, "span_memory").unwrap_or_default();
-        let lifetimes = newest(&dir, "lifetimes").unwrap_or_default();
-        let threads = newest(&dir, "threads").unwrap_or_default();
-        let cpu = newest(&dir, "cpu").unwrap_or_default();
+        let memory = latest(&dir, "span_memory").unwrap_or_default();
+        let lifetimes = latest(&dir, "lifetimes").unwrap_or_default();
+        let threads = latest(&dir, "threads").unwrap_or_default();
+        let cpu = latest(&dir, "cpu").unwrap_or_default();
         println!("Profiles are in {}/. To look further:", dir.display());
         println!("  go tool pprof -top {}", cpu.display());
         println!(
@@ -366,18 +366,8 @@ fn bytes(b: u64) -> String {
     }
 }
 
-/// The newest file of `kind` written by this process.
-fn newest(dir: &Path, kind: &str) -> Option<PathBuf> {
-    let prefix = format!("{kind}.{}.", std::process::id());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix))
-        })
-        .collect();
-    files.sort();
-    files.pop()
+/// The stable name of the newest profile of `kind` (`KIND.latest.pb.gz`), if one was written.
+fn latest(dir: &Path, kind: &str) -> Option<PathBuf> {
+    let path = dir.join(format!("{kind}.latest.pb.gz"));
+    path.exists().then_some(path)
 }

@@ -19,7 +19,7 @@ fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let n = p.file_name().unwrap().to_str().unwrap();
-            n.starts_with(prefix) && n.ends_with(suffix)
+            n.starts_with(prefix) && n.ends_with(suffix) && !n.contains(".latest.")
         })
         .collect();
     v.sort();

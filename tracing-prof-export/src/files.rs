@@ -75,6 +75,13 @@ pub enum FileError {
 /// Timestamps have microseconds and strictly increase per exporter, so two exports never share
 /// a name and names sort by time.
 ///
+/// The newest file of each kind is also at a **stable name**, `{kind}.latest.pb.gz` (and
+/// `{kind}-delta.latest.pb.gz`, `{kind}.latest.{sample_type}.svg`): a hard link to it, replaced
+/// by a rename on each export, so `go tool pprof profiles/heap.latest.pb.gz` always opens one
+/// whole, current profile. (A glob over the timestamped files would make pprof *add up*
+/// cumulative profiles.) Several processes writing into one directory share the stable names:
+/// the last export wins.
+///
 /// Optionally, per export, `{kind}-delta.*.pb.gz` files hold only what happened since the
 /// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
 /// flame graphs sit beside the pprof files.
@@ -200,10 +207,18 @@ impl FileExporter {
                 continue;
             }
             let name = format!("{}.{}.{stamp}.pb.gz", kind.name(), self.pid);
-            written.push(self.write_file(&name, &profile.profile(kind).encode())?);
+            let bytes = profile.profile(kind).encode();
+            written.push(self.write_file(&name, &bytes)?);
+            self.link_latest(&name, &format!("{}.latest.pb.gz", kind.name()), &bytes)?;
             if let Some(window) = &window {
                 let name = format!("{}-delta.{}.{stamp}.pb.gz", kind.name(), self.pid);
-                written.push(self.write_file(&name, &window.profile(kind).encode())?);
+                let bytes = window.profile(kind).encode();
+                written.push(self.write_file(&name, &bytes)?);
+                self.link_latest(
+                    &name,
+                    &format!("{}-delta.latest.pb.gz", kind.name()),
+                    &bytes,
+                )?;
             }
         }
         for &(kind, sample_type) in &self.flamegraphs {
@@ -222,6 +237,11 @@ impl FileExporter {
             };
             let name = format!("{}.{}.{stamp}.{sample_type}.svg", kind.name(), self.pid);
             written.push(self.write_file(&name, &svg)?);
+            self.link_latest(
+                &name,
+                &format!("{}.latest.{sample_type}.svg", kind.name()),
+                &svg,
+            )?;
         }
         for &kind in &self.kinds {
             self.prune(&format!("{}.{}.", kind.name(), self.pid));
@@ -246,6 +266,23 @@ impl FileExporter {
             let _ = fs::remove_file(&tmp);
         }
         result.map(|()| path)
+    }
+
+    /// Points the stable name `latest` at the file `name` just written: a hard link made under
+    /// a temporary name and renamed over the old one (readers see the old file or the new one,
+    /// never none); where the file system has no hard links, a copy of `bytes`, written the
+    /// same way.
+    fn link_latest(&self, name: &str, latest: &str, bytes: &[u8]) -> Result<(), FileError> {
+        let tmp = self.dir.join(format!(".{latest}.{}.tmp", self.pid));
+        let _ = fs::remove_file(&tmp);
+        let target = self.dir.join(latest);
+        if fs::hard_link(self.dir.join(name), &tmp).is_ok() {
+            return fs::rename(&tmp, &target).map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                io_error("rename into place", &target)(e)
+            });
+        }
+        self.write_file(latest, bytes).map(|_| ())
     }
 
     /// Deletes this process's files named `{prefix}{stamp}...` of all but the newest `keep`

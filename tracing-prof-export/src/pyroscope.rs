@@ -1,8 +1,10 @@
 //! Pushing profiles to Pyroscope / Grafana Cloud Profiles.
 //!
 //! Every interval, [`PyroscopeExporter`] (a [`Sink`]) turns the profile into a window since the
-//! previous push (counters over the interval, in-use memory at its end), encodes the `spans`,
-//! `heap` (sampled code stacks) and `span_memory` (exact) kinds as pprof and hands them to its own sender thread through a bounded queue. The
+//! previous push (counters over the interval, in-use memory at its end), encodes the `cpu`
+//! (sampled code stacks, when CPU sampling runs), `spans`, `heap` (sampled code stacks) and
+//! `span_memory` (exact) kinds as pprof and hands them to its own sender thread through a
+//! bounded queue. The
 //! aggregator never waits on the network: when the queue is full the oldest batch is dropped and
 //! counted. The sender retries transport errors, `429` and `5xx` answers with exponential backoff,
 //! and gives up on other `4xx` answers (a configuration error) at once; every failure is counted
@@ -11,7 +13,8 @@
 //!
 //! Two APIs:
 //! - [`PyroscopeApi::Push`] (default): `POST /push.v1.PusherService/Push`, a protobuf
-//!   `PushRequest` with one series per kind, labels `__name__` (`spans`, `memory` or `span_memory`),
+//!   `PushRequest` with one series per kind, labels `__name__` (`process_cpu`, `spans`, `memory`
+//!   or `span_memory`),
 //!   `service_name` and your tags.
 //! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&format=pprof`, a
 //!   multipart form with the pprof in `profile` and a `sample_type_config`.

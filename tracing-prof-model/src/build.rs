@@ -14,7 +14,8 @@
 //! the sampling rate and a numeric label `bytes` (the mean sampled size); `cpu` has period type
 //! `cpu/nanoseconds` and period = 1e9 / Hz. Stacks are span frames, root first, then code frames.
 //! A cumulative snapshot gives profiles without a duration (their counters run since the
-//! process started); a window gives its length.
+//! process started) whose time is when they were collected; a window gives its start and its
+//! length, as Go's CPU profiles do.
 
 use crate::kind::ProfileKind;
 use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
@@ -164,7 +165,13 @@ impl Snapshot {
             }
             .to_owned(),
         );
-        out.time = Some(self.time.checked_sub(self.duration).unwrap_or(self.time));
+        // As Go's profiles: a window's time is when it started (its duration follows); a
+        // cumulative profile's is when it was collected.
+        out.time = Some(if self.window {
+            self.time.checked_sub(self.duration).unwrap_or(self.time)
+        } else {
+            self.time
+        });
         out.duration = self.window.then_some(self.duration);
         out.binary = self.binary.clone();
         out.comments.extend(self.comments(kind));

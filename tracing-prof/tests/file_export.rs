@@ -26,6 +26,7 @@ fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
             .to_str()
             .unwrap()
             .starts_with(&format!("{kind}."))
+            && !p.to_str().unwrap().contains(".latest.")
     });
     v.sort();
     v
@@ -59,12 +60,26 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
         "{:?}",
         guard.profiler().stats()
     );
+    // Stopped, so that no export is half done (written, not yet pruned) while we count.
+    drop(guard);
     assert_eq!(
         files(&dir, "spans").len(),
         3,
         "keep(3) must prune older files"
     );
     assert_eq!(files(&dir, "heap").len(), 3);
+    // The stable name holds the newest file of each kind, whole.
+    for kind in ["spans", "heap", "span_memory", "lifetimes", "threads"] {
+        let newest = files(&dir, kind).pop().unwrap();
+        let latest = dir.join(format!("{kind}.latest.pb.gz"));
+        assert_eq!(
+            std::fs::read(&latest).unwrap(),
+            std::fs::read(&newest).unwrap(),
+            "{} is not {}",
+            latest.display(),
+            newest.display()
+        );
+    }
 
     // The last profile is written when the guard drops, even if the interval is far away.
     let (_layer, guard) = Profiler::builder()
@@ -101,6 +116,13 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
         let spans = &files(&dir.join("final"), "spans")[0];
         let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
         assert!(top.contains("file_export::fe_request [span]"), "{top}");
+        // The stable name opens as the one profile it is (a glob over the timestamped files
+        // would add cumulative profiles up).
+        let latest = dir.join("final").join("spans.latest.pb.gz");
+        assert_eq!(
+            common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], &latest),
+            top
+        );
     }
 }
 
