@@ -249,11 +249,11 @@ fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::SamplerStats) {
         }
     }
     println!(
-        "  ({} samples at {} Hz, {} dropped; the signal handler took {:.1} µs and found {:.0} frames per sample on average; unwind rule cache {} hits, {} misses)\n",
+        "  ({} samples at {} Hz, {} dropped; per sample the signal handler took {:.1} µs (median) and found {:.0} frames (mean); unwind rule cache {} hits, {} misses)\n",
         stats.samples,
         hz,
         stats.dropped,
-        stats.handler_ns as f64 / stats.handler_runs as f64 / 1e3,
+        stats.handler_ns_quantile(0.5).unwrap_or(0) as f64 / 1e3,
         stats.frames as f64 / stats.handler_runs as f64,
         stats.unwind_cache_hits,
         stats.unwind_cache_misses,

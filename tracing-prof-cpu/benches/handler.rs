@@ -1,7 +1,8 @@
 //! What one CPU sample costs the sampled thread, and how deep its stack walk gets: a thread
 //! burns CPU at the bottom of a chain of `depth` non-inlined calls while the sampler runs at
-//! 1000 Hz; the handler times itself (`SamplerStats::handler_ns`) and counts the frames it
-//! found. Rounds alternate between the unwinders and depths; medians of the rounds' means.
+//! 1000 Hz; the handler times itself (`SamplerStats::handler_ns` and its histogram) and counts
+//! the frames it found. Rounds alternate between the unwinders and depths; the table gives the
+//! median over rounds of each round's mean and of each round's median.
 //!
 //! `cargo bench -p tracing-prof-cpu --bench handler` measures DWARF unwinding on a default
 //! release build. Frame-pointer unwinding needs a binary built with frame pointers:
@@ -47,6 +48,7 @@ fn chain(depth: u32, ms: u64) -> u64 {
 
 struct Round {
     ns_per_sample: f64,
+    median_ns: f64,
     depth: f64,
     truncated: u64,
 }
@@ -59,8 +61,17 @@ fn round(unwind: Unwind, depth: u32, ms: u64) -> Round {
     tracing_prof_cpu::stop();
     while !tracing_prof_cpu::drain(|_| {}) {}
     let runs = (after.handler_runs - before.handler_runs).max(1) as f64;
+    let mut delta = after;
+    for (d, b) in delta
+        .handler_ns_histogram
+        .iter_mut()
+        .zip(&before.handler_ns_histogram)
+    {
+        *d -= b;
+    }
     Round {
         ns_per_sample: (after.handler_ns - before.handler_ns) as f64 / runs,
+        median_ns: delta.handler_ns_quantile(0.5).unwrap_or(0) as f64,
         depth: (after.frames - before.frames) as f64 / runs,
         truncated: after.truncated - before.truncated,
     }
@@ -102,15 +113,16 @@ fn main() {
         "\n### One CPU sample: handler time on the sampled thread and depth reached ({rounds} rounds of {ms} ms of CPU at 1000 Hz each)\n"
     );
     println!(
-        "| unwinder | calls below main | median ns per sample | median frames found | truncated |"
+        "| unwinder | calls below main | mean ns per sample | median ns per sample (within 20%) | frames found | truncated |"
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (m, &(name, _)) in modes.iter().enumerate() {
         for (d, &depth) in depths.iter().enumerate() {
             let r = &results[m * depths.len() + d];
             println!(
-                "| {name} | {depth} | {:.0} | {:.1} | {} |",
+                "| {name} | {depth} | {:.0} | {:.0} | {:.1} | {} |",
                 median(r.iter().map(|x| x.ns_per_sample).collect()),
+                median(r.iter().map(|x| x.median_ns).collect()),
                 median(r.iter().map(|x| x.depth).collect()),
                 r.iter().map(|x| x.truncated).sum::<u64>(),
             );

@@ -176,9 +176,13 @@ pub struct SamplerStats {
     /// Frames those runs found in all: `frames / handler_runs` is the mean depth reached.
     pub frames: u64,
     /// Nanoseconds those runs took in all, from entering the handler to leaving it (read from
-    /// `CLOCK_MONOTONIC`): `handler_ns / handler_runs` is the cost of one sample on the
-    /// sampled thread, the kernel's signal delivery aside.
+    /// `CLOCK_MONOTONIC`). Wall time: on a host with more runnable threads than cores, a
+    /// handler preempted by the scheduler counts the time it waited, so the mean
+    /// (`handler_ns / handler_runs`) reads high; [`SamplerStats::handler_ns_quantile`] does not.
     pub handler_ns: u64,
+    /// Handler runs by time taken, two buckets per doubling from 256 ns to 16 ms (see
+    /// [`SamplerStats::handler_ns_quantile`]).
+    pub handler_ns_histogram: [u64; HANDLER_BUCKETS],
     /// Frames the DWARF unwinder found in its rule caches.
     pub unwind_cache_hits: u64,
     /// Frames it had to look up in `.eh_frame` instead (the slow part of a sample).
@@ -197,6 +201,49 @@ pub struct SamplerStats {
     pub foreign_signals: u64,
     /// Our signals that arrived after their thread was disarmed (ignored).
     pub late_signals: u64,
+}
+
+/// Buckets of [`SamplerStats::handler_ns_histogram`].
+pub const HANDLER_BUCKETS: usize = 32;
+
+/// The bucket of a handler run that took `ns`: two per doubling, bucket 0 below 362 ns, the
+/// last from 11.9 ms up.
+pub(crate) fn handler_bucket(ns: u64) -> usize {
+    if ns < 256 {
+        return 0;
+    }
+    let octave = 63 - ns.leading_zeros() as usize; // 8.. for ns >= 256
+    let half = ((ns >> (octave - 1)) & 1) as usize; // the bit below the top one
+    (2 * (octave - 8) + half).min(HANDLER_BUCKETS - 1)
+}
+
+/// The lower bound of bucket `b` in nanoseconds.
+fn bucket_floor(b: usize) -> u64 {
+    let octave = 8 + b / 2;
+    (1u64 << octave) + if b % 2 == 1 { 1u64 << (octave - 1) } else { 0 }
+}
+
+impl SamplerStats {
+    /// The time within which a fraction `q` (0 to 1) of the handler runs finished, to within
+    /// a bucket (about 20%): `handler_ns_quantile(0.5)` is the median cost of one sample.
+    /// `None` before any run.
+    pub fn handler_ns_quantile(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.handler_ns_histogram.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64) * q.clamp(0.0, 1.0)).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (b, &n) in self.handler_ns_histogram.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                // The bucket's middle.
+                let (lo, hi) = (bucket_floor(b), bucket_floor(b + 1));
+                return Some(lo + (hi - lo) / 2);
+            }
+        }
+        None
+    }
 }
 
 /// The rate sampling runs at (0: stopped).
@@ -327,6 +374,7 @@ mod api {
             handler_runs: t.handled,
             frames: t.frames,
             handler_ns: t.handler_ns,
+            handler_ns_histogram: t.handler_hist,
             threads_live: t.live,
             threads_armed: thread::ARMED.load(Ordering::Relaxed),
             arm_failures: thread::ARM_FAILURES.load(Ordering::Relaxed),
@@ -356,3 +404,30 @@ mod api {
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 pub use api::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handler_time_buckets_and_quantiles() {
+        assert_eq!(handler_bucket(0), 0);
+        assert_eq!(handler_bucket(300), 0);
+        assert_eq!(handler_bucket(384), 1);
+        assert_eq!(handler_bucket(512), 2);
+        assert_eq!(handler_bucket(1000), 3);
+        assert_eq!(handler_bucket(1024), 4);
+        assert_eq!(handler_bucket(u64::MAX), HANDLER_BUCKETS - 1);
+        for b in 0..HANDLER_BUCKETS - 1 {
+            assert_eq!(handler_bucket(bucket_floor(b + 1)), b + 1);
+            assert_eq!(handler_bucket(bucket_floor(b + 1) - 1), b);
+        }
+        let mut s = SamplerStats::default();
+        assert_eq!(s.handler_ns_quantile(0.5), None);
+        s.handler_ns_histogram[handler_bucket(1_100)] = 90; // 1024..1536
+        s.handler_ns_histogram[handler_bucket(20_000)] = 10; // 16384..24576
+        assert_eq!(s.handler_ns_quantile(0.5), Some(1280));
+        assert_eq!(s.handler_ns_quantile(0.9), Some(1280));
+        assert_eq!(s.handler_ns_quantile(0.95), Some(20480));
+    }
+}

@@ -155,7 +155,9 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     }
     bump(&ts.handled, 1);
     bump(&ts.frames, walk.depth as u64);
-    bump(&ts.handler_ns, now_ns().wrapping_sub(start));
+    let took = now_ns().wrapping_sub(start);
+    bump(&ts.handler_ns, took);
+    bump(&ts.handler_hist[crate::handler_bucket(took)], 1);
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: `clock_gettime` is async-signal-safe (POSIX.1-2008,

@@ -42,6 +42,8 @@ pub(crate) struct ThreadSampler {
     pub(crate) handled: AtomicU64,
     pub(crate) frames: AtomicU64,
     pub(crate) handler_ns: AtomicU64,
+    /// Handler runs by time taken (see [`crate::handler_bucket`]).
+    pub(crate) handler_hist: [AtomicU64; crate::HANDLER_BUCKETS],
     pub(crate) ring: Ring,
 }
 
@@ -329,6 +331,7 @@ pub(crate) struct Totals {
     pub(crate) handled: u64,
     pub(crate) frames: u64,
     pub(crate) handler_ns: u64,
+    pub(crate) handler_hist: [u64; crate::HANDLER_BUCKETS],
     pub(crate) live: usize,
 }
 
@@ -341,6 +344,9 @@ pub(crate) fn totals() -> Totals {
         t.handled += s.handled.load(Ordering::Relaxed);
         t.frames += s.frames.load(Ordering::Relaxed);
         t.handler_ns += s.handler_ns.load(Ordering::Relaxed);
+        for (sum, b) in t.handler_hist.iter_mut().zip(&s.handler_hist) {
+            *sum += b.load(Ordering::Relaxed);
+        }
         if s.state.load(Ordering::Relaxed) == OWNED {
             t.live += 1;
         }

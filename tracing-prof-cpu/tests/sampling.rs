@@ -102,6 +102,12 @@ fn samples_weigh_cpu_time_and_reach_the_callers() {
     );
     assert!(s.frames >= 3 * s.handler_runs, "{s:?}");
     assert!(s.handler_ns >= s.handler_runs, "{s:?}");
+    assert_eq!(
+        s.handler_ns_histogram.iter().sum::<u64>(),
+        s.handler_runs,
+        "{s:?}"
+    );
+    assert!(s.handler_ns_quantile(0.5).is_some_and(|m| m > 0), "{s:?}");
     // Frame pointers reach the callers only where every function keeps them: in the CI build
     // with `-C force-frame-pointers=yes`, which sets this variable.
     let fp_build = std::env::var_os("TRACING_PROF_EXPECT_FRAME_POINTERS").is_some();
