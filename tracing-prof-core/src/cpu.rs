@@ -4,17 +4,19 @@
 //!
 //! The rings are drained by the aggregator thread every [`DRAIN_EVERY`] and by every capture;
 //! the store lives off the signal path, under a mutex that only the profiler's own threads and
-//! callers of `snapshot()` take. It is bounded: at most [`MAX_CPU_STACKS`] distinct stacks;
+//! callers of `snapshot()` take. Raw stacks (addresses) are symbolized and merged by function
+//! and line every [`MAX_RAW`] new ones and at each capture, so the store is bounded by the
+//! program's distinct hot stacks, not by its instructions: at most [`MAX_CPU_STACKS`] of them;
 //! samples of further stacks count under their span path with the `(stack table full)` frame.
 
-use crate::capture::{PathIndex, code_of, path_of};
+use crate::capture::{PathIndex, path_of};
 use crate::config::CpuTime;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tracing_prof_alloc::Tag;
-use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame};
+use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame, TABLE_FULL_FRAME};
 
 /// How often the aggregator drains the samplers' rings: 100 ms (a thread's ring holds about
 /// 0.6 s of samples at 100 Hz).
@@ -32,12 +34,20 @@ static RAN_HZ: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Default)]
 struct Store {
-    /// Weighted samples per (tag, code addresses innermost first); an empty stack counts the
-    /// samples that found the store full.
-    counts: HashMap<(u32, Box<[u64]>), u64>,
-    /// Samples that arrived while the store was full.
+    /// Weighted samples per (tag, code addresses innermost first) since the last compaction.
+    raw: HashMap<(u32, Box<[u64]>), u64>,
+    /// Weighted samples per (tag, symbolized code stack, root first): what `raw` becomes when
+    /// it is compacted. Keyed by function and line, not by instruction, so it stops growing
+    /// once the program's hot stacks have been seen; an empty stack counts the samples that
+    /// found it full.
+    resolved: HashMap<(u32, Arc<[CodeFrame]>), u64>,
+    /// Samples that arrived while `resolved` was full.
     overflowed: u64,
 }
+
+/// Raw stacks kept before they are symbolized and merged (on the aggregator thread, at the
+/// drain that reaches this many, and at every capture).
+const MAX_RAW: usize = 4096;
 
 static STORE: Mutex<Option<Store>> = Mutex::new(None);
 
@@ -85,22 +95,63 @@ pub(crate) fn stop() {
     }
 }
 
-/// Moves every recorded sample into the store. Never waits on another reader.
+/// Moves every recorded sample into the store, and symbolizes them once enough have come.
 pub(crate) fn drain() {
     let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
     let mut guard = store();
     let s = guard.get_or_insert_with(Store::default);
     tracing_prof_cpu::drain(|sample| {
         let key = (sample.tag, Box::<[u64]>::from(sample.ips));
-        if let Some(n) = s.counts.get_mut(&key) {
-            *n += sample.weight;
-        } else if s.counts.len() < MAX_CPU_STACKS {
-            s.counts.insert(key, sample.weight);
-        } else {
-            s.overflowed += sample.weight;
-            *s.counts.entry((sample.tag, Box::from([]))).or_insert(0) += sample.weight;
-        }
+        *s.raw.entry(key).or_insert(0) += sample.weight;
     });
+    if s.raw.len() >= MAX_RAW {
+        compact(s);
+    }
+}
+
+/// Symbolizes the raw stacks and merges them into `resolved`. The interrupted instructions
+/// are resolved without entering the symbol cache (there are as many as there are hot
+/// instructions); return addresses are cached.
+fn compact(s: &mut Store) {
+    if s.raw.is_empty() {
+        return;
+    }
+    let raw = std::mem::take(&mut s.raw);
+    let leaves = crate::symbolize::resolve_transient(
+        raw.keys()
+            .filter_map(|(_, ips)| ips.first().map(|&ip| ip as usize)),
+    );
+    crate::symbolize::prepare(
+        raw.keys()
+            .flat_map(|(_, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
+    );
+    for ((tag, ips), n) in raw {
+        let code: Arc<[CodeFrame]> = match ips.split_first() {
+            None => Arc::from([]),
+            Some((&pc, rest)) => {
+                let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
+                // Tags from the first span path's on are spans: their stacks are cut where the
+                // span was entered.
+                let in_span = tag >= Tag::FIRST_PATH && tag != Tag::OVERFLOW.get();
+                crate::symbolize::code_stack_from(
+                    leaves.get(&(pc as usize)).map(|f| &f[..]),
+                    &rest,
+                    in_span,
+                    crate::symbolize::Leaf::Keep,
+                )
+                .into()
+            }
+        };
+        let key = (tag, code);
+        if let Some(c) = s.resolved.get_mut(&key) {
+            *c += n;
+        } else if s.resolved.len() < MAX_CPU_STACKS {
+            s.resolved.insert(key, n);
+        } else {
+            s.overflowed += n;
+            *s.resolved.entry((tag, Arc::from([]))).or_insert(0) += n;
+        }
+    }
 }
 
 /// How the snapshot's per-span CPU time was measured.
@@ -128,36 +179,32 @@ pub(crate) fn period_ns() -> u64 {
 /// stack, and the sampled CPU time per tag.
 pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
     drain();
-    let counts: Vec<(u32, Box<[u64]>, u64)> = {
-        let guard = store();
-        guard.as_ref().map_or_else(Vec::new, |s| {
-            s.counts
+    let counts: Vec<(u32, Arc<[CodeFrame]>, u64)> = {
+        let mut guard = store();
+        guard.as_mut().map_or_else(Vec::new, |s| {
+            compact(s);
+            s.resolved
                 .iter()
-                .map(|((tag, ips), n)| (*tag, ips.clone(), *n))
+                .map(|((tag, code), n)| (*tag, code.clone(), *n))
                 .collect()
         })
     };
-    // The leaf is the interrupted instruction itself; the symbolizer looks up `ip - 1`
-    // (return addresses point after their call), so it is given `pc + 1`.
-    let as_return = |ips: &[u64]| -> Vec<usize> {
-        ips.iter()
-            .enumerate()
-            .map(|(i, &ip)| if i == 0 { ip as usize + 1 } else { ip as usize })
-            .collect()
-    };
-    crate::symbolize::prepare(counts.iter().flat_map(|(_, ips, _)| as_return(ips)));
     let mut per_tag: HashMap<Tag, u64> = HashMap::new();
     let mut merged: Vec<CpuStack> = Vec::new();
-    let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
-    for (tag, ips, n) in counts {
+    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>);
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    for (tag, code, n) in counts {
         let tag = Tag::new(tag);
         *per_tag.entry(tag).or_insert(0) += n * period_ns;
         let (kind, frames) = path_of(by_tag, tag);
-        let ips = as_return(&ips);
-        let code = code_of(&ips, kind, crate::symbolize::Leaf::Keep);
         let key = (kind, frames.to_vec(), code);
         let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
-            merged.push(CpuStack::new(*kind, frames.clone(), code.clone()));
+            let code = if code.is_empty() {
+                vec![CodeFrame::named(TABLE_FULL_FRAME)]
+            } else {
+                code.to_vec()
+            };
+            merged.push(CpuStack::new(*kind, frames.clone(), code));
             merged.len() - 1
         });
         merged[i].samples += n;

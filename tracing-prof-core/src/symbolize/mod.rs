@@ -59,6 +59,23 @@ fn modules_for(addrs: &[usize]) -> Vec<Arc<elf::Module>> {
     fresh
 }
 
+/// Frames resolved outside the cache: the interrupted instructions of CPU samples, which are
+/// any instruction of a hot function (a cache of them would grow with every run), looked up
+/// once per batch and dropped with it.
+pub(crate) type Transient = HashMap<usize, Arc<[CodeFrame]>>;
+
+/// Names and files shared by every frame that has them: one allocation per distinct string,
+/// however many addresses resolve to it.
+static NAMES: Mutex<Option<HashSet<Arc<str>>>> = Mutex::new(None);
+
+fn intern(names: &mut HashSet<Arc<str>>, s: &Arc<str>) -> Arc<str> {
+    if let Some(shared) = names.get(&**s) {
+        return shared.clone();
+    }
+    names.insert(s.clone());
+    s.clone()
+}
+
 /// Resolves every address of `ips` not cached yet, in one batch: each compilation unit
 /// involved is read once. Return addresses point after their call: `ip - 1` is looked up.
 pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
@@ -74,8 +91,53 @@ pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
     if missing.is_empty() {
         return;
     }
+    let resolved = resolve(missing);
+    let mut guard = cache();
+    let c = guard.get_or_insert_with(HashMap::new);
+    if c.len() + resolved.len() > MAX_CACHED {
+        c.clear();
+        *NAMES.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+    c.extend(resolved);
+}
+
+/// Resolves `ips` (innermost addresses, looked up as they are, not `ip - 1`) in one batch
+/// without caching them; addresses the cache has are taken from it.
+pub(crate) fn resolve_transient(ips: impl IntoIterator<Item = usize>) -> Transient {
+    let wanted: HashSet<usize> = ips.into_iter().map(|ip| ip.wrapping_add(1)).collect();
+    let mut out = Transient::with_capacity(wanted.len());
+    let missing: Vec<usize> = {
+        let guard = cache();
+        let cached = guard.as_ref();
+        wanted
+            .into_iter()
+            .filter(|ip| match cached.and_then(|c| c.get(ip)) {
+                Some(f) => {
+                    out.insert(ip.wrapping_sub(1), f.clone());
+                    false
+                }
+                None => true,
+            })
+            .collect()
+    };
+    if !missing.is_empty() {
+        out.extend(
+            resolve(missing)
+                .into_iter()
+                .map(|(ip, f)| (ip.wrapping_sub(1), f)),
+        );
+    }
+    out
+}
+
+/// Resolves `missing` (return addresses: `ip - 1` is looked up), names interned; an address
+/// outside every module is named by its value.
+fn resolve(missing: Vec<usize>) -> Vec<(usize, Arc<[CodeFrame]>)> {
     let modules = modules_for(&missing);
     let mut resolved: Vec<(usize, Arc<[CodeFrame]>)> = Vec::with_capacity(missing.len());
+    let mut found: HashSet<usize> = HashSet::with_capacity(missing.len());
+    let mut names_guard = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    let names = names_guard.get_or_insert_with(HashSet::new);
     for m in &modules {
         let mut svmas: Vec<(u64, usize)> = missing
             .iter()
@@ -91,22 +153,25 @@ pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
         m.release();
         for (svma, ip) in svmas {
             if let Some(f) = frames.get(&svma) {
-                resolved.push((ip, f.clone().into()));
+                let shared: Vec<CodeFrame> = f
+                    .iter()
+                    .map(|f| CodeFrame {
+                        function: intern(names, &f.function),
+                        file: f.file.as_ref().map(|file| intern(names, file)),
+                        line: f.line,
+                    })
+                    .collect();
+                found.insert(ip);
+                resolved.push((ip, shared.into()));
             }
         }
     }
-    let mut guard = cache();
-    let c = guard.get_or_insert_with(HashMap::new);
-    if c.len() + missing.len() > MAX_CACHED {
-        c.clear();
+    for ip in missing {
+        if !found.contains(&ip) {
+            resolved.push((ip, vec![unknown(ip)].into()));
+        }
     }
-    let found: HashSet<usize> = resolved.iter().map(|r| r.0).collect();
-    for (ip, f) in resolved {
-        c.insert(ip, f);
-    }
-    for ip in missing.into_iter().filter(|ip| !found.contains(ip)) {
-        c.insert(ip, vec![unknown(ip)].into());
-    }
+    resolved
 }
 
 fn unknown(ip: usize) -> CodeFrame {
@@ -221,11 +286,23 @@ pub(crate) enum Leaf {
 /// The code stack of `ips` (innermost first, as they were captured), root first and trimmed
 /// as the module docs say. `in_span`: whether the sample was taken inside a span.
 pub(crate) fn code_stack(ips: &[usize], in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
+    code_stack_from(None, ips, in_span, leaf)
+}
+
+/// [`code_stack`] of a CPU sample: `first` is the interrupted instruction's frames (from
+/// [`resolve_transient`]), `ips` the return addresses above it.
+pub(crate) fn code_stack_from(
+    first: Option<&[CodeFrame]>,
+    ips: &[usize],
+    in_span: bool,
+    leaf: Leaf,
+) -> Vec<CodeFrame> {
     prepare(ips.iter().copied());
     let leaf_first: Vec<CodeFrame> = {
         let guard = cache();
         let c = guard.as_ref();
-        let mut v = Vec::with_capacity(ips.len() * 2);
+        let mut v = Vec::with_capacity(ips.len() * 2 + 2);
+        v.extend(first.into_iter().flatten().cloned());
         for ip in ips {
             match c.and_then(|c| c.get(ip)) {
                 Some(frames) => v.extend(frames.iter().cloned()),
