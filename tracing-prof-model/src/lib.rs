@@ -38,6 +38,7 @@ mod folded;
 mod kind;
 pub mod pprof;
 mod profile;
+pub mod series;
 mod snapshot;
 mod table;
 pub mod units;

@@ -60,10 +60,11 @@ impl Profile {
     ) -> Result<Top, ModelError> {
         let index = self.sample_type_named(sample_type)?;
         let mut rows: Vec<TopRow> = Vec::new();
-        let mut at: HashMap<(String, Option<std::sync::Arc<str>>), usize> = HashMap::new();
+        // One row per name, as pprof's default (function) granularity has it: the same name in
+        // two files is one row, located at its first sample.
+        let mut at: HashMap<String, usize> = HashMap::new();
         let mut row = |rows: &mut Vec<TopRow>, name: String, frame: Option<&Frame>| -> usize {
-            let file = frame.and_then(|f| f.file.clone());
-            *at.entry((name.clone(), file)).or_insert_with(|| {
+            *at.entry(name.clone()).or_insert_with(|| {
                 rows.push(TopRow {
                     name,
                     location: frame
@@ -200,7 +201,20 @@ impl Top {
     /// The rows as an aligned table with a header: flat, flat%, sum%, cum, cum%, name, as
     /// `go tool pprof -top` prints them, values in their units.
     pub fn render(&self, with_locations: bool) -> String {
-        let fmt = |v: i64| units::format_value(v, &self.unit);
+        self.render_with(with_locations, false)
+    }
+
+    /// As [`Top::render`]; with `raw`, values are plain integers in the sample type's unit
+    /// (`1700000000` rather than `1.70 s`), for scripts and for comparing with
+    /// `go tool pprof -top -unit=ns` or `-unit=B`.
+    pub fn render_with(&self, with_locations: bool, raw: bool) -> String {
+        let fmt = |v: i64| {
+            if raw {
+                v.to_string()
+            } else {
+                units::format_value(v, &self.unit)
+            }
+        };
         let mut cells: Vec<[String; 5]> = Vec::with_capacity(self.rows.len());
         let mut sum = 0i64;
         for r in &self.rows {

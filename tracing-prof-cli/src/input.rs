@@ -1,0 +1,192 @@
+//! Reading a profile from a file, standard input or a `/debug/pprof` URL, with bounds: the
+//! bytes read are capped before decoding, and decoding caps what they may expand to.
+
+use std::io::Read as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tracing_prof_model::{DecodeError, Profile, units};
+
+/// Bytes read from any source at most: 512 MiB (the decoder accepts 256 MiB decompressed).
+pub(crate) const MAX_INPUT_BYTES: u64 = 512 << 20;
+/// How long a URL may take to answer: a `?seconds=60` window, and some.
+pub(crate) const URL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why an input could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputError {
+    #[error("cannot read {name}: {source}")]
+    Io {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name} is larger than {} MiB: not a profile", MAX_INPUT_BYTES >> 20)]
+    TooLarge { name: String },
+    #[error("cannot fetch {name}: {message}")]
+    Fetch { name: String, message: String },
+    #[error("{name}: {source}")]
+    Decode {
+        name: String,
+        #[source]
+        source: DecodeError,
+    },
+}
+
+/// A profile and where it came from.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// The path or URL as given (`-`: standard input).
+    pub(crate) name: String,
+    pub(crate) profile: Profile,
+}
+
+impl Loaded {
+    /// The file name less its directory and `.pb.gz` (`pb`, `.gz`), for output names.
+    pub(crate) fn stem(&self) -> String {
+        let base = self
+            .name
+            .rsplit(['/', '?'])
+            .find(|s| !s.is_empty())
+            .unwrap_or("profile");
+        let base = if self.name.contains("://") {
+            // .../debug/pprof/heap?seconds=5: the endpoint's name.
+            self.name
+                .split('?')
+                .next()
+                .and_then(|p| p.rsplit('/').find(|s| !s.is_empty()))
+                .unwrap_or("profile")
+        } else if self.name == "-" {
+            "stdin"
+        } else {
+            base
+        };
+        let base = base.strip_suffix(".gz").unwrap_or(base);
+        let base = base.strip_suffix(".pb").unwrap_or(base);
+        let base = base.strip_suffix(".pprof").unwrap_or(base);
+        base.to_owned()
+    }
+
+    /// The kind, guessed from a tracing-prof file name (`heap.PID.STAMP.pb.gz`,
+    /// `heap.latest.pb.gz`) or a `/debug/pprof/heap` URL; `None` for other names.
+    pub(crate) fn kind(&self) -> Option<String> {
+        const KINDS: [&str; 8] = [
+            "spans",
+            "cpu",
+            "span_memory",
+            "heap",
+            "allocs",
+            "lifetimes",
+            "threads",
+            "profile",
+        ];
+        let stem = self.stem();
+        let first = stem.split('.').next().unwrap_or("");
+        let first = first.strip_suffix("-delta").unwrap_or(first);
+        KINDS
+            .contains(&first)
+            .then(|| if first == "profile" { "cpu" } else { first }.to_owned())
+    }
+
+    /// One line: the name, the program, when and over how long.
+    pub(crate) fn describe(&self) -> String {
+        let p = &self.profile;
+        let mut parts = vec![self.name.clone()];
+        if let Some(b) = &p.binary {
+            parts.push(b.path.rsplit('/').next().unwrap_or(&b.path).to_owned());
+        }
+        if let Some(t) = p.time {
+            parts.push(format!("taken {}", utc(t)));
+        }
+        match p.duration {
+            Some(d) if !d.is_zero() => parts.push(format!(
+                "over {}",
+                units::format_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            )),
+            _ => {}
+        }
+        parts.join(", ")
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC`.
+pub(crate) fn utc(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Reads and decodes one input: a path, `-` (standard input) or an `http(s)://` URL.
+pub(crate) fn load(source: &str) -> Result<Loaded, InputError> {
+    let name = source.to_owned();
+    let bytes = if source.starts_with("http://") || source.starts_with("https://") {
+        fetch(source)?
+    } else if source == "-" {
+        read_capped(std::io::stdin().lock(), &name)?
+    } else {
+        let file = std::fs::File::open(source).map_err(|e| InputError::Io {
+            name: name.clone(),
+            source: e,
+        })?;
+        read_capped(file, &name)?
+    };
+    let profile = Profile::decode(&bytes).map_err(|source| InputError::Decode {
+        name: name.clone(),
+        source,
+    })?;
+    Ok(Loaded { name, profile })
+}
+
+fn read_capped(r: impl std::io::Read, name: &str) -> Result<Vec<u8>, InputError> {
+    let mut bytes = Vec::new();
+    r.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| InputError::Io {
+            name: name.to_owned(),
+            source: e,
+        })?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(InputError::TooLarge {
+            name: name.to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
+fn fetch(url: &str) -> Result<Vec<u8>, InputError> {
+    let fail = |message: String| InputError::Fetch {
+        name: url.to_owned(),
+        message,
+    };
+    let agent = ureq::AgentBuilder::new().timeout(URL_TIMEOUT).build();
+    let mut request = agent.get(url);
+    if let Ok(token) = std::env::var("TRACING_PROF_HTTP_TOKEN") {
+        request = request.set("Authorization", &format!("Bearer {token}"));
+    }
+    match request.call() {
+        Ok(response) => read_capped(response.into_reader(), url),
+        Err(ureq::Error::Status(code, response)) => {
+            let body = response
+                .into_string()
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect::<String>();
+            Err(fail(format!("HTTP {code}: {}", body.trim())))
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}

@@ -1,0 +1,497 @@
+//! `tracing-prof`: read what tracing-prof (or any pprof producer: Go, pprof-rs) wrote, without
+//! a Go toolchain.
+//!
+//! ```text
+//! tracing-prof top profiles/cpu.latest.pb.gz                    # hottest functions, span frames marked [span]
+//! tracing-prof top --by span -t inuse_space profiles/span_memory.latest.pb.gz
+//! tracing-prof diff before/heap.latest.pb.gz after/heap.latest.pb.gz --flamegraph grew.svg
+//! tracing-prof leaks profiles/heap.1234.*.pb.gz                 # what grew at every step
+//! tracing-prof report profiles/*.latest.pb.gz -o report.html    # one self-contained page
+//! tracing-prof sqlite profiles/*.pb.gz -o profiles.db && tracing-prof query profiles.db "SELECT ..."
+//! ```
+//!
+//! Every command reads files (gzip'd or not), `-` for standard input, or an `http(s)://` URL
+//! of a running `/debug/pprof` endpoint. Bad input is an error message and exit status 1, never
+//! a panic; usage errors exit with 2.
+
+mod input;
+mod report;
+mod select;
+mod sqlite;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tracing_prof_model::{Grouping, PROFILER_FRAME, series, units};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tracing-prof",
+    version,
+    about = "Read tracing-prof and pprof profiles: top, traces, diff, flame graphs, leaks, HTML reports, SQLite",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The functions or span paths with the largest values, as `go tool pprof -top` lists them.
+    Top(TopArgs),
+    /// The samples one by one, largest first: values, labels, and the stack with files and lines.
+    Traces(TracesArgs),
+    /// NEW minus BASE: what grew (positive) and what shrank (negative), per function or span path.
+    Diff(DiffArgs),
+    /// A flame graph SVG (drawn by inferno) of any sample type.
+    Flamegraph(FlamegraphArgs),
+    /// Over a series of cumulative files of one process (oldest first): what grew at every step.
+    Leaks(LeaksArgs),
+    /// One self-contained HTML page with flame graphs and tables, for sharing.
+    Report(ReportArgs),
+    /// Loads profiles into an SQLite database (created or appended to); see `query`.
+    Sqlite(SqliteArgs),
+    /// Runs one SQL statement on a database made by `sqlite` (opened read-only) and prints the rows.
+    Query(QueryArgs),
+}
+
+/// What rows stand for.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+enum By {
+    /// Functions, span frames (marked `[span]`) and code frames alike.
+    #[default]
+    Function,
+    /// Span paths (`request -> render`): flat is the path's own value, cum includes paths below.
+    Span,
+}
+
+impl From<By> for Grouping {
+    fn from(b: By) -> Self {
+        match b {
+            By::Function => Grouping::Function,
+            By::Span => Grouping::SpanPath,
+        }
+    }
+}
+
+/// Which samples and which values.
+#[derive(Debug, Args)]
+struct Select {
+    /// The sample type (default: the profile's default, as pprof's `-sample_index`).
+    #[arg(short = 't', long = "sample-type", value_name = "NAME")]
+    sample_type: Option<String>,
+    /// Only samples under this span path (`request` or `request -> render`; a path and
+    /// everything below it), as `-tagfocus=span_path=...`.
+    #[arg(long, value_name = "PATH")]
+    span: Option<String>,
+    /// Only samples with a frame whose name matches this regular expression (pprof's `-focus`).
+    #[arg(long, value_name = "REGEX")]
+    focus: Option<String>,
+    /// Leave out samples with a frame whose name matches this regular expression (`-ignore`).
+    #[arg(long, value_name = "REGEX")]
+    ignore: Option<String>,
+    /// Only samples with this label (`key=value`, e.g. `thread=worker-1`); repeat for several.
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    tags: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct TopArgs {
+    /// A profile: a file, `-` for standard input, or an http(s) URL.
+    input: String,
+    #[command(flatten)]
+    select: Select,
+    /// Rows: functions or span paths.
+    #[arg(long, value_enum, default_value_t)]
+    by: By,
+    /// Sort by cum instead of flat.
+    #[arg(long)]
+    cum: bool,
+    /// Rows shown (0: all).
+    #[arg(short = 'n', long, default_value_t = 20)]
+    limit: usize,
+    /// Show each function's file and line.
+    #[arg(short = 'l', long)]
+    locations: bool,
+    /// Values as plain integers in the sample type's unit (nanoseconds, bytes, counts).
+    #[arg(long)]
+    raw: bool,
+}
+
+#[derive(Debug, Args)]
+struct TracesArgs {
+    /// A profile: a file, `-` for standard input, or an http(s) URL.
+    input: String,
+    #[command(flatten)]
+    select: Select,
+    /// Samples shown (0: all).
+    #[arg(short = 'n', long, default_value_t = 10)]
+    limit: usize,
+}
+
+#[derive(Debug, Args)]
+struct DiffArgs {
+    /// The earlier profile.
+    base: String,
+    /// The later profile.
+    new: String,
+    #[command(flatten)]
+    select: Select,
+    /// Rows: functions or span paths.
+    #[arg(long, value_enum, default_value_t)]
+    by: By,
+    /// Rows shown (0: all).
+    #[arg(short = 'n', long, default_value_t = 20)]
+    limit: usize,
+    /// Also write a differential flame graph (widths: NEW; red: grew, blue: shrank).
+    #[arg(long, value_name = "SVG")]
+    flamegraph: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct FlamegraphArgs {
+    /// A profile: a file, `-` for standard input, or an http(s) URL.
+    input: String,
+    #[command(flatten)]
+    select: Select,
+    /// Where to write the SVG (`-`: standard output). Default: NAME.SAMPLE_TYPE.svg in the
+    /// current directory, NAME the input's file name less `.pb.gz`.
+    #[arg(short, long, value_name = "SVG")]
+    output: Option<PathBuf>,
+    /// The title (default: the input's name and the sample type).
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct LeaksArgs {
+    /// Cumulative profiles of one process, oldest first (tracing-prof's timestamped names sort
+    /// by time: `profiles/heap.PID.*.pb.gz`).
+    #[arg(num_args = 2.., required = true)]
+    inputs: Vec<String>,
+    /// The sample type (default: `inuse_space`).
+    #[arg(short = 't', long = "sample-type", default_value = "inuse_space")]
+    sample_type: String,
+    /// Rows: stacks (span path and the function that allocated) or span paths.
+    #[arg(long, value_enum, default_value_t)]
+    by: By,
+    /// Growth over the series (last minus first) below which nothing is suspected, in the
+    /// sample type's unit.
+    #[arg(long, default_value_t = 65536)]
+    min_growth: i64,
+    /// Steps at the end of the series to judge (default: all). Suspected: grew by
+    /// `--min-growth` over them, in at least half of them, and never fell.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Rows of the growth table (0: all).
+    #[arg(short = 'n', long, default_value_t = 10)]
+    limit: usize,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// Profiles to show, each with its flame graph and tables.
+    #[arg(required = true)]
+    inputs: Vec<String>,
+    /// Where to write the page.
+    #[arg(short, long, default_value = "tracing-prof-report.html")]
+    output: PathBuf,
+    /// Rows per table.
+    #[arg(short = 'n', long, default_value_t = 15)]
+    limit: usize,
+}
+
+#[derive(Debug, Args)]
+struct SqliteArgs {
+    /// Profiles to load.
+    #[arg(required = true)]
+    inputs: Vec<String>,
+    /// The database (created if missing; profiles are appended).
+    #[arg(short, long, value_name = "DB")]
+    output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct QueryArgs {
+    /// A database made by `tracing-prof sqlite`.
+    db: PathBuf,
+    /// One SQL statement (the database is opened read-only).
+    sql: String,
+}
+
+/// What went wrong, said once on stderr.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Input(#[from] input::InputError),
+    #[error("{0}")]
+    Model(#[from] tracing_prof_model::ModelError),
+    #[error("{0}")]
+    Select(String),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Sqlite(#[from] sqlite::SqliteError),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = format!("tracing-prof: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(&format!(": {text}"));
+                }
+                source = s.source();
+            }
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `text` to standard output; a closed pipe (`| head`) ends quietly.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
+    if path.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(bytes).and_then(|()| out.flush());
+        return Ok(());
+    }
+    std::fs::write(path, bytes).map_err(|source| CliError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Top(a) => {
+            let loaded = input::load(&a.input)?;
+            let p = select::apply(&loaded.profile, &a.select)?;
+            let top = p.top(a.select.sample_type.as_deref(), a.by.into(), a.cum, a.limit)?;
+            print(&format!(
+                "{}\n{}: {} in all{}\n{}",
+                loaded.describe(),
+                top.sample_type,
+                units::format_value(top.total, &top.unit),
+                select::describe(&a.select),
+                top.render_with(a.locations, a.raw)
+            ));
+        }
+        Command::Traces(a) => {
+            let loaded = input::load(&a.input)?;
+            let p = select::apply(&loaded.profile, &a.select)?;
+            let text = p.samples_text(a.select.sample_type.as_deref(), a.limit)?;
+            print(&format!("{}\n\n{text}", loaded.describe()));
+        }
+        Command::Diff(a) => {
+            let base = input::load(&a.base)?;
+            let new = input::load(&a.new)?;
+            let (b, n) = (
+                select::apply(&base.profile, &a.select)?,
+                select::apply(&new.profile, &a.select)?,
+            );
+            let diff = n.diff(&b)?;
+            let mut top = diff.top(a.select.sample_type.as_deref(), a.by.into(), false, a.limit)?;
+            let index = n.sample_type_named(a.select.sample_type.as_deref())?;
+            let (before, after) = (b.total(index), n.total(index));
+            // Percentages of the base's total, as `go tool pprof -diff_base` has them (a share
+            // of the net change means little when changes cancel out).
+            top.total = before;
+            print(&format!(
+                "base: {}\nnew:  {}\n{}: {} -> {} ({}{}); changes below, percentages of the base{}\n{}",
+                base.describe(),
+                new.describe(),
+                top.sample_type,
+                units::format_value(before, &top.unit),
+                units::format_value(after, &top.unit),
+                if after >= before { "+" } else { "" },
+                units::format_value(after - before, &top.unit),
+                select::describe(&a.select),
+                top.render(false)
+            ));
+            if let Some(path) = &a.flamegraph {
+                let title = format!("{} minus {}", new.name, base.name);
+                let svg = n.flamegraph_diff_svg(&b, a.select.sample_type.as_deref(), &title)?;
+                write_file(path, &svg)?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        Command::Flamegraph(a) => {
+            let loaded = input::load(&a.input)?;
+            let p = select::apply(&loaded.profile, &a.select)?;
+            let index = p.sample_type_named(a.select.sample_type.as_deref())?;
+            let ty = p.sample_types[index].name.clone();
+            let title = a
+                .title
+                .clone()
+                .unwrap_or_else(|| format!("{} {ty}", loaded.name));
+            let svg = p.flamegraph_svg(Some(&ty), &title)?;
+            let path = a
+                .output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.{ty}.svg", loaded.stem())));
+            write_file(&path, &svg)?;
+            if path.as_os_str() != "-" {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        Command::Leaks(a) => {
+            let loaded = a
+                .inputs
+                .iter()
+                .map(|i| input::load(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let loaded = in_time_order(loaded);
+            if loaded.len() < 2 {
+                return Err(CliError::Select(
+                    "leaks needs at least two different profiles of one process".to_owned(),
+                ));
+            }
+            let profiles: Vec<_> = loaded.iter().map(|l| l.profile.clone()).collect();
+            print(&leaks(&loaded, &profiles, &a)?);
+        }
+        Command::Report(a) => {
+            let loaded = a
+                .inputs
+                .iter()
+                .map(|i| input::load(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let html = report::html(&loaded, a.limit);
+            write_file(&a.output, html.as_bytes())?;
+            eprintln!("wrote {}", a.output.display());
+        }
+        Command::Sqlite(a) => {
+            let mut db = sqlite::Db::open(&a.output)?;
+            for i in &a.inputs {
+                let loaded = input::load(i)?;
+                let id = db.add(&loaded)?;
+                eprintln!(
+                    "{}: profile {id}, {} samples",
+                    loaded.name,
+                    loaded.profile.samples.len()
+                );
+            }
+        }
+        Command::Query(a) => print(&sqlite::query(&a.db, &a.sql)?),
+    }
+    Ok(())
+}
+
+/// The inputs in the order they were taken (when every one says when), without repeats of one
+/// capture (`heap.latest.pb.gz` beside the timestamped file it links to).
+fn in_time_order(mut loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
+    if loaded.iter().all(|l| l.profile.time.is_some()) {
+        loaded.sort_by_key(|l| l.profile.time);
+        let before = loaded.len();
+        loaded.dedup_by(|b, a| a.profile.time == b.profile.time && a.profile == b.profile);
+        if loaded.len() < before {
+            eprintln!(
+                "({} inputs repeat another capture and were left out)",
+                before - loaded.len()
+            );
+        }
+    }
+    loaded
+}
+
+/// The `leaks` command's text.
+fn leaks(
+    loaded: &[input::Loaded],
+    profiles: &[tracing_prof_model::Profile],
+    a: &LeaksArgs,
+) -> Result<String, CliError> {
+    let steps = a
+        .steps
+        .unwrap_or(profiles.len() - 1)
+        .clamp(1, profiles.len() - 1);
+    let growth = series::growth(profiles, Some(&a.sample_type), a.by.into())?;
+    let index = profiles[0].sample_type_named(Some(&a.sample_type))?;
+    let unit = profiles[0].sample_types[index].unit.clone();
+    let fmt = |v: i64| units::format_value(v, &unit);
+    let mut out = format!(
+        "{} profiles, {} to {}\n",
+        profiles.len(),
+        loaded[0].name,
+        loaded[loaded.len() - 1].name
+    );
+    // The profiler's own memory grows as it meets new stacks, up to its bounds (README,
+    // "Overhead"); it is shown apart so that it is not taken for the application's leak.
+    let own = |g: &series::Growth| g.name.starts_with(PROFILER_FRAME);
+    // Over the last `steps` steps: never fell, grew in at least half of them (a sampled
+    // estimate moves only when a sample is taken, so it may stand still for a step), and by
+    // `min_growth` in all.
+    let trend = |g: &series::Growth| {
+        let tail = &g.values[g.values.len() - 1 - steps..];
+        let ups = tail.windows(2).filter(|w| w[1] > w[0]).count();
+        let downs = tail.windows(2).filter(|w| w[1] < w[0]).count();
+        downs == 0 && ups * 2 >= steps && tail[steps] - tail[0] >= a.min_growth
+    };
+    let suspected: Vec<_> = growth.iter().filter(|g| trend(g) && !own(g)).collect();
+    if suspected.is_empty() {
+        out.push_str(&format!(
+            "\nNo suspected leaks: no {}'s {} grew by {} or more over the last {steps} steps without ever falling.\n",
+            match a.by {
+                By::Function => "stack",
+                By::Span => "span path",
+            },
+            a.sample_type,
+            fmt(a.min_growth)
+        ));
+    } else {
+        out.push_str(&format!(
+            "\nSuspected leaks ({} grew over the last {steps} steps, in at least half of them, and never fell):\n",
+            a.sample_type
+        ));
+        for g in &suspected {
+            out.push_str(&format!(
+                "  {:>10}  {}  ({} now)\n",
+                format!("+{}", fmt(g.change())),
+                g.name,
+                fmt(*g.values.last().unwrap_or(&0))
+            ));
+        }
+    }
+    if let Some(g) = growth.iter().find(|g| own(g) && g.change() > 0) {
+        out.push_str(&format!(
+            "\n{PROFILER_FRAME}, the profiler's own memory, grew by {} (it holds the stacks it has met, up to fixed bounds).\n",
+            fmt(g.change())
+        ));
+    }
+    out.push_str(&format!(
+        "\nLargest changes, first to last ({}):\n  {:>10} {:>10} {:>6}  name\n",
+        a.sample_type, "first", "last", "grew"
+    ));
+    let mut by_change: Vec<_> = growth.iter().filter(|g| g.change() != 0).collect();
+    by_change.sort_by_key(|g| std::cmp::Reverse(g.change().abs()));
+    let shown = if a.limit == 0 {
+        by_change.len()
+    } else {
+        a.limit
+    };
+    for g in by_change.iter().take(shown) {
+        out.push_str(&format!(
+            "  {:>10} {:>10} {:>6}  {}\n",
+            fmt(g.values[0]),
+            fmt(*g.values.last().unwrap_or(&0)),
+            format!("{}/{}", g.grew, profiles.len() - 1),
+            g.name
+        ));
+    }
+    Ok(out)
+}

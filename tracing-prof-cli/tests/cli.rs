@@ -1,0 +1,599 @@
+//! The `tracing-prof` command on checked-in profiles (ours from the example service, and Go's
+//! own heap and CPU profiles, `fixtures/go/main.go`), against expected outputs
+//! (`fixtures/expected/*.txt`; `TRACING_PROF_BLESS=1` rewrites them after a deliberate change)
+//! and against `go tool pprof` itself on the same files.
+
+use assert_cmd::Command;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn fixture(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn tracing_prof() -> Command {
+    let mut c = Command::cargo_bin("tracing-prof").unwrap();
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"));
+    c.env_remove("TRACING_PROF_HTTP_TOKEN");
+    c
+}
+
+/// Runs the command; returns (success, stdout, stderr).
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = tracing_prof().args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(args: &[&str]) -> String {
+    let (success, stdout, stderr) = run(args);
+    assert!(success, "tracing-prof {args:?} failed:\n{stderr}");
+    stdout
+}
+
+/// Compares `actual` with `fixtures/expected/{name}.txt`, or writes it there when blessing.
+fn expect(name: &str, actual: &str) {
+    let path = PathBuf::from(fixture(&format!("expected/{name}.txt")));
+    if std::env::var_os("TRACING_PROF_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (TRACING_PROF_BLESS=1 writes it)", path.display()));
+    assert_eq!(
+        actual,
+        expected,
+        "output of {name} differs from {} (TRACING_PROF_BLESS=1 rewrites it after a deliberate change)",
+        path.display()
+    );
+}
+
+#[test]
+fn outputs_match_the_expected_files() {
+    let cases: &[(&str, &[&str])] = &[
+        ("top_cpu", &["top", "ours/cpu.pb.gz"]),
+        (
+            "top_cpu_by_span",
+            &["top", "--by", "span", "ours/cpu.pb.gz"],
+        ),
+        (
+            "top_cpu_under_render",
+            &["top", "--span", "request -> render", "-l", "ours/cpu.pb.gz"],
+        ),
+        (
+            "top_cpu_focus_ignore",
+            &[
+                "top",
+                "--focus",
+                "render",
+                "--ignore",
+                "Chain",
+                "ours/cpu.pb.gz",
+            ],
+        ),
+        (
+            "top_cpu_tag",
+            &[
+                "top",
+                "--tag",
+                "span_path=request -> parse",
+                "ours/cpu.pb.gz",
+            ],
+        ),
+        (
+            "top_heap_alloc",
+            &["top", "-t", "alloc_space", "ours/heap.pb.gz"],
+        ),
+        (
+            "top_span_memory",
+            &["top", "--by", "span", "ours/span_memory.pb.gz"],
+        ),
+        (
+            "top_spans_busy",
+            &["top", "--by", "span", "-t", "wall_busy", "ours/spans.pb.gz"],
+        ),
+        ("top_lifetimes", &["top", "ours/lifetimes.pb.gz"]),
+        ("top_threads", &["top", "ours/threads.pb.gz"]),
+        ("top_go_heap", &["top", "go/heap.pb.gz"]),
+        ("top_go_cpu", &["top", "--cum", "go/cpu.pb.gz"]),
+        ("traces_heap", &["traces", "-n", "2", "ours/heap.pb.gz"]),
+        (
+            "diff_heap",
+            &[
+                "diff",
+                "-t",
+                "inuse_space",
+                "--by",
+                "span",
+                "series/heap.1.pb.gz",
+                "series/heap.5.pb.gz",
+            ],
+        ),
+        (
+            "leaks_span_memory",
+            &[
+                "leaks",
+                "--by",
+                "span",
+                "series/span_memory.1.pb.gz",
+                "series/span_memory.2.pb.gz",
+                "series/span_memory.3.pb.gz",
+                "series/span_memory.4.pb.gz",
+                "series/span_memory.5.pb.gz",
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        expect(name, &ok(args));
+    }
+}
+
+/// `go tool pprof -top` on the same file, as flat and cum per (simplified) name, in raw units.
+fn go_top(file: &str, sample_type: &str, unit: &str) -> BTreeMap<String, (i64, i64, usize)> {
+    let out = std::process::Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=1000000",
+            "-nodefraction=0",
+        ])
+        .arg(format!("-sample_index={sample_type}"))
+        .arg(format!("-unit={unit}"))
+        .arg(fixture(file))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_top(&String::from_utf8_lossy(&out.stdout), true)
+}
+
+/// The rows of a `-top` table: name -> (flat, cum, rows merged into it), units stripped.
+fn parse_top(text: &str, go: bool) -> BTreeMap<String, (i64, i64, usize)> {
+    let mut rows = BTreeMap::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || line.starts_with("...") {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let num = |t: &str| -> i64 {
+            t.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .parse()
+                .unwrap_or_else(|_| panic!("{t:?} in {line:?}"))
+        };
+        let (flat, cum) = (num(words[0]), num(words[3]));
+        let name = words[5..].join(" ");
+        let name = if go {
+            name.trim_end_matches(" (inline)").to_owned()
+        } else {
+            simplify(&name)
+        };
+        let e = rows.entry(name).or_insert((0, 0, 0));
+        e.0 += flat;
+        e.1 = e.1.max(cum);
+        e.2 += 1;
+    }
+    rows
+}
+
+/// pprof drops `<...>` groups from names when it shows them (C++ templates).
+fn simplify(name: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn top_agrees_with_go_tool_pprof() {
+    if std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`go` is missing and CI=true"
+        );
+        eprintln!("SKIPPED: go is not installed");
+        return;
+    }
+    let cases = [
+        ("ours/cpu.pb.gz", "cpu", "ns"),
+        ("ours/cpu.pb.gz", "samples", "count"),
+        ("ours/heap.pb.gz", "inuse_space", "B"),
+        ("ours/heap.pb.gz", "alloc_objects", "count"),
+        ("ours/spans.pb.gz", "wall_busy", "ns"),
+        ("ours/span_memory.pb.gz", "alloc_space", "B"),
+        ("ours/lifetimes.pb.gz", "temporary_space", "B"),
+        ("ours/threads.pb.gz", "inuse_space", "B"),
+        ("go/heap.pb.gz", "alloc_space", "B"),
+        ("go/heap.pb.gz", "inuse_objects", "count"),
+        ("go/cpu.pb.gz", "cpu", "ns"),
+    ];
+    for (file, ty, unit) in cases {
+        let go = go_top(file, ty, unit);
+        let ours = parse_top(&ok(&["top", "--raw", "-n", "0", "-t", ty, file]), false);
+        assert!(!go.is_empty(), "{file} {ty}: go printed no rows");
+        // Every function go lists with a value, we list with the same flat value; cum too,
+        // where our rows did not merge into one of go's by the name simplification.
+        for (name, &(flat, cum, _)) in &go {
+            if flat == 0 && cum == 0 {
+                continue;
+            }
+            let Some(&(our_flat, our_cum, merged)) = ours.get(name) else {
+                panic!("{file} {ty}: go lists {name:?} ({flat}, {cum}), we do not:\n{ours:#?}");
+            };
+            assert_eq!(our_flat, flat, "{file} {ty}: flat of {name:?}");
+            if merged == 1 {
+                assert_eq!(our_cum, cum, "{file} {ty}: cum of {name:?}");
+            } else {
+                // Several of our rows (generic instances) are one of go's: each is within it.
+                assert!(
+                    our_cum <= cum,
+                    "{file} {ty}: cum of {name:?}: ours {our_cum}, go {cum}"
+                );
+            }
+        }
+        let our_total: i64 = ours.values().map(|v| v.0).sum();
+        let go_total: i64 = go.values().map(|v| v.0).sum();
+        assert_eq!(our_total, go_total, "{file} {ty}: flat totals");
+    }
+}
+
+#[test]
+fn flame_graphs_are_written_with_titles_and_units() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("cpu.svg");
+    let (success, _, stderr) = run(&["flamegraph", "ours/cpu.pb.gz", "-o", svg.to_str().unwrap()]);
+    assert!(success, "{stderr}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml") && text.trim_end().ends_with("</svg>"));
+    assert!(text.contains("cpu.pb.gz cpu") && text.contains("cpu: 3.23 s in all"));
+    assert!(text.contains("tracing_prof_examples::render [span]"));
+    // The differential one, from diff.
+    let diff = dir.join("diff.svg");
+    let (success, stdout, stderr) = run(&[
+        "diff",
+        "series/heap.1.pb.gz",
+        "series/heap.5.pb.gz",
+        "-t",
+        "alloc_space",
+        "--flamegraph",
+        diff.to_str().unwrap(),
+    ]);
+    assert!(success, "{stderr}");
+    assert!(stdout.contains("alloc_space:"), "{stdout}");
+    let text = std::fs::read_to_string(&diff).unwrap();
+    assert!(
+        text.contains("heap.5.pb.gz minus series/heap.1.pb.gz"),
+        "{}",
+        &text[..400]
+    );
+    // Default name: beside, in the current directory, after the input.
+    let (success, _, stderr) = tracing_prof()
+        .current_dir(&dir)
+        .args([
+            "flamegraph",
+            "-t",
+            "inuse_space",
+            &fixture("ours/heap.pb.gz"),
+        ])
+        .output()
+        .map(|o| {
+            (
+                o.status.success(),
+                (),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(success, "{stderr}");
+    assert!(dir.join("heap.inuse_space.svg").exists(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sqlite_export_and_queries() {
+    let db = std::env::temp_dir().join(format!("tracing-prof-cli-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let db_s = db.to_str().unwrap();
+    let mut args = vec!["sqlite", "-o", db_s];
+    let series: Vec<String> = (1..=5)
+        .map(|i| format!("series/span_memory.{i}.pb.gz"))
+        .collect();
+    args.extend(series.iter().map(String::as_str));
+    args.push("ours/cpu.pb.gz");
+    args.push("go/heap.pb.gz");
+    ok(&args);
+    // The README's queries.
+    let cpu_by_path = ok(&[
+        "query",
+        db_s,
+        "SELECT s.span_path, SUM(v.value) / 1000000 AS cpu_ms FROM samples s \
+         JOIN sample_values v ON v.sample_id = s.id JOIN profiles p ON p.id = s.profile_id \
+         WHERE p.kind = 'cpu' AND v.sample_type = 'cpu' GROUP BY 1 ORDER BY 2 DESC LIMIT 3",
+    ]);
+    let growth = ok(&[
+        "query",
+        db_s,
+        "SELECT p.id, v.value AS inuse_bytes FROM samples s \
+         JOIN sample_values v ON v.sample_id = s.id JOIN profiles p ON p.id = s.profile_id \
+         WHERE p.kind = 'span_memory' AND v.sample_type = 'inuse_space' \
+         AND s.span_path = 'request -> session_store' ORDER BY p.time_ns",
+    ]);
+    let go_leaf = ok(&[
+        "query",
+        db_s,
+        "SELECT s.leaf, SUM(v.value) AS bytes FROM samples s \
+         JOIN sample_values v ON v.sample_id = s.id JOIN profiles p ON p.id = s.profile_id \
+         WHERE p.source LIKE '%go/heap%' AND v.sample_type = 'inuse_space' \
+         GROUP BY 1 ORDER BY 2 DESC LIMIT 2",
+    ]);
+    let frames = ok(&[
+        "query",
+        db_s,
+        "SELECT f.kind, COUNT(*) FROM frames f GROUP BY 1 ORDER BY 1",
+    ]);
+    expect(
+        "sqlite_queries",
+        &format!("{cpu_by_path}\n{growth}\n{go_leaf}\n{frames}"),
+    );
+    // Read-only: a statement that writes fails, clearly.
+    let (success, _, stderr) = run(&["query", db_s, "DELETE FROM samples"]);
+    assert!(!success && stderr.contains("readonly"), "{stderr}");
+    let (success, _, stderr) = run(&["query", db_s, "SELECT nope FROM missing_table"]);
+    assert!(!success && stderr.contains("no such table"), "{stderr}");
+    let _ = std::fs::remove_file(&db);
+}
+
+#[test]
+fn bad_input_is_a_clear_error_never_a_panic() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read(fixture("ours/heap.pb.gz")).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &vec![0u8; 300 << 20]).unwrap();
+    let bomb = gz.finish().unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", Vec::new(), "empty"),
+        ("text", b"hello, profile".to_vec(), "not a pprof profile"),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "corrupt or truncated",
+        ),
+        ("bomb", bomb, "larger than 256 MiB"),
+        (
+            "garbage",
+            (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect(),
+            "pprof",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        for cmd in ["top", "traces", "flamegraph", "report"] {
+            let (success, stdout, stderr) = run(&[cmd, path.to_str().unwrap()]);
+            assert!(!success, "{cmd} {name} succeeded:\n{stdout}");
+            assert!(
+                stderr.starts_with("tracing-prof: ") && stderr.contains(says),
+                "{cmd} {name}: {stderr}"
+            );
+            assert!(!stderr.contains("panicked"), "{cmd} {name}: {stderr}");
+        }
+    }
+    let (success, _, stderr) = run(&["top", dir.join("missing").to_str().unwrap()]);
+    assert!(!success && stderr.contains("No such file"), "{stderr}");
+    let (success, _, stderr) = run(&["top", "-t", "nope", "ours/heap.pb.gz"]);
+    assert!(
+        !success && stderr.contains("no sample type \"nope\"") && stderr.contains("inuse_space"),
+        "{stderr}"
+    );
+    let (success, _, stderr) = run(&["top", "--focus", "(", "ours/heap.pb.gz"]);
+    assert!(!success && stderr.contains("--focus"), "{stderr}");
+    let (success, _, stderr) = run(&["diff", "ours/heap.pb.gz", "ours/cpu.pb.gz"]);
+    assert!(
+        !success && stderr.contains("different sample types"),
+        "{stderr}"
+    );
+    let (success, _, stderr) = run(&["leaks", "ours/heap.pb.gz", "ours/heap.pb.gz"]);
+    assert!(
+        !success && stderr.contains("at least two different"),
+        "{stderr}"
+    );
+    // Usage errors exit with 2, as clap has it.
+    let out = tracing_prof().args(["top"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reads_a_running_debug_pprof_endpoint() {
+    use tracing_subscriber::prelude::*;
+    let (layer, guard) = tracing_prof::Profiler::builder()
+        .interval(std::time::Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..3 {
+            tracing::info_span!("cli_endpoint_request").in_scope(|| std::hint::black_box(1));
+        }
+    });
+    let handler = tracing_prof::export::http::PprofHandler::new(guard.profiler().clone())
+        .bearer_token("s3cret");
+    let server = tracing_prof::export::HttpServer::start(handler, "127.0.0.1:0").unwrap();
+    let url = format!("http://{}/debug/pprof/spans", server.local_addr());
+    let (success, _, stderr) = run(&["top", &url]);
+    assert!(!success && stderr.contains("HTTP 401"), "{stderr}");
+    let out = tracing_prof()
+        .env("TRACING_PROF_HTTP_TOKEN", "s3cret")
+        .args(["top", "--by", "span", "-t", "spans", "--raw", &url])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("3 ") && l.ends_with("cli_endpoint_request")),
+        "{stdout}"
+    );
+    drop(server);
+    drop(guard);
+}
+
+/// Whether headless Chromium can run; under `CI=true` it must (`.ci/run` installs it).
+fn chromium() -> Option<&'static str> {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if std::process::Command::new(name)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(name);
+        }
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "Chromium is missing and CI=true: the report test must run (install chromium)"
+    );
+    eprintln!("SKIPPED: chromium is not installed");
+    None
+}
+
+#[test]
+fn report_renders_in_a_browser() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("report.html");
+    let (success, _, stderr) = run(&[
+        "report",
+        "ours/cpu.pb.gz",
+        "ours/heap.pb.gz",
+        "go/cpu.pb.gz",
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert!(success, "{stderr}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: nothing fetched from elsewhere.
+    assert!(
+        !page.contains("src=\"http") && !page.contains("href=\"http"),
+        "the page loads something from the network"
+    );
+    assert_eq!(
+        page.matches("<iframe class=\"flame\"").count(),
+        4,
+        "cpu, heap in-use and allocated, go cpu"
+    );
+    let Some(browser) = chromium() else { return };
+    // The page as the browser built it, scripts run: the tables are there.
+    let out = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        dom.contains("Top span paths by cpu") && dom.contains("request -&gt; render"),
+        "{dom}"
+    );
+    assert!(
+        !log.contains("Uncaught") && !log.contains("SyntaxError"),
+        "the page logged a script error:\n{log}"
+    );
+    // And each flame graph document runs inferno's script without error and draws frames.
+    for svg in ["cpu.svg", "go.svg"] {
+        let path = dir.join(svg);
+        let input = if svg == "go.svg" {
+            "go/cpu.pb.gz"
+        } else {
+            "ours/cpu.pb.gz"
+        };
+        ok(&["flamegraph", input, "-o", path.to_str().unwrap()]);
+        let out = std::process::Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--virtual-time-budget=3000",
+                "--dump-dom",
+            ])
+            .arg(format!("file://{}", path.display()))
+            .output()
+            .unwrap();
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(!log.contains("Uncaught"), "{svg}: {log}");
+        assert!(
+            dom.matches("<g>").count() + dom.matches("<g ").count() > 3,
+            "{svg}: {dom}"
+        );
+    }
+    // A screenshot: the flame graph's colours are on the page, not a blank frame.
+    let png = dir.join("report.png");
+    let out = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1300,1100",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 20_000, "a {size}-byte screenshot is a blank page");
+    let _ = std::fs::remove_dir_all(&dir);
+}
