@@ -43,6 +43,9 @@ enum Command {
     Top(TopArgs),
     /// The samples one by one, largest first: values, labels, and the stack with files and lines.
     Traces(TracesArgs),
+    /// Label values and their totals (`go tool pprof -tags`), lifetime buckets and numbers in
+    /// their own order.
+    Tags(TracesArgs),
     /// NEW minus BASE: what grew (positive) and what shrank (negative), per function or span path.
     Diff(DiffArgs),
     /// A flame graph SVG (drawn by inferno) of any sample type.
@@ -126,7 +129,7 @@ struct TracesArgs {
     input: String,
     #[command(flatten)]
     select: Select,
-    /// Samples shown (0: all).
+    /// Samples shown (0: all; `traces` only).
     #[arg(short = 'n', long, default_value_t = 10)]
     limit: usize,
 }
@@ -298,6 +301,22 @@ fn run(command: Command) -> Result<(), CliError> {
             let p = select::apply(&loaded.profile, &a.select)?;
             let text = p.samples_text(a.select.sample_type.as_deref(), a.limit)?;
             print(&format!("{}\n\n{text}", loaded.describe()));
+        }
+        Command::Tags(a) => {
+            let loaded = input::load(&a.input)?;
+            let p = select::apply(&loaded.profile, &a.select)?;
+            let index = p.sample_type_named(a.select.sample_type.as_deref())?;
+            let ty = &p.sample_types[index];
+            let mut text = format!(
+                "{}\n{}{}\n",
+                loaded.describe(),
+                ty.name,
+                select::describe(&a.select)
+            );
+            for t in p.tags(Some(&ty.name))? {
+                text.push_str(&t.render(&ty.unit));
+            }
+            print(&text);
         }
         Command::Diff(a) => {
             let base = input::load(&a.base)?;

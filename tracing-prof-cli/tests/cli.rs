@@ -107,6 +107,11 @@ fn outputs_match_the_expected_files() {
         ("top_go_cpu", &["top", "--cum", "go/cpu.pb.gz"]),
         ("traces_heap", &["traces", "-n", "2", "ours/heap.pb.gz"]),
         (
+            "tags_lifetimes",
+            &["tags", "-t", "freed_objects", "ours/lifetimes.pb.gz"],
+        ),
+        ("tags_threads", &["tags", "ours/threads.pb.gz"]),
+        (
             "diff_heap",
             &[
                 "diff",

@@ -258,7 +258,7 @@ impl Snapshot {
 
     /// Frees of sampled allocations per stack and lifetime bucket; temporaries in a sample of
     /// their own per stack (label `lifetime=temporary`), so that each sample type sums right;
-    /// and per span path what outlived its span (label `lifetime=outlived span`).
+    /// and per span path what outlived its span.
     fn lifetime_profile(&self) -> Profile {
         let mut out = Profile::new(types(&LIFETIME_SAMPLE_TYPES));
         out.period_type = Some(SampleType::new("space", "bytes"));
@@ -278,11 +278,14 @@ impl Snapshot {
                     labels: vec![Label::str("lifetime", *name)],
                 });
             }
+            // No `lifetime` label on the temporary and outlived samples: their sample types
+            // say what they are, and a label with a zero value would be listed by
+            // `go tool pprof -tags` under every other sample type.
             if l.temporary_objects > 0 {
                 out.samples.push(Sample {
                     stack: frames,
                     values: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0],
-                    labels: vec![Label::str("lifetime", "temporary")],
+                    labels: Vec::new(),
                 });
             }
         }
@@ -290,7 +293,7 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&path.frames, &[]),
                 values: vec![0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)],
-                labels: vec![Label::str("lifetime", "outlived span")],
+                labels: Vec::new(),
             });
         }
         out

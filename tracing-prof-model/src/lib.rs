@@ -53,7 +53,7 @@ pub use snapshot::{
     SpanFrame, StackProfile, SuspectedLeak, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
     display_path,
 };
-pub use table::{Grouping, Top, TopRow};
+pub use table::{Grouping, TagTable, Top, TopRow};
 
 /// Why a profile could not be read, compared or drawn as asked.
 #[derive(Debug, thiserror::Error)]

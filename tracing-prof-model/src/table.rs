@@ -19,6 +19,19 @@ pub enum Grouping {
     SpanPath,
 }
 
+/// The values of one label key and their totals, as [`Profile::tags`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagTable {
+    /// The label key (`lifetime`, `thread`, `span_path`, `bytes`).
+    pub key: String,
+    /// Each value with the sum of the sample type over the samples that carry it, in the
+    /// value's natural order: durations (`<1us` .. `>=10s`) shortest first, numbers smallest
+    /// first, other text largest total first.
+    pub rows: Vec<(String, i64)>,
+    /// The sum over all rows.
+    pub total: i64,
+}
+
 /// One row of [`Profile::top`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopRow {
@@ -197,6 +210,104 @@ impl Profile {
     }
 }
 
+/// A label value read as a duration in nanoseconds (`<1us`, `>=10s`, `10ms`), if it is one.
+fn as_duration(v: &str) -> Option<f64> {
+    let v = v.trim_start_matches(['<', '>', '=']);
+    let (num, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit() && c != '.')?);
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return None,
+    };
+    Some(num.parse::<f64>().ok()? * scale)
+}
+
+impl Profile {
+    /// Per label key, the sum of `sample_type` (default: the profile's default) for each value,
+    /// values whose sum is 0 left out: `go tool pprof -tags`, with lifetime buckets and numbers
+    /// in their own order rather than by size. Keys sorted by name.
+    pub fn tags(&self, sample_type: Option<&str>) -> Result<Vec<TagTable>, ModelError> {
+        let index = self.sample_type_named(sample_type)?;
+        let mut keys: std::collections::BTreeMap<&str, HashMap<String, (i64, Option<i64>)>> =
+            Default::default();
+        for s in &self.samples {
+            let v = s.values.get(index).copied().unwrap_or(0);
+            if v == 0 {
+                continue;
+            }
+            for l in &s.labels {
+                let (text, num) = match &l.value {
+                    LabelValue::Str(t) => (t.clone(), None),
+                    LabelValue::Num { value, unit } => (
+                        unit.as_deref()
+                            .map_or_else(|| value.to_string(), |u| units::format_value(*value, u)),
+                        Some(*value),
+                    ),
+                };
+                let e = keys
+                    .entry(&l.key)
+                    .or_default()
+                    .entry(text)
+                    .or_insert((0, num));
+                e.0 = e.0.saturating_add(v);
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .map(|(key, values)| {
+                let mut rows: Vec<(String, i64, Option<i64>)> =
+                    values.into_iter().map(|(t, (v, n))| (t, v, n)).collect();
+                if rows.iter().all(|r| r.2.is_some()) {
+                    rows.sort_by_key(|r| r.2);
+                } else if rows.iter().all(|r| as_duration(&r.0).is_some()) {
+                    rows.sort_by(|a, b| {
+                        let (x, y) = (as_duration(&a.0), as_duration(&b.0));
+                        x.partial_cmp(&y)
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                            .then_with(|| a.0.starts_with(">=").cmp(&b.0.starts_with(">=")))
+                    });
+                } else {
+                    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                }
+                let total = rows.iter().map(|r| r.1).fold(0i64, i64::saturating_add);
+                TagTable {
+                    key: key.to_owned(),
+                    rows: rows.into_iter().map(|(t, v, _)| (t, v)).collect(),
+                    total,
+                }
+            })
+            .collect())
+    }
+}
+
+impl TagTable {
+    /// As `go tool pprof -tags` prints it: the key and its total, then each value with its
+    /// share, in `unit`.
+    pub fn render(&self, unit: &str) -> String {
+        let mut out = format!(
+            " {}: Total {}\n",
+            self.key,
+            units::format_value(self.total, unit)
+        );
+        let cells: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| units::format_value(r.1, unit))
+            .collect();
+        let w = cells.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+        for ((text, v), cell) in self.rows.iter().zip(&cells) {
+            let _ = writeln!(
+                out,
+                "   {cell:>w$} ({:>6}): {text}",
+                units::percent(*v, self.total)
+            );
+        }
+        out
+    }
+}
+
 impl Top {
     /// The rows as an aligned table with a header: flat, flat%, sum%, cum, cum%, name, as
     /// `go tool pprof -top` prints them, values in their units.
@@ -261,5 +372,48 @@ impl Top {
             let _ = writeln!(out, "... and {} more rows", self.omitted);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Frame, FrameKind, Label, Profile, Sample, SampleType};
+
+    #[test]
+    fn tags_order_durations_numbers_and_text_naturally_and_skip_zeros() {
+        let mut p = Profile::new(vec![SampleType::new("freed_objects", "count")]);
+        let sample = |v: i64, labels: Vec<Label>| Sample {
+            stack: vec![Frame::new(FrameKind::Code, "f", None, None)],
+            values: vec![v],
+            labels,
+        };
+        for (bucket, v) in [
+            (">=10s", 1),
+            ("<1ms", 50),
+            ("<1us", 5),
+            ("<10ms", 500),
+            ("<1s", 0),
+        ] {
+            p.samples
+                .push(sample(v, vec![Label::str("lifetime", bucket)]));
+        }
+        p.samples
+            .push(sample(7, vec![Label::num("bytes", 4096, Some("bytes"))]));
+        p.samples
+            .push(sample(9, vec![Label::num("bytes", 512, Some("bytes"))]));
+        p.samples.push(sample(3, vec![Label::str("thread", "b")]));
+        p.samples.push(sample(8, vec![Label::str("thread", "a")]));
+        let tags = p.tags(None).unwrap();
+        let rows = |k: &str| -> Vec<(String, i64)> {
+            tags.iter().find(|t| t.key == k).unwrap().rows.clone()
+        };
+        let names = |k: &str| rows(k).into_iter().map(|r| r.0).collect::<Vec<_>>();
+        assert_eq!(names("lifetime"), ["<1us", "<1ms", "<10ms", ">=10s"]);
+        assert_eq!(names("bytes"), ["512 B", "4.0 KiB"]);
+        assert_eq!(rows("thread"), [("a".to_owned(), 8), ("b".to_owned(), 3)]);
+        assert_eq!(
+            tags.iter().find(|t| t.key == "lifetime").unwrap().total,
+            556
+        );
     }
 }

@@ -119,6 +119,12 @@ fn lifetimes_temporaries_and_threads() {
         assert!(top.contains("lifetimes_and_threads::scratch"), "{top}");
         let tags = common::pprof(&["-tags", "-sample_index=freed_objects"], &file);
         assert!(tags.contains("lifetime") && tags.contains("<1s"), "{tags}");
+        // Only buckets with blocks in them: no zero rows for the temporary and outlived
+        // samples, whose sample types say what they are.
+        assert!(
+            !tags.contains("temporary") && !tags.contains("outlived") && !tags.contains(" 0 ("),
+            "{tags}"
+        );
 
         let file = common::write_profile(&with_blocks, ProfileKind::Threads, "threads");
         let top = common::pprof(
