@@ -390,6 +390,7 @@ impl ProfilerBuilder {
             done,
             thread: Some(thread),
             timeout: self.config.shutdown_timeout,
+            attached: Vec::new(),
         };
         Ok((layer, guard))
     }
@@ -630,6 +631,9 @@ pub struct ProfilerGuard {
     done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
     timeout: Duration,
+    /// What lives as long as the profiler and stops before its final export (see
+    /// [`ProfilerGuard::attach`]).
+    attached: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 /// A flush that did not complete in time.
@@ -652,6 +656,24 @@ impl ProfilerGuard {
         &self.profiler
     }
 
+    /// Keeps `thing` (a `/debug/pprof` server, say) alive as long as the guard, and drops it,
+    /// last attached first, before the final export when the guard drops.
+    ///
+    /// # Examples
+    /// ```
+    /// let (_layer, mut guard) = tracing_prof_core::Profiler::builder().build().unwrap();
+    /// guard.attach(String::from("anything that must live as long as the profiler"));
+    /// assert!(guard.attached::<String>().is_some());
+    /// ```
+    pub fn attach(&mut self, thing: impl std::any::Any + Send) {
+        self.attached.push(Box::new(thing));
+    }
+
+    /// The first attached thing of type `T`, if any.
+    pub fn attached<T: std::any::Any>(&self) -> Option<&T> {
+        self.attached.iter().find_map(|b| b.downcast_ref::<T>())
+    }
+
     /// Exports to every sink now and waits for it, at most `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<(), FlushTimeout> {
         let (tx, rx) = bounded(1);
@@ -666,6 +688,9 @@ impl ProfilerGuard {
 
 impl Drop for ProfilerGuard {
     fn drop(&mut self) {
+        while let Some(thing) = self.attached.pop() {
+            drop(thing);
+        }
         let deadline = Instant::now() + self.timeout;
         let _ = self.commands.send_deadline(Command::Shutdown, deadline);
         match self.done.recv_deadline(deadline) {

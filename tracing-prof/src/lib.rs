@@ -1,12 +1,20 @@
 //! tracing-prof: an always-on profiler for services instrumented with [`tracing`](https://docs.rs/tracing).
 //!
-//! Per span *path* (root -> ... -> span) it records span counts, wall/busy/idle time, CPU time,
-//! and, with the tagging allocator installed, exact allocated and in-use objects and bytes; a heap
-//! sampler adds the code stacks under the span frames, allocation lifetimes, temporary
-//! allocations, memory that outlives its span, and memory per thread. A background thread
-//! writes pprof files that `go tool pprof` opens.
+//! Per span *path* (root -> ... -> span) it records span counts, wall/busy/idle time and CPU
+//! time, and, with the tagging allocator installed, exact allocated and in-use objects and
+//! bytes. A CPU sampler takes the code stacks under the span frames (correct across `.await`
+//! and worker threads); a heap sampler does the same for memory, with allocation lifetimes,
+//! temporary allocations, memory that outlives its span, and memory per thread. A background
+//! thread writes pprof files that `go tool pprof` opens.
 //!
 //! # Setup
+//! Add it with the subscriber crate it plugs into:
+//! ```toml
+//! [dependencies]
+//! tracing-prof = "0.1"
+//! tracing-subscriber = "0.3"
+//! ```
+//! then, in your binary:
 //! ```no_run
 //! use tracing_prof::TaggingAllocator;
 //! use tracing_subscriber::prelude::*;
@@ -24,20 +32,24 @@
 //!
 //!     tracing::info_span!("request").in_scope(|| vec![0u8; 1024]);
 //!
-//!     // 4. Dropping the guard writes a final profile and stops the thread.
+//!     // 4. Dropping the guard (one type, [`ProfilerGuard`]) writes a final profile and stops.
 //!     drop(guard);
 //!     Ok(())
 //! }
 //! ```
-//! Then `go tool pprof -top profiles/span_memory.*.pb.gz` (memory per span path) or
-//! `go tool pprof -traces profiles/heap.*.pb.gz` (the code that allocated, under its spans).
+//! Then `go tool pprof -top profiles/cpu.latest.pb.gz` (which code uses CPU, under which
+//! span), `go tool pprof -top -sample_index=inuse_space profiles/span_memory.latest.pb.gz`
+//! (memory per span path) or `tracing-prof top profiles/heap.latest.pb.gz` with the
+//! `tracing-prof` command (crate `tracing-prof-cli`), no Go needed.
 //!
 //! # Crates
-//! - [`alloc`] (`tracing-prof-alloc`): the `GlobalAlloc` wrapper; all allocator `unsafe`.
-//! - [`model`] (`tracing-prof-model`): snapshots and profiles as data, pprof encode and
-//!   decode, windows, diffs, folded stacks, flame graphs, text tables.
-//! - [`core`] (`tracing-prof-core`): the layer, span paths, capture, the aggregator.
-//! - [`export`] (`tracing-prof-export`): files, `/debug/pprof`, Pyroscope.
+//! - `tracing_prof::alloc` (crate `tracing-prof-alloc`): the `GlobalAlloc` wrapper; all
+//!   allocator `unsafe`.
+//! - `tracing_prof::model` (crate `tracing-prof-model`): snapshots and profiles as data, pprof
+//!   encode and decode, windows, diffs, folded stacks, flame graphs, text tables.
+//! - `tracing_prof::core` (crate `tracing-prof-core`): the layer, span paths, capture, the CPU
+//!   sampler's store, the aggregator.
+//! - `tracing_prof::export` (crate `tracing-prof-export`): files, `/debug/pprof`, Pyroscope.
 //!
 //! See the README for the profile kinds, the environment variables, the overhead and the
 //! limitations.
@@ -90,36 +102,13 @@ pub fn from_env() -> Result<ProfilerBuilder, Error> {
 }
 
 /// Everything the environment asks for, started: [`from_env`]'s profiler, and a
-/// `/debug/pprof` server when `TRACING_PROF_HTTP_ADDR` is set. Keep the guard alive.
-pub fn init_from_env() -> Result<(ProfileLayer, Guard), Error> {
-    let (layer, profiler) = from_env()?.build()?;
-    let http = HttpServer::from_env(profiler.profiler())?;
-    Ok((layer, Guard { http, profiler }))
-}
-
-/// Keeps what [`init_from_env`] started; dropping it stops the HTTP server, then writes and
-/// pushes the final profiles.
-#[derive(Debug)]
-#[must_use = "dropping the guard stops the profiler"]
-pub struct Guard {
-    http: Option<HttpServer>,
-    profiler: ProfilerGuard,
-}
-
-impl Guard {
-    /// A handle for snapshots and stats.
-    pub fn profiler(&self) -> &Profiler {
-        self.profiler.profiler()
+/// `/debug/pprof` server when `TRACING_PROF_HTTP_ADDR` is set, attached to the guard (its
+/// address: `guard.attached::<HttpServer>().map(HttpServer::local_addr)`). Keep the guard
+/// alive; dropping it stops the server, then writes and pushes the final profiles.
+pub fn init_from_env() -> Result<(ProfileLayer, ProfilerGuard), Error> {
+    let (layer, mut guard) = from_env()?.build()?;
+    if let Some(http) = HttpServer::from_env(guard.profiler())? {
+        guard.attach(http);
     }
-
-    /// Where `/debug/pprof` is served, if it is.
-    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
-        self.http.as_ref().map(HttpServer::local_addr)
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        drop(self.http.take());
-    }
+    Ok((layer, guard))
 }

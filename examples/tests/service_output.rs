@@ -1,0 +1,83 @@
+//! The example service as a new user runs it, with flame graphs on: every `go tool pprof`
+//! command it prints to "look further" names one whole profile (a `.latest.pb.gz` file, never
+//! a glob over cumulative files, never an SVG), and each of them runs.
+
+#[path = "../../tracing-prof/tests/common/mod.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example() -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    deps.parent().unwrap().join("examples").join("service")
+}
+
+#[test]
+fn the_commands_it_prints_open_whole_profiles() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-service-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(example())
+        .env("SERVICE_REQUESTS", "3000")
+        .env("TRACING_PROF_DIR", &dir)
+        .env("TRACING_PROF_FLAMEGRAPHS", "1")
+        .output()
+        .expect("run the example (cargo test builds it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_dir(&dir).unwrap().any(|e| e
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|x| x == "svg")),
+        "flame graphs were asked for"
+    );
+    let commands: Vec<&str> = stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("go tool pprof"))
+        .collect();
+    assert!(commands.len() >= 8, "{stdout}");
+    for c in &commands {
+        let file = c.rsplit(' ').next().unwrap();
+        assert!(
+            file.ends_with(".latest.pb.gz") && !file.contains('*'),
+            "{c}: not one whole profile"
+        );
+        assert!(PathBuf::from(file).exists(), "{c}: no such file");
+    }
+    if !common::have_go() {
+        return;
+    }
+    for c in commands.iter().filter(|c| !c.contains("-http")) {
+        // The shell's quoting of -tagfocus='...': the one quoted argument.
+        let args: Vec<String> = match c.split_once('\'') {
+            Some((head, rest)) => {
+                let (quoted, tail) = rest.split_once('\'').unwrap();
+                let mut v: Vec<String> = head.split_whitespace().map(str::to_owned).collect();
+                let last = v.pop().unwrap();
+                v.push(format!("{last}{quoted}"));
+                v.extend(tail.split_whitespace().map(str::to_owned));
+                v
+            }
+            None => c.split_whitespace().map(str::to_owned).collect(),
+        };
+        let out = Command::new(&args[0]).args(&args[1..]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("Showing nodes") || text.contains("-----"),
+            "{c}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
