@@ -219,8 +219,9 @@ fn a_token_protects_the_endpoint() {
         "/debug/pprof/heap?debug=1",
         "Authorization: Bearer s3cret\r\n",
     );
+    // The table's header (its samples may not have been taken yet this early).
     assert!(
-        status.contains("200") && body.contains("inuse_space"),
+        status.contains("200") && body.starts_with("tracing-prof heap profile"),
         "{status}\n{body}"
     );
 }

@@ -19,6 +19,11 @@ pub enum CpuTime {
     Off,
 }
 
+/// Distinct values kept per span field label before further ones are shown as `(other)`: 32.
+pub const DEFAULT_LABEL_VALUES: usize = 32;
+/// Characters kept of a label value: 64.
+pub const MAX_LABEL_VALUE_CHARS: usize = 64;
+
 /// How often the aggregator exports a profile: 10 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
@@ -63,6 +68,10 @@ pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
 pub const ENV_CPU_HZ: &str = "TRACING_PROF_CPU_HZ";
 /// How the CPU sampler walks stacks: `dwarf` or `fp` (frame pointers).
 pub const ENV_CPU_UNWIND: &str = "TRACING_PROF_CPU_UNWIND";
+/// Span fields shown as labels, comma-separated (`route,method`).
+pub const ENV_LABEL_FIELDS: &str = "TRACING_PROF_LABEL_FIELDS";
+/// Distinct values kept per label field.
+pub const ENV_LABEL_VALUES: &str = "TRACING_PROF_LABEL_VALUES";
 /// Consecutive growing captures before a path is a suspected leak; `0` turns detection off.
 pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
 /// Least growth, in bytes, over those captures.
@@ -136,6 +145,11 @@ pub struct Config {
     pub sample_rate: u64,
     /// See [`DEFAULT_TEMPORARY_THRESHOLD`].
     pub temporary_threshold: Duration,
+    /// Span fields whose values become pprof labels (none by default); see
+    /// [`crate::ProfilerBuilder::span_field_labels`].
+    pub label_fields: Vec<String>,
+    /// See [`DEFAULT_LABEL_VALUES`].
+    pub label_values: usize,
 }
 
 impl Default for Config {
@@ -155,6 +169,8 @@ impl Default for Config {
             giant_refuse: false,
             sample_rate: DEFAULT_SAMPLE_RATE,
             temporary_threshold: DEFAULT_TEMPORARY_THRESHOLD,
+            label_fields: Vec::new(),
+            label_values: DEFAULT_LABEL_VALUES,
         }
     }
 }
@@ -247,6 +263,18 @@ impl Config {
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;
         }
+        if let Some(fields) = env_var(ENV_LABEL_FIELDS, parse_label_fields)? {
+            self.label_fields = fields;
+        }
+        if let Some(n) = env_var(ENV_LABEL_VALUES, |s| match s.parse::<usize>() {
+            Ok(n) if (1..=crate::labels::MAX_LABEL_VALUES).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "expected distinct values per field from 1 to {}, got {s:?}",
+                crate::labels::MAX_LABEL_VALUES
+            )),
+        })? {
+            self.label_values = n;
+        }
         Ok(())
     }
 
@@ -262,6 +290,22 @@ impl Config {
             return Err(ConfigError::Value {
                 setting: "cpu_hz",
                 reason: format!("must be at most {}", tracing_prof_cpu::MAX_HZ),
+            });
+        }
+        parse_label_fields(&self.label_fields.join(","))
+            .and_then(|parsed| {
+                (parsed.len() == self.label_fields.len())
+                    .then_some(())
+                    .ok_or_else(|| "field names must not be empty or contain commas".to_owned())
+            })
+            .map_err(|reason| ConfigError::Value {
+                setting: "label_fields",
+                reason,
+            })?;
+        if !(1..=crate::labels::MAX_LABEL_VALUES).contains(&self.label_values) {
+            return Err(ConfigError::Value {
+                setting: "label_values",
+                reason: format!("must be 1 to {}", crate::labels::MAX_LABEL_VALUES),
             });
         }
         parse_max_paths(&self.max_span_paths.to_string())
@@ -342,6 +386,33 @@ fn parse_max_paths(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `route,method` as field names: non-empty, made of letters, digits, `_` and `.`, at most
+/// [`crate::labels::MAX_LABEL_FIELDS`].
+pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
+    let fields: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if let Some(bad) = fields.iter().find(|f| {
+        !f.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    }) {
+        return Err(format!(
+            "{bad:?} is not a field name (letters, digits, _ and . only)"
+        ));
+    }
+    if fields.len() > crate::labels::MAX_LABEL_FIELDS {
+        return Err(format!(
+            "at most {} fields, got {}",
+            crate::labels::MAX_LABEL_FIELDS,
+            fields.len()
+        ));
+    }
+    Ok(fields)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +439,35 @@ mod tests {
     }
 
     // Environment variables are process-wide, so all env cases run in this one test.
+    #[test]
+    fn label_fields_parse_and_refuse_clearly() {
+        assert_eq!(
+            parse_label_fields(" route, http.method ,").unwrap(),
+            ["route", "http.method"]
+        );
+        assert!(
+            parse_label_fields("route;drop")
+                .unwrap_err()
+                .contains("\"route;drop\"")
+        );
+        assert!(
+            parse_label_fields("a,b,c,d,e,f,g,h,i")
+                .unwrap_err()
+                .contains("at most 8")
+        );
+        let c = Config {
+            label_fields: vec!["ok".into(), String::new()],
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        let c = Config {
+            label_fields: vec!["ok".into()],
+            label_values: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+
     #[test]
     fn env_errors_name_the_variable() {
         // SAFETY: no other test in this crate reads or writes these variables.

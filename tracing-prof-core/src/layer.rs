@@ -155,7 +155,7 @@ where
             None if attrs.is_contextual() => current,
             None => Tag::NO_SPAN,
         };
-        let tag = span_path::intern(parent, attrs.metadata());
+        let tag = span_path::intern(parent, attrs.metadata(), crate::labels::of_span(attrs));
         // Span instances only serve the heap sampler's "outlived" counts.
         let instance = if tracing_prof_alloc::sample_rate() > 0 {
             tracing_prof_alloc::open_span_instance()

@@ -232,6 +232,32 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Span fields whose values become labels on every profile kind (`route`, `method`):
+    /// `go tool pprof -tagfocus=route=/users`, `tracing-prof top --tag route=/users`. Each
+    /// field keeps its first [`DEFAULT_LABEL_VALUES`](crate::config::DEFAULT_LABEL_VALUES)
+    /// distinct values (see [`ProfilerBuilder::max_label_values`]), later ones show as
+    /// `(other)`. None by default. See [`crate::labels`] for what it costs and what counts.
+    ///
+    /// # Examples
+    /// ```
+    /// let builder = tracing_prof_core::Profiler::builder().span_field_labels(["route", "method"]);
+    /// ```
+    pub fn span_field_labels<I, T>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.config.label_fields = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Distinct values kept per label field before `(other)`, 1 to
+    /// [`MAX_LABEL_VALUES`](crate::labels::MAX_LABEL_VALUES).
+    pub fn max_label_values(mut self, n: usize) -> Self {
+        self.config.label_values = n;
+        self
+    }
+
     /// How per-span CPU time is measured: from the CPU samples, exactly on every enter and
     /// exit, or not at all. Default [`DEFAULT_CPU_TIME`](crate::config::DEFAULT_CPU_TIME).
     pub fn cpu_time(mut self, mode: crate::CpuTime) -> Self {
@@ -326,6 +352,7 @@ impl ProfilerBuilder {
     pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
         self.config.validate()?;
         crate::span_path::set_cap(self.config.max_span_paths);
+        crate::labels::configure(&self.config.label_fields, self.config.label_values);
         tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
         tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
         if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {

@@ -17,7 +17,8 @@ use tracing_prof_model::{NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, SpanFram
 /// Most span paths the allocator's tables can hold (`MAX_TAGS` less the reserved tags).
 pub const MAX_SPAN_PATHS: usize = MAX_TAGS - Tag::FIRST_PATH as usize;
 
-type Key = (u32, usize);
+/// Parent tag, callsite address, label set (0: none).
+type Key = (u32, usize, u32);
 
 /// Hashes a [`Key`] (two machine words, one of them a static address) with one multiply per
 /// word: SipHash's DoS resistance buys nothing here and costs most of a span's creation.
@@ -49,7 +50,7 @@ type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
 #[derive(Debug)]
 struct Entry {
     parent: u32,
-    /// The span's callsite as a frame, made once per callsite.
+    /// The span's callsite as a frame (its label values included).
     frame: SpanFrame,
 }
 
@@ -64,12 +65,7 @@ struct Table {
 
 /// The frame of a span callsite.
 fn frame_of(m: &'static Metadata<'static>) -> SpanFrame {
-    SpanFrame {
-        target: m.target().into(),
-        name: m.name().into(),
-        file: m.file().map(Into::into),
-        line: m.line(),
-    }
+    SpanFrame::new(m.target(), m.name(), m.file(), m.line())
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -80,9 +76,9 @@ thread_local! {
     /// Per-thread cache of the table, so that span creation rarely takes the global lock.
     static CACHE: RefCell<KeyMap<u32>> = RefCell::new(KeyMap::default());
     /// In front of it, the paths this thread interned lately: a direct-mapped table of
-    /// `(parent, callsite, tag)`, one hash and one compare per span creation.
-    static RECENT: [Cell<(u32, usize, u32)>; RECENT_PATHS] =
-        const { [const { Cell::new((u32::MAX, 0, 0)) }; RECENT_PATHS] };
+    /// `(parent, callsite, label set, tag)`, one hash and one compare per span creation.
+    static RECENT: [Cell<(u32, usize, u32, u32)>; RECENT_PATHS] =
+        const { [const { Cell::new((u32::MAX, 0, 0, 0)) }; RECENT_PATHS] };
 }
 
 const RECENT_PATHS: usize = 64;
@@ -91,6 +87,7 @@ fn recent_slot(key: Key) -> usize {
     let mut h = KeyHasher::default();
     h.write_u32(key.0);
     h.write_usize(key.1);
+    h.write_u32(key.2);
     h.finish() as usize % RECENT_PATHS
 }
 
@@ -106,21 +103,26 @@ pub(crate) fn set_cap(cap: usize) {
     CAP.store(cap.clamp(1, MAX_SPAN_PATHS), Ordering::Relaxed);
 }
 
-/// The tag of the path `parent -> metadata`, interning it if it is new.
+/// The tag of the path `parent -> metadata` with the label set `labels` (see
+/// [`crate::labels`]; 0: none), interning it if it is new.
 ///
 /// `parent` is the parent span's tag, or [`Tag::NO_SPAN`] for a root span. Allocates (call it
 /// with the profiler's tag current), may lock; never called on enter or exit.
-pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>) -> Tag {
-    let key = (parent.get(), metadata as *const Metadata<'static> as usize);
+pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>, labels: u32) -> Tag {
+    let key = (
+        parent.get(),
+        metadata as *const Metadata<'static> as usize,
+        labels,
+    );
     let slot = recent_slot(key);
-    if let Ok((p, m, tag)) = RECENT.try_with(|r| r[slot].get())
-        && (p, m) == key
+    if let Ok((p, m, l, tag)) = RECENT.try_with(|r| r[slot].get())
+        && (p, m, l) == key
     {
         return Tag::new(tag);
     }
     let tag = intern_slow(key, metadata);
     if tag != Tag::OVERFLOW {
-        let _ = RECENT.try_with(|r| r[slot].set((key.0, key.1, tag.get())));
+        let _ = RECENT.try_with(|r| r[slot].set((key.0, key.1, key.2, tag.get())));
     }
     tag
 }
@@ -142,11 +144,12 @@ fn intern_slow(key: Key, metadata: &'static Metadata<'static>) -> Tag {
             Some(&raw) => Tag::new(raw),
             None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
                 let raw = Tag::FIRST_PATH + table.entries.len() as u32;
-                let frame = table
+                let mut frame = table
                     .frames
                     .entry(key.1)
                     .or_insert_with(|| frame_of(metadata))
                     .clone();
+                frame.fields = crate::labels::pairs(key.2);
                 table.entries.push(Entry {
                     parent: parent.get(),
                     frame,

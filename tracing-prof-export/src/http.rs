@@ -274,6 +274,7 @@ fn text_table(snapshot: &Snapshot, kind: ProfileKind) -> String {
     }
     out.push('\n');
     match profile.samples_text(None, 0) {
+        Ok(text) if text.is_empty() => out.push_str("(no samples yet)\n"),
         Ok(text) => out.push_str(&text),
         Err(e) => {
             let _ = writeln!(out, "{e}");

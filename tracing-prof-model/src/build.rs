@@ -90,6 +90,27 @@ fn leak_labels(suspected: bool) -> Vec<Label> {
     }
 }
 
+/// The field labels of a span path (see [`SpanFrame::fields`]): one per field name, the
+/// innermost span's value where several spans of the path set the same field.
+fn field_labels(frames: &[SpanFrame]) -> Vec<Label> {
+    let mut out: Vec<Label> = Vec::new();
+    for f in frames.iter().rev() {
+        for (k, v) in &f.fields {
+            if !out.iter().any(|l| l.key == **k) {
+                out.push(Label::str(&**k, &**v));
+            }
+        }
+    }
+    out
+}
+
+/// The labels of a sample whose path is `frames`: its field labels, then `rest`.
+fn labels_of(frames: &[SpanFrame], rest: Vec<Label>) -> Vec<Label> {
+    let mut labels = field_labels(frames);
+    labels.extend(rest);
+    labels
+}
+
 impl ProfileKind {
     /// Whether this kind shows sampled code stacks for `snapshot` (else exact span paths).
     pub fn is_sampled(self, snapshot: &Snapshot) -> bool {
@@ -189,7 +210,7 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&path.frames, &[]),
                 values,
-                labels: leak_labels(self.is_suspected_leak(path)),
+                labels: labels_of(&path.frames, leak_labels(self.is_suspected_leak(path))),
             });
         }
         out
@@ -206,10 +227,13 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&s.frames, &s.code),
                 values: vec![int(s.samples), int(s.cpu_ns)],
-                labels: vec![Label::str(
-                    "span_path",
-                    crate::snapshot::display_path(&s.frames),
-                )],
+                labels: labels_of(
+                    &s.frames,
+                    vec![Label::str(
+                        "span_path",
+                        crate::snapshot::display_path(&s.frames),
+                    )],
+                ),
             });
         }
         out
@@ -227,7 +251,7 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&path.frames, &[]),
                 values,
-                labels: leak_labels(self.is_suspected_leak(path)),
+                labels: labels_of(&path.frames, leak_labels(self.is_suspected_leak(path))),
             });
         }
         out
@@ -250,7 +274,7 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&s.frames, &s.code),
                 values,
-                labels,
+                labels: labels_of(&s.frames, labels),
             });
         }
         out
@@ -275,7 +299,7 @@ impl Snapshot {
                 out.samples.push(Sample {
                     stack: frames.clone(),
                     values: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0, 0, 0],
-                    labels: vec![Label::str("lifetime", *name)],
+                    labels: labels_of(&s.frames, vec![Label::str("lifetime", *name)]),
                 });
             }
             // No `lifetime` label on the temporary and outlived samples: their sample types
@@ -285,7 +309,7 @@ impl Snapshot {
                 out.samples.push(Sample {
                     stack: frames,
                     values: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0],
-                    labels: Vec::new(),
+                    labels: field_labels(&s.frames),
                 });
             }
         }
@@ -293,7 +317,7 @@ impl Snapshot {
             out.samples.push(Sample {
                 stack: stack(&path.frames, &[]),
                 values: vec![0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)],
-                labels: Vec::new(),
+                labels: field_labels(&path.frames),
             });
         }
         out

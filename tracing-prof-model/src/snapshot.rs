@@ -35,17 +35,27 @@ pub struct SpanFrame {
     pub file: Option<Arc<str>>,
     /// Source line of the callsite, when known.
     pub line: Option<u32>,
+    /// The values of the span's fields chosen as labels (`route` = `/users`), in the order
+    /// they were configured; empty unless labels were asked for. Spans of one callsite with
+    /// different values are different paths, shown as one frame with different labels.
+    pub fields: Vec<(Arc<str>, Arc<str>)>,
 }
 
 impl SpanFrame {
+    /// The frame of a callsite, with no field labels.
+    pub fn new(target: &str, name: &str, file: Option<&str>, line: Option<u32>) -> Self {
+        SpanFrame {
+            target: Arc::from(target),
+            name: Arc::from(name),
+            file: file.map(Arc::from),
+            line,
+            fields: Vec::new(),
+        }
+    }
+
     /// A frame that stands for no callsite, such as [`NO_SPAN_FRAME`].
     pub fn synthetic(name: &str) -> Self {
-        SpanFrame {
-            target: Arc::from(""),
-            name: Arc::from(name),
-            file: None,
-            line: None,
-        }
+        SpanFrame::new("", name, None, None)
     }
 
     /// Whether this frame stands for no callsite.
