@@ -74,24 +74,36 @@ mod tag;
 mod unwind;
 
 pub use allocator::{ReallocMode, TaggingAllocator};
+pub use counters::{TagTotals, ThreadTotals};
+pub use header::HEADER_SIZE;
+pub use sample::{DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD};
+pub use tag::{Tag, TagGuard, current_tag};
+
+// The plumbing the profiler (tracing-prof-core) drives: public because it lives in another
+// crate, hidden from the docs because an application has no use for it.
+#[doc(hidden)]
 pub use counters::{
-    MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
-    record_interval, record_span_closed, set_new_thread_hook, thread_tables,
+    MAX_ORIGINS, read_thread_totals, read_threads, read_totals, record_interval,
+    record_span_closed, set_new_thread_hook, thread_tables,
 };
+#[doc(hidden)]
 pub use giant::{
     GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy,
 };
-pub use header::HEADER_SIZE;
+#[doc(hidden)]
 pub use instances::{
     MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
 };
+#[doc(hidden)]
 pub use sample::{
-    DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS,
-    MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals, read_stacks, sample_rate, sampler_stats,
-    seed_this_thread, set_sample_rate, set_temporary_threshold, temporary_threshold,
+    LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals,
+    read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
+    set_temporary_threshold, temporary_threshold,
 };
+#[doc(hidden)]
 pub use sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
-pub use tag::{Tag, TagGuard, current_tag, set_current_span, set_current_tag};
+#[doc(hidden)]
+pub use tag::{set_current_span, set_current_tag};
 
 /// Number of distinct tags the counter tables hold (reserved tags included).
 pub const MAX_TAGS: usize = 4096;

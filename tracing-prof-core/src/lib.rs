@@ -1,25 +1,28 @@
-//! The span layer, the profile model and the aggregator of tracing-prof.
+//! The span layer, collection, the CPU sample store and the aggregator of tracing-prof.
 //!
 //! - [`ProfileLayer`]: a `tracing-subscriber` layer that records, per span *path* (the chain of
-//!   callsites from the root span), span count, wall/busy/idle time and CPU time, and makes the
-//!   innermost entered span's path current for the tagging allocator of `tracing-prof-alloc`.
-//! - [`Profile`]: what is known at one instant, per path; knows nothing of any file format.
+//!   callsites from the root span), span count and wall/busy/idle time, and makes the
+//!   innermost entered span's path current for the tagging allocator of `tracing-prof-alloc`
+//!   and the CPU sampler of `tracing-prof-cpu`.
+//! - [`capture`]: what is known at one instant, as a [`Snapshot`] of the profile model
+//!   (`tracing-prof-model`), which knows nothing of how it was captured.
 //! - [`Profiler`] / [`ProfilerBuilder`] / [`ProfilerGuard`]: a named background thread that
-//!   captures a profile every interval and at shutdown and hands it to [`Sink`]s.
+//!   captures a snapshot every interval and at shutdown and hands it to [`Sink`]s.
 //!
 //! # How time is counted
 //! Like `tracing_subscriber::fmt`'s span timings: `busy` accrues over each enter..exit interval on
 //! the thread that ran it (an instrumented future polled on several worker threads adds each
 //! poll once); a span entered again while already entered on the same thread is not counted
-//! twice. `wall` is creation to close, `idle` is `wall - busy` of each closed span. CPU time is
-//! the per-thread CPU clock's delta over each interval: `CLOCK_THREAD_CPUTIME_ID` by default
+//! twice. `wall` is creation to close, `idle` is `wall - busy` of each closed span. CPU time
+//! comes from the CPU samples by default ([`CpuTime::Sampled`]); with [`CpuTime::Exact`] it is
+//! a per-thread CPU clock's delta over each interval: `CLOCK_THREAD_CPUTIME_ID` by default
 //! (exact), or `getrusage(RUSAGE_THREAD)` (user and system apart, inexact per interval); see
 //! [`CpuClock`] for which to pick.
 //!
 //! # How memory is counted
 //! By the allocator, per path tag, exactly; see `tracing-prof-alloc`. Without the tagging
 //! allocator installed, memory numbers stay zero and time is still measured. The allocator's
-//! heap sampler adds sampled code stacks, which [`Profile::capture`] symbolizes (see
+//! heap sampler adds sampled code stacks, which [`capture`] symbolizes (see
 //! [`StackProfile`], [`CodeFrame`]) with their lifetimes, and the memory per thread
 //! ([`ThreadProfile`]).
 //!
@@ -67,3 +70,10 @@ pub use tracing_prof_model::{
     PROFILER_FRAME, PathKind, PathProfile, ProfileKind, Snapshot, SpanFrame, StackProfile,
     TABLE_FULL_FRAME, ThreadProfile, TimeStats,
 };
+
+/// Marks the calling thread as one of the profiler's own for the rest of its life: what it
+/// allocates is counted under `(tracing-prof)`, never under a user's span. For threads that
+/// sinks and servers start (the Pyroscope sender, `/debug/pprof` connections).
+pub fn mark_profiler_thread() {
+    tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+}

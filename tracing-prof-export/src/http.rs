@@ -378,7 +378,7 @@ impl Drop for HttpServer {
 
 fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool) {
     // This thread's and its connection threads' memory is the profiler's own.
-    tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+    tracing_prof_core::mark_profiler_thread();
     let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
@@ -402,7 +402,7 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
         let spawned = std::thread::Builder::new()
             .name("tracing-prof-http-conn".into())
             .spawn(move || {
-                tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+                tracing_prof_core::mark_profiler_thread();
                 serve(stream, &handler);
                 mine.fetch_sub(1, Ordering::SeqCst);
             });

@@ -399,7 +399,7 @@ impl PyroscopeExporter {
         let thread = std::thread::Builder::new()
             .name("tracing-prof-pyroscope".into())
             .spawn(move || {
-                tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+                tracing_prof_core::mark_profiler_thread();
                 sender.run(&inbox);
                 let _ = done_tx.send(());
             })

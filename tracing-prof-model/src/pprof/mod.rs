@@ -3,7 +3,7 @@
 //! Encoding: code frames sit under mapping 1, which names the program (`File:` and `Build ID:`
 //! in `go tool pprof`) and says the profile is already symbolized, so pprof never tries to
 //! symbolize it again. Span frames sit under a mapping named `[spans]` and carry the
-//! [`SPAN_MARK`](crate::SPAN_MARK) after their name (`app::render [span]`), so a span and a
+//! [`SPAN_MARK`] after their name (`app::render [span]`), so a span and a
 //! function of the same name stay apart in `-top` while `-focus=render` still finds both;
 //! thread frames sit under `[threads]`. One `Function` per name and file, one `Location` per
 //! function, line and address; ids are handed out in order of first use, from 1, so output is
