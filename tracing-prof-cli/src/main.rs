@@ -50,7 +50,7 @@ enum Command {
     Diff(DiffArgs),
     /// A flame graph SVG (drawn by inferno) of any sample type.
     Flamegraph(FlamegraphArgs),
-    /// Over a series of cumulative files of one process (oldest first): what grew at every step.
+    /// Over a series of cumulative files of one process: what kept growing (a leak) and what changed most.
     Leaks(LeaksArgs),
     /// One self-contained HTML page with flame graphs and tables, for sharing.
     Report(ReportArgs),

@@ -78,6 +78,9 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
         let frames = dwarf
             .as_ref()
             .and_then(|d| resolve_unit(module, d, unit_offset, &addrs).ok());
+        // Hand the unit's pages back before the next: the resident debug information is one
+        // unit's at most, not the batch's (a re-read is a page-cache hit).
+        module.release();
         for (i, &a) in addrs.iter().enumerate() {
             let f = frames
                 .as_ref()
