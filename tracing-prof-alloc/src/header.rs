@@ -162,15 +162,18 @@ pub(crate) const fn offset_for(align: usize, extended: bool) -> usize {
 /// `align` must be a power of two (it comes from a `Layout`).
 #[inline]
 pub(crate) fn outer_layout(size: usize, align: usize, extended: bool) -> Option<Layout> {
-    debug_assert!(align.is_power_of_two());
     let outer_align = if align > HEADER_ALIGN {
         align
     } else {
         HEADER_ALIGN
     };
     // `Layout` needs size rounded up to the alignment to fit in isize; `offset` is at most
-    // `max(outer_align, SAMPLED_OFFSET)`.
-    if size > isize::MAX as usize - 2 * outer_align - SAMPLED_OFFSET {
+    // `max(outer_align, SAMPLED_OFFSET)`. Checked: an alignment near `isize::MAX` (a valid
+    // `Layout` may ask for 2^62) must give `None`, never wrap.
+    let room = (isize::MAX as usize)
+        .checked_sub(outer_align.checked_mul(2)?)?
+        .checked_sub(SAMPLED_OFFSET)?;
+    if size > room || !align.is_power_of_two() {
         return None;
     }
     // SAFETY: `outer_align` is a power of two (align, or 8), and `size + offset` rounded up to
@@ -187,7 +190,6 @@ pub(crate) fn outer_layout(size: usize, align: usize, extended: bool) -> Option<
 /// `size` and `align` must both be below `giant::SAFE_LIMIT`, and `align` a power of two.
 #[inline(always)]
 pub(crate) unsafe fn outer_layout_small(size: usize, align: usize, extended: bool) -> Layout {
-    debug_assert!(size < crate::giant::SAFE_LIMIT && align < crate::giant::SAFE_LIMIT);
     let outer_align = if align > HEADER_ALIGN {
         align
     } else {

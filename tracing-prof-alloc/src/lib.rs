@@ -24,12 +24,18 @@
 //! # Cost
 //! - Memory: [`HEADER_SIZE`] (8) bytes per block with `align <= 8`, `align` bytes per block with a
 //!   larger alignment (the header sits in the padding that keeps the user pointer aligned).
-//! - Time: a thread-local read and two plain stores into this thread's own counter table, and one
-//!   compare against the giant-allocation limit. No lock, no syscall, no allocation, no panic; no
-//!   cache line is written by two threads (except on the rare paths: TLS teardown, giant requests).
+//! - Time, per call: a thread-local read, two plain stores into this thread's own counter
+//!   table, the heap sampler's countdown and one compare against the giant-allocation limit;
+//!   no lock, no syscall, no allocation of its own, no panic; no cache line is written by two
+//!   threads (except on the rare paths: TLS teardown, giant requests, sampled allocations).
+//!   A free checks the header's magic number, flags and origin in one compare.
+//! - Not per call: a thread's **first** allocation takes a counter table (reusing one an
+//!   exited thread left, or `calloc`ing one from the system allocator), reads the thread's id
+//!   and name (`gettid`, `prctl`), and registers a thread-exit destructor to hand the table
+//!   back. A **sampled** allocation (one per 512 KiB on average with the profiler's default)
+//!   walks its stack with `_Unwind_Backtrace` (about 2 µs) and takes a slot in a shared table.
 //! - Per thread: one counter table of `MAX_TAGS` slots (88 bytes each, 352 KiB of address space,
-//!   touched only for the tags the thread uses), allocated from the system allocator on the
-//!   thread's first allocation and reused by later threads once it exits.
+//!   touched only for the tags the thread uses), reused by later threads once it exits.
 //!
 //! # Heap sampling
 //! [`set_sample_rate`] turns on sampling of code stacks: sample points fall on average every

@@ -230,6 +230,15 @@ fn take_points(s: &ThreadState, rate: u64) -> u32 {
     }
     let mut left = s.sample_left.get();
     let mut points = 0u32;
+    // A request of many times the rate (a `try_reserve` of an untrusted length, say) covers
+    // that many points: skip over all but the last few at the mean distance, rather than draw
+    // them one by one (2^37 draws for 2^56 bytes at the default rate).
+    let rate_i = i64::try_from(rate).unwrap_or(i64::MAX);
+    if left < SKIP_AFTER.saturating_mul(rate_i).saturating_neg() {
+        let skip = left.unsigned_abs() / rate - SKIP_AFTER as u64 / 2;
+        points = u32::try_from(skip).unwrap_or(u32::MAX);
+        left = left.saturating_add(i64::try_from(skip.saturating_mul(rate)).unwrap_or(i64::MAX));
+    }
     while left < 0 {
         points = points.saturating_add(1);
         left += next_distance(s, rate);
@@ -237,6 +246,9 @@ fn take_points(s: &ThreadState, rate: u64) -> u32 {
     s.sample_left.set(left);
     points
 }
+
+/// Points drawn one by one at most, roughly, before the rest are skipped at the mean distance.
+const SKIP_AFTER: i64 = 64;
 
 /// A distance between two sample points: uniform in `[rate/2, 3*rate/2)`, mean `rate`.
 fn next_distance(s: &ThreadState, rate: u64) -> i64 {
@@ -604,6 +616,25 @@ mod tests {
             for (i, x) in r.iter().enumerate() {
                 // The smallest classes get about 1200 and 3100 points: 3% and 2% spread.
                 assert!((x - 1.0).abs() < 0.1, "size class {i}: {x}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_huge_request_counts_its_points_without_drawing_each() {
+        STATE.with(|s| {
+            let rate = 512 * 1024;
+            for bytes in [1i64 << 40, 1 << 48, 1 << 56, i64::MAX / 2] {
+                s.sample_left.set(-bytes);
+                let points = take_points(s, rate);
+                let expected = (bytes as u64 / rate).min(u64::from(u32::MAX));
+                let err = (u64::from(points)).abs_diff(expected);
+                assert!(
+                    err <= 64,
+                    "{bytes} bytes: {points} points, expected about {expected}"
+                );
+                let left = s.sample_left.get();
+                assert!((0..=(rate as i64 * 3 / 2)).contains(&left), "{left}");
             }
         });
     }

@@ -386,3 +386,44 @@ fn a_pointer_that_is_not_ours_aborts_with_a_message() {
         );
     }
 }
+
+/// An inner allocator that records whether it was ever handed a layout that `Layout` itself
+/// would refuse, and allocates nothing.
+struct Strict;
+
+static STRICT_SAW_INVALID: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+// SAFETY: never returns memory (null is always allowed); only checks what it is given.
+unsafe impl GlobalAlloc for Strict {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if Layout::from_size_align(layout.size(), layout.align()).is_err() {
+            STRICT_SAW_INVALID.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        std::ptr::null_mut()
+    }
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
+}
+
+/// Alignments a `Layout` allows, up to 2^62: the header arithmetic never wraps (it did, and
+/// handed the inner allocator an invalid layout) and the answer is null, in every build.
+#[test]
+fn alignments_near_isize_max_never_reach_the_inner_allocator_invalid() {
+    static WRAPPED: TaggingAllocator<Strict> = TaggingAllocator::new(Strict);
+    for shift in [20, 40, 61, 62] {
+        for size in [1usize, 8, 4096] {
+            let Ok(layout) = Layout::from_size_align(size, 1 << shift) else {
+                continue;
+            };
+            // SAFETY: valid layouts; null is an allowed answer and nothing is freed.
+            unsafe {
+                assert!(WRAPPED.alloc(layout).is_null());
+                assert!(WRAPPED.alloc_zeroed(layout).is_null());
+            }
+        }
+    }
+    assert!(
+        !STRICT_SAW_INVALID.load(std::sync::atomic::Ordering::SeqCst),
+        "the inner allocator was handed an invalid layout"
+    );
+}
