@@ -280,11 +280,22 @@ impl Config {
 
     /// Checks ranges the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.interval.is_zero() {
+        if !(MIN_INTERVAL..=MAX_DURATION).contains(&self.interval) {
             return Err(ConfigError::Value {
                 setting: "interval",
-                reason: "must be > 0".into(),
+                reason: format!("must be from 100ms to 24h, got {:?}", self.interval),
             });
+        }
+        for (setting, d) in [
+            ("shutdown_timeout", self.shutdown_timeout),
+            ("temporary_threshold", self.temporary_threshold),
+        ] {
+            if d.is_zero() || d > MAX_DURATION {
+                return Err(ConfigError::Value {
+                    setting,
+                    reason: format!("must be more than 0 and at most 24h, got {d:?}"),
+                });
+            }
         }
         if self.cpu_hz > tracing_prof_cpu::MAX_HZ {
             return Err(ConfigError::Value {
@@ -337,7 +348,12 @@ pub fn env_var<T>(
         ));
     };
     if value.trim().is_empty() {
-        return Ok(None);
+        // Set but empty (a template whose value went missing, say): never taken for unset,
+        // which for a token would mean no authentication.
+        return Err(err(
+            value.to_owned(),
+            "set but empty; unset it to use the default".into(),
+        ));
     }
     parse(value.trim())
         .map(Some)
@@ -360,10 +376,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     if d.is_zero() {
         Err("must be greater than zero".into())
+    } else if d > MAX_DURATION {
+        Err(format!("must be at most 24h, got {s:?}"))
     } else {
         Ok(d)
     }
 }
+
+/// The longest duration any setting takes: a day.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The shortest export interval: 100 ms (each export captures, symbolizes and encodes).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
 pub fn parse_bool(s: &str) -> Result<bool, String> {
@@ -478,16 +501,52 @@ mod tests {
         unsafe {
             std::env::set_var(ENV_INTERVAL, "3s");
             std::env::set_var(ENV_CPU_TIME, "exact");
-            std::env::set_var(ENV_MAX_SPAN_PATHS, "");
         }
         let c = Config::from_env().unwrap();
         assert_eq!(
             (c.interval, c.cpu_time, c.max_span_paths),
             (Duration::from_secs(3), CpuTime::Exact, 1024)
         );
+        // Set but blank is an error, not "unset" (for a token it would mean no authentication).
+        // SAFETY: as above.
+        unsafe { std::env::set_var(ENV_MAX_SPAN_PATHS, "  ") };
+        let e = Config::from_env().unwrap_err().to_string();
+        assert!(
+            e.contains("TRACING_PROF_MAX_SPAN_PATHS") && e.contains("empty"),
+            "{e}"
+        );
+        // Durations are bounded, and so is the interval from below.
+        for (var, value) in [
+            (ENV_SHUTDOWN_TIMEOUT, "18446744073709551615"),
+            (ENV_INTERVAL, "18446744073709551615s"),
+            (ENV_INTERVAL, "25h"),
+        ] {
+            // SAFETY: as above.
+            unsafe {
+                std::env::remove_var(ENV_MAX_SPAN_PATHS);
+                std::env::set_var(var, value);
+            }
+            let e = Config::from_env().unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains("24h"), "{e}");
+            // SAFETY: as above.
+            unsafe { std::env::remove_var(var) };
+        }
+        // SAFETY: as above.
+        unsafe { std::env::set_var(ENV_INTERVAL, "1us") };
+        let e = Config::from_env()
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("100ms"), "{e}");
         // SAFETY: as above.
         unsafe {
-            for v in [ENV_INTERVAL, ENV_CPU_TIME, ENV_MAX_SPAN_PATHS] {
+            for v in [
+                ENV_INTERVAL,
+                ENV_CPU_TIME,
+                ENV_MAX_SPAN_PATHS,
+                ENV_SHUTDOWN_TIMEOUT,
+            ] {
                 std::env::remove_var(v);
             }
         }

@@ -51,6 +51,8 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
 /// Bearer token the endpoint requires, if set.
 pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
+/// `1` to serve on a non-loopback address without a token (refused otherwise).
+pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
 
 /// An answer, for whichever server carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,10 +355,43 @@ impl HttpServer {
             addr
         };
         let mut handler = PprofHandler::new(profiler.clone());
-        if let Some(token) = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))? {
+        let token = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))?;
+        let public =
+            env_var(ENV_HTTP_ALLOW_PUBLIC, tracing_prof_core::config::parse_bool)?.unwrap_or(false);
+        let resolved: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| ConfigError::Env {
+                name: ENV_HTTP_ADDR,
+                value: addr.clone(),
+                reason: format!("not an address to listen on: {e}"),
+            })?
+            .collect();
+        if token.is_none() && !public && resolved.iter().any(|a| !a.ip().is_loopback()) {
+            return Err(ConfigError::Env {
+                name: ENV_HTTP_ADDR,
+                value: addr,
+                reason: format!(
+                    "not a loopback address, and no {ENV_HTTP_TOKEN}: anyone who can reach it \
+                     could read the profiles; set a token, or {ENV_HTTP_ALLOW_PUBLIC}=1 to serve \
+                     without one"
+                ),
+            }
+            .into());
+        }
+        if let Some(token) = token {
             handler = handler.bearer_token(token);
         }
-        HttpServer::start(handler, addr.as_str()).map(Some)
+        HttpServer::start(handler, addr.as_str())
+            .map(Some)
+            .map_err(|e| match e {
+                HttpError::Bind { source, .. } => ConfigError::Env {
+                    name: ENV_HTTP_ADDR,
+                    value: addr.clone(),
+                    reason: format!("cannot listen there: {source}"),
+                }
+                .into(),
+                other => other,
+            })
     }
 
     /// The address actually listened on.

@@ -42,7 +42,7 @@ fn temp_dir(name: &str) -> PathBuf {
 fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     let dir = temp_dir("files");
     let (layer, guard) = Profiler::builder()
-        .interval(Duration::from_millis(50))
+        .interval(Duration::from_millis(100))
         .sink(FileExporter::new(&dir).keep(3))
         .build()
         .unwrap();
