@@ -51,6 +51,11 @@ const MAX_RAW: usize = 4096;
 
 static STORE: Mutex<Option<Store>> = Mutex::new(None);
 
+/// The store's lock, for `fork` (see `crate::fork`).
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(store())
+}
+
 fn store() -> std::sync::MutexGuard<'static, Option<Store>> {
     STORE.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -47,6 +47,11 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// Whether any field is configured: the only thing span creation reads when none is.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// The table's lock, for `fork` (see `crate::fork`).
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(table())
+}
+
 fn table() -> MutexGuard<'static, Option<Table>> {
     TABLE.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -41,6 +41,7 @@ mod clock;
 pub mod config;
 mod cpu;
 mod entered;
+mod fork;
 pub mod labels;
 mod layer;
 mod leak;

@@ -2,6 +2,7 @@
 //! guard that flushes on drop.
 
 use crate::config::{Config, ConfigError};
+use crate::fork::ForkSafe;
 use crate::layer::ProfileLayer;
 use crate::leak::LeakDetector;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
@@ -74,12 +75,12 @@ struct Shared {
     exports: AtomicU64,
     export_errors: AtomicU64,
     /// What the aggregator's leak detection last found.
-    leaks: std::sync::Mutex<Vec<SuspectedLeak>>,
+    leaks: ForkSafe<Vec<SuspectedLeak>>,
     /// The most recent giant allocations, at most GIANT_RING.
-    giants: std::sync::Mutex<std::collections::VecDeque<GiantReport>>,
+    giants: ForkSafe<std::collections::VecDeque<GiantReport>>,
     giants_missed: AtomicU64,
     /// Why CPU sampling is not running, when it was asked for.
-    cpu_error: std::sync::Mutex<Option<String>>,
+    cpu_error: ForkSafe<Option<String>>,
 }
 
 /// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
@@ -127,11 +128,7 @@ impl Profiler {
     /// capture; see [`ProfilerBuilder::giant_allocations`].
     pub fn giant_allocations(&self) -> Vec<GiantReport> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        let g = self
-            .shared
-            .giants
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self.shared.giants.lock();
         g.iter().cloned().collect()
     }
 
@@ -139,11 +136,7 @@ impl Profiler {
     /// as of the aggregator's last capture.
     pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        self.shared
-            .leaks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.shared.leaks.lock().clone()
     }
 
     /// Counters about the profiler itself.
@@ -167,11 +160,7 @@ impl Profiler {
     /// the process, an unsupported platform...), or `None`.
     pub fn cpu_error(&self) -> Option<String> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        self.shared
-            .cpu_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.shared.cpu_error.lock().clone()
     }
 }
 
@@ -353,6 +342,7 @@ impl ProfilerBuilder {
         self.config.validate()?;
         crate::span_path::set_cap(self.config.max_span_paths);
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
+        crate::fork::register();
         tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
         tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
         if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
@@ -365,10 +355,10 @@ impl ProfilerBuilder {
             started: Instant::now(),
             exports: AtomicU64::new(0),
             export_errors: AtomicU64::new(0),
-            leaks: std::sync::Mutex::new(Vec::new()),
-            giants: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            leaks: ForkSafe::new(Vec::new()),
+            giants: ForkSafe::new(std::collections::VecDeque::new()),
             giants_missed: AtomicU64::new(0),
-            cpu_error: std::sync::Mutex::new(None),
+            cpu_error: ForkSafe::new(None),
         });
         if let Err(e) = crate::cpu::start(
             self.config.cpu_time,
@@ -376,10 +366,7 @@ impl ProfilerBuilder {
             self.config.cpu_unwind,
         ) {
             eprintln!("tracing-prof: CPU sampling is off: {e}");
-            *shared
-                .cpu_error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e.to_string());
+            *shared.cpu_error.lock() = Some(e.to_string());
         }
         let (commands, inbox) = bounded::<Command>(4);
         let (done_tx, done) = bounded::<()>(1);
@@ -492,11 +479,7 @@ impl Aggregator {
             crate::cpu::stop();
             let msg = "another SIGPROF handler replaced tracing-prof's; CPU sampling stopped";
             eprintln!("tracing-prof: {msg}");
-            *self
-                .shared
-                .cpu_error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(msg.to_owned());
+            *self.shared.cpu_error.lock() = Some(msg.to_owned());
             return;
         }
         tracing_prof_cpu::refresh_modules();
@@ -516,11 +499,7 @@ impl Aggregator {
             self.shared
                 .giants_missed
                 .fetch_add(missed, Ordering::Relaxed);
-            let mut kept = self
-                .shared
-                .giants
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut reports = Vec::new();
             for g in new {
                 self.last_giant = Some(g.seq);
                 if g.tag == Tag::PROFILER {
@@ -540,21 +519,23 @@ impl Aggregator {
                     let r = report.clone();
                     move || log_giant(&r)
                 }));
+                reports.push(report);
+            }
+            // Symbolized above, outside the lock: a ForkSafe lock is held briefly, alone.
+            let mut kept = self.shared.giants.lock();
+            for report in reports {
                 if kept.len() == tracing_prof_alloc::GIANT_RING {
                     kept.pop_front();
                 }
                 kept.push_back(report);
             }
+            drop(kept);
         }
         let mut profile = crate::capture(self.shared.started.elapsed());
         if let Some(detector) = &mut self.leaks {
             let (now, new) = detector.observe(&profile);
             profile.suspected_leaks = now.clone();
-            *self
-                .shared
-                .leaks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+            *self.shared.leaks.lock() = now;
             let level = self.leak_level;
             for leak in new {
                 events.push(Box::new(move || log_leak(level, &leak)));

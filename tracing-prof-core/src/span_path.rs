@@ -91,6 +91,11 @@ fn recent_slot(key: Key) -> usize {
     h.finish() as usize % RECENT_PATHS
 }
 
+/// The table's lock, for `fork` (see `crate::fork`).
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(table())
+}
+
 fn table() -> MutexGuard<'static, Option<Table>> {
     // A panic while holding the lock cannot leave the table inconsistent (inserts are one
     // push plus one map insert), so a poisoned lock is simply taken over.

@@ -17,6 +17,11 @@ use tracing_prof_model::{MemoryStats, ThreadProfile};
 /// Last known (tid, name) per table index.
 static NAMES: Mutex<Option<HashMap<u32, (u64, String)>>> = Mutex::new(None);
 
+/// The names' lock, for `fork` (see `crate::fork`).
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(NAMES.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
 fn os_name(tid: u64) -> Option<String> {
     let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
     Some(comm.trim_end_matches('\n').to_owned())

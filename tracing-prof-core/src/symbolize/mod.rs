@@ -92,13 +92,29 @@ pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
         return;
     }
     let resolved = resolve(missing);
-    let mut guard = cache();
-    let c = guard.get_or_insert_with(HashMap::new);
-    if c.len() + resolved.len() > MAX_CACHED {
-        c.clear();
+    let full = {
+        let mut guard = cache();
+        let c = guard.get_or_insert_with(HashMap::new);
+        let full = c.len() + resolved.len() > MAX_CACHED;
+        if full {
+            c.clear();
+        }
+        c.extend(resolved);
+        full
+    };
+    if full {
+        // Not under the cache's lock: locks are taken in the order `fork` lists them.
         *NAMES.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
-    c.extend(resolved);
+}
+
+/// This module's locks, taken in order, for `fork` (see `crate::fork`).
+pub(crate) fn lock_for_fork() -> Vec<Box<dyn std::any::Any>> {
+    vec![
+        Box::new(MODULES.lock().unwrap_or_else(PoisonError::into_inner)),
+        Box::new(NAMES.lock().unwrap_or_else(PoisonError::into_inner)),
+        Box::new(cache()),
+    ]
 }
 
 /// Resolves `ips` (innermost addresses, looked up as they are, not `ip - 1`) in one batch
