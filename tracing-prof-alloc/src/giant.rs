@@ -1,14 +1,15 @@
 //! Giant allocations: requests at or above a threshold, reported and optionally refused.
 //!
 //! The hot path pays one relaxed load and one compare. A giant request takes a cold path that
-//! captures its code stack and writes a record into a fixed ring of [`GIANT_RING`] slots (no allocation, no lock; each slot
-//! carries a sequence number so a reader can tell a finished record from one being written) and,
+//! captures its code stack and writes a record into a fixed ring of [`GIANT_RING`] slots (no
+//! allocation, no lock: each slot is a sequence lock, claimed by one writer at a time with a
+//! compare-and-swap, so a reader accepts a record only if it read it whole) and,
 //! when refusal is on, returns null *before* the inner allocator is asked, so nothing can leak
 //! and the program's allocation-error handling runs (`try_reserve` returns an error, `Vec::new`
 //! and friends call `handle_alloc_error`). The profiler's own requests and requests made while
 //! the thread is panicking are reported but never refused.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// Frames of code stack kept per giant request, innermost first.
 pub const GIANT_FRAMES: usize = 32;
@@ -28,7 +29,8 @@ static REFUSE: AtomicBool = AtomicBool::new(false);
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 struct Slot {
-    /// `2 * n + 1` while record `n` is written, `2 * n + 2` once it is complete.
+    /// `2 * n + 1` while record `n` is written, `2 * n + 2` once it is complete; 0: never
+    /// written. Only grows.
     seq: AtomicU64,
     size: AtomicU64,
     tag: AtomicU64,
@@ -86,7 +88,27 @@ pub(crate) fn record(size: usize, tag: u32) -> bool {
     let depth = crate::unwind::capture(&mut ips);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let slot = &RING[(n % GIANT_RING as u64) as usize];
-    slot.seq.store(2 * n + 1, Ordering::Release);
+    // Claim the slot: only from a complete record older than this one. A slot still being
+    // written (a writer GIANT_RING records ahead or behind, preempted) or already holding a
+    // newer record is left alone, and record `n` is counted as missed by the reader.
+    let mut current = slot.seq.load(Ordering::Relaxed);
+    loop {
+        if current % 2 == 1 || current > 2 * n {
+            return refused;
+        }
+        match slot.seq.compare_exchange_weak(
+            current,
+            2 * n + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => break,
+            Err(now) => current = now,
+        }
+    }
+    // The odd number must be visible before any of the data stores (a reader that sees new
+    // data then sees the odd number, or a changed one, in its second read).
+    fence(Ordering::Release);
     slot.size.store(size as u64, Ordering::Relaxed);
     slot.tag.store(u64::from(tag), Ordering::Relaxed);
     slot.refused.store(refused, Ordering::Relaxed);
@@ -115,18 +137,24 @@ pub struct GiantAllocation {
     pub ips: Vec<usize>,
 }
 
-/// Giant requests recorded since `after` (a `seq`, or `None` for all still in the ring), oldest
-/// first, and how many were overwritten before they could be read.
-pub fn giant_allocations_since(after: Option<u64>) -> (Vec<GiantAllocation>, u64) {
+/// Giant requests recorded from position `from` on (0: all still in the ring), oldest first.
+///
+/// Returns the records, how many of them were overwritten (or abandoned by a writer that found
+/// its slot busy) before they could be read, and the position to pass next time. A record still
+/// being written ends the batch: it and the ones after it are read next time.
+pub fn giant_allocations_since(from: u64) -> (Vec<GiantAllocation>, u64, u64) {
     let end = NEXT.load(Ordering::Acquire);
-    let from = after.map_or(0, |a| a + 1);
     let oldest_kept = end.saturating_sub(GIANT_RING as u64);
     let mut missed = oldest_kept.saturating_sub(from);
     let mut out = Vec::new();
     for n in from.max(oldest_kept)..end {
         let slot = &RING[(n % GIANT_RING as u64) as usize];
-        if slot.seq.load(Ordering::Acquire) != 2 * n + 2 {
-            missed += 1; // overwritten meanwhile, or still being written
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq == 2 * n + 1 {
+            return (out, missed, n); // still being written
+        }
+        if seq != 2 * n + 2 {
+            missed += 1; // overwritten, or abandoned
             continue;
         }
         let record = GiantAllocation {
@@ -142,11 +170,19 @@ pub fn giant_allocations_since(after: Option<u64>) -> (Vec<GiantAllocation>, u64
                     .collect()
             },
         };
-        if slot.seq.load(Ordering::Acquire) == 2 * n + 2 {
+        // The data loads above must complete before the second read of the sequence number.
+        fence(Ordering::Acquire);
+        if slot.seq.load(Ordering::Relaxed) == 2 * n + 2 {
             out.push(record);
         } else {
-            missed += 1;
+            missed += 1; // overwritten while read
         }
     }
-    (out, missed)
+    (out, missed, end.max(from))
+}
+
+/// The position the next giant request will take: pass it to [`giant_allocations_since`] to
+/// read only what comes after now.
+pub fn giant_allocations_end() -> u64 {
+    NEXT.load(Ordering::Acquire)
 }

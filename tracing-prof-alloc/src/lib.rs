@@ -94,7 +94,8 @@ pub use counters::{
 };
 #[doc(hidden)]
 pub use giant::{
-    GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_since, set_giant_policy,
+    GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_end, giant_allocations_since,
+    set_giant_policy,
 };
 #[doc(hidden)]
 pub use instances::{

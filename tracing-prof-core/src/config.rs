@@ -242,8 +242,11 @@ impl Config {
             self.leak_level = level;
         }
         if let Some(n) = env_var(ENV_GIANT_BYTES, |s| {
-            s.parse::<usize>()
-                .map_err(|_| format!("expected a number of bytes (0 turns it off), got {s:?}"))
+            let n = s
+                .parse::<usize>()
+                .map_err(|_| format!("expected a number of bytes (0 turns it off), got {s:?}"))?;
+            check_giant_bytes(Some(n).filter(|&n| n > 0))?;
+            Ok(n)
         })? {
             self.giant_bytes = (n > 0).then_some(n);
         }
@@ -297,6 +300,10 @@ impl Config {
                 });
             }
         }
+        check_giant_bytes(self.giant_bytes).map_err(|reason| ConfigError::Value {
+            setting: "giant_bytes",
+            reason,
+        })?;
         if self.cpu_hz > tracing_prof_cpu::MAX_HZ {
             return Err(ConfigError::Value {
                 setting: "cpu_hz",
@@ -387,6 +394,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// The shortest export interval: 100 ms (each export captures, symbolizes and encodes).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The smallest giant-allocation threshold: 64 KiB. Below it ordinary allocations would take
+/// the cold path (a stack capture each), and with refusal on the program could not run.
+pub const MIN_GIANT_BYTES: usize = 64 << 10;
+
+fn check_giant_bytes(bytes: Option<usize>) -> Result<(), String> {
+    match bytes {
+        Some(n) if n < MIN_GIANT_BYTES => Err(format!(
+            "must be at least {MIN_GIANT_BYTES} bytes (64 KiB), or 0 for off; got {n}"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
 pub fn parse_bool(s: &str) -> Result<bool, String> {

@@ -84,12 +84,17 @@ extern "C" fn release() {
     let _ = HELD.try_with(|h| h.borrow_mut().clear());
 }
 
+extern "C" fn release_in_child() {
+    release();
+    crate::profiler::after_fork_in_child();
+}
+
 /// Registers the handlers, once per process.
 pub(crate) fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: plain functions with the C ABI that never unwind; they only lock and unlock
         // the profiler's own mutexes on the forking thread.
-        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release_in_child)) };
     });
 }

@@ -41,6 +41,38 @@ pub enum BuildError {
     /// The aggregator thread could not be spawned.
     #[error("cannot spawn the tracing-prof aggregator thread: {0}")]
     Spawn(#[source] std::io::Error),
+    /// Another profiler is running in this process (its guard is alive, or its final export
+    /// has not finished). Everything it configures is process-wide (the allocator's sampling,
+    /// span path table, giant policy, CPU timers), and two would write the same files and prune
+    /// each other's: drop the first guard, or use its [`Profiler`] handle.
+    #[error("a tracing-prof profiler is already running in this process")]
+    AlreadyRunning,
+}
+
+/// Set while a profiler runs: from `build` until its aggregator thread has finished.
+static RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Owns [`RUNNING`]: clears it when dropped (the aggregator's end, or a failed build).
+struct RunningToken(());
+
+impl RunningToken {
+    fn take() -> Result<Self, BuildError> {
+        RUNNING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| RunningToken(()))
+            .map_err(|_| BuildError::AlreadyRunning)
+    }
+}
+
+impl Drop for RunningToken {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
+
+/// In a child of `fork`: no aggregator runs there.
+pub(crate) fn after_fork_in_child() {
+    RUNNING.store(false, Ordering::Release);
 }
 
 /// Counters about the profiler itself.
@@ -114,6 +146,13 @@ impl Profiler {
     /// Starts configuring a profiler with the documented defaults.
     pub fn builder() -> ProfilerBuilder {
         ProfilerBuilder::default()
+    }
+
+    /// Whether a profiler is running in this process: built, and its aggregator not finished
+    /// (the guard is alive, or its final export is still under way). While it is, building
+    /// another fails with [`BuildError::AlreadyRunning`].
+    pub fn running() -> bool {
+        RUNNING.load(Ordering::Acquire)
     }
 
     /// Everything counted so far, read now on the calling thread, with the suspected leaks the
@@ -295,8 +334,8 @@ impl ProfilerBuilder {
     /// Reports allocations of at least `bytes` (with their span path: [`Profiler::giant_allocations`]
     /// and a WARN event, target `tracing_prof::giant`), and refuses them if `refuse`: null is
     /// returned before the inner allocator is asked, so the program's allocation-error handling
-    /// runs and nothing leaks. Needs the tagging allocator. Off by default. Process-wide: the last
-    /// profiler built sets it.
+    /// runs and nothing leaks. Needs the tagging allocator. Off by default. `bytes` must be at
+    /// least [`MIN_GIANT_BYTES`](crate::config::MIN_GIANT_BYTES). Process-wide.
     pub fn giant_allocations(mut self, bytes: usize, refuse: bool) -> Self {
         self.config.giant_bytes = Some(bytes);
         self.config.giant_refuse = refuse;
@@ -306,7 +345,7 @@ impl ProfilerBuilder {
     /// Heap sampling: a mean of one allocation sampled, with its code stack, per `rate` bytes
     /// allocated (`0`: off; `1`: every allocation, for tests). Default
     /// [`DEFAULT_SAMPLE_RATE`](crate::config::DEFAULT_SAMPLE_RATE). Needs the tagging allocator.
-    /// Process-wide: the last profiler built sets it.
+    /// Process-wide (one profiler runs at a time: [`BuildError::AlreadyRunning`]).
     pub fn heap_sampling(mut self, rate: u64) -> Self {
         self.config.sample_rate = rate;
         self
@@ -340,10 +379,10 @@ impl ProfilerBuilder {
     /// Starts the aggregator thread and returns the layer to install and the guard to keep.
     pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
         self.config.validate()?;
+        let running = RunningToken::take()?;
         crate::span_path::set_cap(self.config.max_span_paths);
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();
-        tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
         tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
         if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
             return Err(BuildError::Config(ConfigError::Value {
@@ -380,10 +419,7 @@ impl ProfilerBuilder {
             leak_level: self.config.leak_level,
             giants: self.config.giant_bytes.is_some(),
             // Only records made from now on: older ones belong to an earlier profiler.
-            last_giant: tracing_prof_alloc::giant_allocations_since(None)
-                .0
-                .last()
-                .map(|g| g.seq),
+            next_giant: tracing_prof_alloc::giant_allocations_end(),
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
@@ -392,12 +428,15 @@ impl ProfilerBuilder {
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
                 crate::cpu::stop();
+                drop(running);
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;
         let layer = ProfileLayer::new()
             .with_cpu_time(self.config.cpu_time == crate::CpuTime::Exact)
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
+        // Last: what `build` itself allocates is never refused.
+        tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
         let guard = ProfilerGuard {
             profiler: Profiler { shared },
             commands,
@@ -425,7 +464,7 @@ struct Aggregator {
     leak_level: tracing::Level,
     giants: bool,
     /// `seq` of the last giant allocation read.
-    last_giant: Option<u64>,
+    next_giant: u64,
 }
 
 impl Aggregator {
@@ -495,13 +534,13 @@ impl Aggregator {
         }
         let mut events: Vec<Box<dyn Fn()>> = Vec::new();
         if self.giants {
-            let (new, missed) = tracing_prof_alloc::giant_allocations_since(self.last_giant);
+            let (new, missed, next) = tracing_prof_alloc::giant_allocations_since(self.next_giant);
+            self.next_giant = next;
             self.shared
                 .giants_missed
                 .fetch_add(missed, Ordering::Relaxed);
             let mut reports = Vec::new();
             for g in new {
-                self.last_giant = Some(g.seq);
                 if g.tag == Tag::PROFILER {
                     continue; // the profiler's own (symbolization, encoding): never refused
                 }

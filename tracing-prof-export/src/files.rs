@@ -41,6 +41,12 @@ pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
     (ProfileKind::Heap, "alloc_space"),
 ];
 
+/// Temporary files are `{TMP_PREFIX}{pid}.{name}{TMP_SUFFIX}`.
+const TMP_PREFIX: &str = ".tracing-prof.";
+const TMP_SUFFIX: &str = ".tmp";
+/// A temporary file this old was left by an interrupted export.
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Length of the timestamp in file names: `YYYYMMDDTHHMMSS.uuuuuuZ`.
 const STAMP_LEN: usize = 23;
 
@@ -57,12 +63,13 @@ pub enum FileError {
         #[source]
         source: ModelError,
     },
-    /// A file-system operation failed.
+    /// A file-system operation failed. The message names the directory, not the file (whose
+    /// name changes at every export), so one cause reads the same at every interval.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
-        /// What was being done ("create directory", "write", "rename", ...).
+        /// What was being done ("create directory", "write a profile in", ...).
         action: &'static str,
-        /// The path it was done to.
+        /// The directory (or, for "create directory", the directory asked for).
         path: PathBuf,
         /// The OS error.
         #[source]
@@ -86,9 +93,13 @@ pub enum FileError {
 /// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
 /// flame graphs sit beside the pprof files.
 ///
-/// Files are written under a temporary name and renamed, so a reader never sees half a file.
-/// The directory is created if missing. An I/O error fails the export (the profiler reports it
-/// once and tries again next interval); it never panics.
+/// Files are written under a temporary name (`.tracing-prof.{pid}.{name}.tmp`) and renamed, so a
+/// reader never sees half a file; temporary files an interrupted export left behind (the
+/// process was killed) are deleted by the next exporter once they are ten minutes old. Old
+/// files are pruned *before* each export writes, so a disk filled by our own files makes room
+/// for the new ones. The directory is created if missing; [`check`](Self::check) tries it
+/// up front ([`from_env`](Self::from_env) does). An I/O error fails the export (the profiler
+/// reports it once and tries again next interval); it never panics.
 #[derive(Debug, Clone)]
 pub struct FileExporter {
     dir: PathBuf,
@@ -121,10 +132,19 @@ impl FileExporter {
     }
 
     /// [`DEFAULT_DIR`] and [`DEFAULT_KEEP_FILES`], overridden by `TRACING_PROF_DIR` and
-    /// `TRACING_PROF_KEEP_FILES` when set.
+    /// `TRACING_PROF_KEEP_FILES` when set. The directory is [checked](Self::check): one that
+    /// cannot be created or written to is an error naming the variable.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let dir = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?.unwrap_or_else(|| DEFAULT_DIR.into());
-        let mut exporter = FileExporter::new(dir);
+        let set = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?;
+        let mut exporter = FileExporter::new(set.clone().unwrap_or_else(|| DEFAULT_DIR.into()));
+        exporter.check().map_err(|e| ConfigError::Env {
+            name: ENV_DIR,
+            value: exporter.dir.display().to_string(),
+            reason: match set {
+                Some(_) => e.to_string(),
+                None => format!("{e} (the default: {ENV_DIR} is unset)"),
+            },
+        })?;
         if let Some(keep) = env_var(ENV_KEEP_FILES, |s| {
             s.parse::<usize>()
                 .map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
@@ -182,6 +202,25 @@ impl FileExporter {
         &self.dir
     }
 
+    /// Creates the directory if missing and tries writing, renaming and deleting a file in it,
+    /// as an export will: an error says why exports would fail (a regular file in the way, a
+    /// read-only mount, `/proc`). Also deletes orphaned temporary files (see above).
+    pub fn check(&self) -> Result<(), FileError> {
+        fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
+        if !self.dir.is_dir() {
+            return Err(FileError::Io {
+                action: "use as a directory",
+                path: self.dir.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
+            });
+        }
+        let probe = format!(".tracing-prof-check.{}", self.pid);
+        let path = self.write_file(&probe, b"tracing-prof")?;
+        fs::remove_file(&path).map_err(io_error("delete a file in", &self.dir))?;
+        self.remove_orphans();
+        Ok(())
+    }
+
     /// Paths written by the last successful export, one per kind.
     pub fn last_written(&self) -> &[PathBuf] {
         &self.written
@@ -190,6 +229,12 @@ impl FileExporter {
     /// Encodes and writes every kind of `profile` now; returns the paths written.
     pub fn write(&mut self, profile: &Snapshot) -> Result<Vec<PathBuf>, FileError> {
         fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
+        if self.last_stamp_us == 0 {
+            self.remove_orphans();
+        }
+        // Make room first: a disk our own files filled must not stop the export that would
+        // prune them.
+        self.prune_all(self.keep.saturating_sub(1).max(1));
         let us = profile
             .time
             .duration_since(UNIX_EPOCH)
@@ -243,10 +288,7 @@ impl FileExporter {
                 &svg,
             )?;
         }
-        for &kind in &self.kinds {
-            self.prune(&format!("{}.{}.", kind.name(), self.pid));
-            self.prune(&format!("{}-delta.{}.", kind.name(), self.pid));
-        }
+        self.prune_all(self.keep);
         if self.deltas {
             self.previous = Some(profile.clone());
         }
@@ -257,11 +299,16 @@ impl FileExporter {
     /// Writes `bytes` to `name` in the directory through a temporary file and a rename.
     fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
         let path = self.dir.join(name);
-        let tmp = self.dir.join(format!(".{name}.tmp"));
+        let tmp = self.tmp_path(name);
         let result = fs::File::create(&tmp)
-            .map_err(io_error("create", &tmp))
-            .and_then(|mut f| f.write_all(bytes).map_err(io_error("write", &tmp)))
-            .and_then(|()| fs::rename(&tmp, &path).map_err(io_error("rename into place", &path)));
+            .map_err(io_error("create a file in", &self.dir))
+            .and_then(|mut f| {
+                f.write_all(bytes)
+                    .map_err(io_error("write a file in", &self.dir))
+            })
+            .and_then(|()| {
+                fs::rename(&tmp, &path).map_err(io_error("rename a file in", &self.dir))
+            });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
@@ -273,21 +320,60 @@ impl FileExporter {
     /// never none); where the file system has no hard links, a copy of `bytes`, written the
     /// same way.
     fn link_latest(&self, name: &str, latest: &str, bytes: &[u8]) -> Result<(), FileError> {
-        let tmp = self.dir.join(format!(".{latest}.{}.tmp", self.pid));
+        let tmp = self.tmp_path(latest);
         let _ = fs::remove_file(&tmp);
         let target = self.dir.join(latest);
         if fs::hard_link(self.dir.join(name), &tmp).is_ok() {
             return fs::rename(&tmp, &target).map_err(|e| {
                 let _ = fs::remove_file(&tmp);
-                io_error("rename into place", &target)(e)
+                io_error("rename a file in", &self.dir)(e)
             });
         }
         self.write_file(latest, bytes).map(|_| ())
     }
 
+    /// Where `name` is written before it is renamed into place.
+    fn tmp_path(&self, name: &str) -> PathBuf {
+        self.dir
+            .join(format!("{TMP_PREFIX}{}.{name}{TMP_SUFFIX}", self.pid))
+    }
+
+    /// Deletes temporary files of ours older than [`ORPHAN_AGE`]: an export never takes that
+    /// long, so their writer was killed. Best effort.
+    fn remove_orphans(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !(name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX)) {
+                continue;
+            }
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= ORPHAN_AGE);
+            if old {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Prunes every kind (and its deltas) down to `keep` stamps.
+    fn prune_all(&self, keep: usize) {
+        for &kind in &self.kinds {
+            self.prune(&format!("{}.{}.", kind.name(), self.pid), keep);
+            self.prune(&format!("{}-delta.{}.", kind.name(), self.pid), keep);
+        }
+    }
+
     /// Deletes this process's files named `{prefix}{stamp}...` of all but the newest `keep`
-    /// stamps (a stamp's pprof file and its flame graphs go together). Best effort.
-    fn prune(&self, prefix: &str) {
+    /// stamps (a stamp's pprof file and its flame graphs go together); nothing when this
+    /// exporter keeps all files. Best effort.
+    fn prune(&self, prefix: &str, keep: usize) {
         if self.keep == 0 {
             return;
         }
@@ -305,10 +391,10 @@ impl FileExporter {
         let mut stamps: Vec<&str> = ours.iter().map(|(s, _)| s.as_str()).collect();
         stamps.sort_unstable(); // fixed-width timestamps sort by time
         stamps.dedup();
-        if stamps.len() <= self.keep {
+        if stamps.len() <= keep {
             return;
         }
-        let oldest_kept = stamps[stamps.len() - self.keep].to_owned();
+        let oldest_kept = stamps[stamps.len() - keep].to_owned();
         for (stamp, path) in &ours {
             if *stamp < oldest_kept {
                 let _ = fs::remove_file(path);
@@ -393,6 +479,91 @@ mod tests {
             sorted, names,
             "five exports of one instant: five names, in order"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unwritable_directory_gives_one_message_at_every_export() {
+        // /proc/self exists and refuses new files, for root too.
+        let mut e = FileExporter::new("/proc/self").kinds([ProfileKind::Heap]);
+        assert!(e.check().is_err());
+        let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
+        let first = e.write(&profile).unwrap_err().to_string();
+        std::thread::sleep(Duration::from_millis(2));
+        let second = e.write(&profile).unwrap_err().to_string();
+        assert_eq!(
+            first, second,
+            "the profiler reports a changed message again"
+        );
+        assert!(
+            first.starts_with("cannot create a file in /proc/self: "),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn orphaned_temporary_files_are_deleted_once_old() {
+        let dir = std::env::temp_dir().join(format!("tracing-prof-orphans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let touch = |name: &str, age: Duration| {
+            let path = dir.join(name);
+            let f = std::fs::File::create(&path).unwrap();
+            f.set_modified(SystemTime::now() - age).unwrap();
+            path
+        };
+        let old = touch(
+            ".tracing-prof.1.heap.1.20261122T120205.123456Z.pb.gz.tmp",
+            ORPHAN_AGE * 2,
+        );
+        let fresh = touch(
+            ".tracing-prof.2.heap.2.20261122T120205.123456Z.pb.gz.tmp",
+            Duration::ZERO,
+        );
+        let foreign = touch(".someone-else.tmp", ORPHAN_AGE * 2);
+        FileExporter::new(&dir).check().unwrap();
+        assert!(!old.exists(), "an old temporary file of ours stays");
+        assert!(
+            fresh.exists(),
+            "another exporter's file in progress was deleted"
+        );
+        assert!(foreign.exists(), "a file that is not ours was deleted");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            2,
+            "check leaves its probe behind"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failing_export_never_leaves_more_than_keep_files() {
+        let dir = std::env::temp_dir().join(format!("tracing-prof-room-{}", std::process::id()));
+        let mut e = FileExporter::new(&dir).keep(3).kinds([ProfileKind::Heap]);
+        let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
+        let stamps = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(Result::ok)
+                .filter(|f| {
+                    f.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("heap.{}.", std::process::id()))
+                })
+                .count()
+        };
+        for _ in 0..5 {
+            e.write(&profile).unwrap();
+        }
+        assert_eq!(stamps(), 3);
+        // Every export now fails after writing its file (the stable name is a directory):
+        // pruning only after success left one more file per failed export, so a disk our own
+        // files had filled could never be freed by us.
+        std::fs::remove_file(dir.join("heap.latest.pb.gz")).unwrap();
+        std::fs::create_dir_all(dir.join("heap.latest.pb.gz/x")).unwrap();
+        for _ in 0..3 {
+            assert!(e.write(&profile).is_err());
+            assert_eq!(stamps(), 3);
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -616,9 +616,21 @@ fn static_lower(name: &'static str) -> &'static str {
 mod tests {
     use super::*;
 
-    fn handler() -> (PprofHandler, tracing_prof_core::ProfilerGuard) {
+    /// One profiler runs at a time in a process: tests that build one take turns.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The turn first: bound first, it is dropped last, after the guard.
+    fn handler() -> (
+        std::sync::MutexGuard<'static, ()>,
+        PprofHandler,
+        tracing_prof_core::ProfilerGuard,
+    ) {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
         (
+            serial,
             PprofHandler::new(guard.profiler().clone()).max_seconds(5),
             guard,
         )
@@ -626,7 +638,7 @@ mod tests {
 
     #[test]
     fn methods_paths_and_queries() {
-        let (h, _guard) = handler();
+        let (_serial, h, _guard) = handler();
         let get = |target: &str| h.handle("GET", target, None);
         assert_eq!(get("/debug/pprof/").status, 200);
         assert_eq!(get("/debug/pprof").content_type, "text/html; charset=utf-8");
@@ -669,7 +681,7 @@ mod tests {
 
     #[test]
     fn the_token_is_required_and_never_echoed() {
-        let (h, _guard) = handler();
+        let (_serial, h, _guard) = handler();
         let h = h.bearer_token("s3cret");
         for auth in [
             None,

@@ -168,9 +168,10 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
         );
         assert!(
             (s - e).abs() <= e * 0.1,
-            "{name}: sampled {:.1} ms against {:.1} ms measured",
+            "{name}: sampled {:.1} ms against {:.1} ms measured; sampler {:?}",
             s / 1e6,
-            e / 1e6
+            e / 1e6,
+            guard.profiler().stats().cpu
         );
     }
 

@@ -32,6 +32,20 @@ fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
     v
 }
 
+/// One profiler runs at a time in a process: the tests take turns, each waiting until the
+/// previous one's aggregator has finished (a stuck sink's keeps it running past its guard).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while Profiler::running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    turn
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tracing-prof-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -40,6 +54,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn files_every_interval_and_at_shutdown_pruned_and_readable() {
+    let _turn = serial();
     let dir = temp_dir("files");
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_millis(100))
@@ -194,13 +209,14 @@ impl tracing_prof::Sink for Stuck {
         "stuck"
     }
     fn export(&mut self, _: &tracing_prof::Snapshot) -> Result<(), tracing_prof::core::SinkError> {
-        std::thread::sleep(Duration::from_secs(30));
+        std::thread::sleep(Duration::from_secs(3));
         Ok(())
     }
 }
 
 #[test]
 fn a_stuck_sink_cannot_hold_shutdown_past_its_timeout() {
+    let _turn = serial();
     let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .shutdown_timeout(Duration::from_millis(300))
@@ -234,6 +250,7 @@ impl tracing_prof::Sink for Panics {
 
 #[test]
 fn a_panicking_sink_is_a_failed_export_and_profiling_goes_on() {
+    let _turn = serial();
     let dir = temp_dir("panics");
     let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
