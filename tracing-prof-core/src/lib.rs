@@ -59,8 +59,8 @@ pub use config::{Config, ConfigError, CpuTime, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use profiler::{
-    BuildError, FlushTimeout, GiantReport, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
-    SinkError, Stats,
+    BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, Profiler, ProfilerBuilder,
+    ProfilerGuard, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
 pub use tracing_prof_cpu::SamplerStats;

@@ -29,6 +29,75 @@ pub trait Sink: Send + 'static {
 
     /// Exports one snapshot (cumulative: counters since the profiler started).
     fn export(&mut self, snapshot: &Snapshot) -> Result<(), SinkError>;
+
+    /// For a sink that delivers after `export` returns (a push queue): a way to read its
+    /// delivery counters from any thread, asked once when the profiler is built, shown by
+    /// [`Profiler::sink_stats`]. `None` (the default): `export`'s result is the whole story.
+    fn delivery(&self) -> Option<DeliveryProbe> {
+        None
+    }
+}
+
+/// Reads a sink's [`Delivery`] counters; see [`Sink::delivery`].
+pub type DeliveryProbe = Arc<dyn Fn() -> Delivery + Send + Sync>;
+
+/// What a sink that delivers later has done with what it was given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Delivery {
+    /// Batches delivered.
+    pub delivered: u64,
+    /// Attempts that failed (each retry counts).
+    pub failed_attempts: u64,
+    /// Batches given up (queue full, retries exhausted, refused by the receiver).
+    pub dropped: u64,
+    /// Batches waiting.
+    pub queued: u64,
+}
+
+impl Delivery {
+    /// Counters as a sink reports them.
+    pub fn new(delivered: u64, failed_attempts: u64, dropped: u64, queued: u64) -> Self {
+        Delivery {
+            delivered,
+            failed_attempts,
+            dropped,
+            queued,
+        }
+    }
+}
+
+/// One sink's counters; see [`Profiler::sink_stats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SinkStats {
+    /// The sink's name.
+    pub name: String,
+    /// Exports that succeeded.
+    pub exports: u64,
+    /// Exports that failed.
+    pub export_errors: u64,
+    /// The last export's error, until an export succeeds again.
+    pub last_error: Option<String>,
+    /// Its delivery counters, for a sink that delivers later (Pyroscope).
+    pub delivery: Option<Delivery>,
+}
+
+/// The profiler's side of one sink's counters.
+struct SinkCounters {
+    name: String,
+    exports: AtomicU64,
+    export_errors: AtomicU64,
+    last_error: ForkSafe<Option<String>>,
+    delivery: Option<DeliveryProbe>,
+}
+
+impl fmt::Debug for SinkCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkCounters")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why the profiler could not start.
@@ -113,6 +182,8 @@ struct Shared {
     giants_missed: AtomicU64,
     /// Why CPU sampling is not running, when it was asked for.
     cpu_error: ForkSafe<Option<String>>,
+    /// Per sink, in the order they were added.
+    sinks: Vec<SinkCounters>,
 }
 
 /// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
@@ -193,6 +264,25 @@ impl Profiler {
             untracked_span_instances: tracing_prof_alloc::untracked_instances(),
             cpu: tracing_prof_cpu::stats(),
         }
+    }
+
+    /// Each sink's counters, in the order the sinks were added: exports and failures as the
+    /// aggregator saw them, the last error, and for a sink that delivers later (Pyroscope) its
+    /// own delivery counters, read now. A push that fails after `export` queued it shows here,
+    /// not in [`Stats::export_errors`].
+    pub fn sink_stats(&self) -> Vec<SinkStats> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared
+            .sinks
+            .iter()
+            .map(|c| SinkStats {
+                name: c.name.clone(),
+                exports: c.exports.load(Ordering::Relaxed),
+                export_errors: c.export_errors.load(Ordering::Relaxed),
+                last_error: c.last_error.lock().clone(),
+                delivery: c.delivery.as_ref().map(|probe| probe()),
+            })
+            .collect()
     }
 
     /// Why CPU sampling is not running although it was asked for (another SIGPROF handler in
@@ -398,6 +488,17 @@ impl ProfilerBuilder {
             giants: ForkSafe::new(std::collections::VecDeque::new()),
             giants_missed: AtomicU64::new(0),
             cpu_error: ForkSafe::new(None),
+            sinks: self
+                .sinks
+                .iter()
+                .map(|sink| SinkCounters {
+                    name: sink.name().to_owned(),
+                    exports: AtomicU64::new(0),
+                    export_errors: AtomicU64::new(0),
+                    last_error: ForkSafe::new(None),
+                    delivery: sink.delivery(),
+                })
+                .collect(),
         });
         if let Err(e) = crate::cpu::start(
             self.config.cpu_time,
@@ -588,7 +689,7 @@ impl Aggregator {
             }
             *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
         }
-        for sink in &mut self.sinks {
+        for (sink, counters) in self.sinks.iter_mut().zip(&self.shared.sinks) {
             let name = sink.name().to_owned();
             // A panicking sink is a failed export, not the end of profiling.
             let result =
@@ -604,13 +705,17 @@ impl Aggregator {
             match result {
                 Ok(()) => {
                     self.shared.exports.fetch_add(1, Ordering::Relaxed);
+                    counters.exports.fetch_add(1, Ordering::Relaxed);
+                    *counters.last_error.lock() = None;
                     if self.reported.remove(&name).is_some() {
                         eprintln!("tracing-prof: {name}: exporting works again");
                     }
                 }
                 Err(e) => {
                     self.shared.export_errors.fetch_add(1, Ordering::Relaxed);
+                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
                     let msg = e.to_string();
+                    *counters.last_error.lock() = Some(msg.clone());
                     if self.reported.get(&name) != Some(&msg) {
                         eprintln!(
                             "tracing-prof: {name}: export failed: {msg} \

@@ -16,10 +16,14 @@
 //!
 //! [`PprofHandler`] answers requests and knows nothing of sockets: mount it in your own server
 //! (axum, hyper, actix...) to serve it on your port. [`HttpServer`] is a small standalone server
-//! for services that have none: GET only, bound to `127.0.0.1` by default, every connection on
-//! its own thread with read and write timeouts, at most [`MAX_CONNECTIONS`] at once, request heads
-//! capped at [`MAX_HEAD_BYTES`]. A slow or hostile client can tie up at most those connections
-//! for at most those timeouts; the application and the profiler never wait on it.
+//! for services that have none: GET only, bound to `127.0.0.1` by default, request heads capped
+//! at [`MAX_HEAD_BYTES`] and read within [`READ_TIMEOUT`]. Connections whose head is still
+//! arriving ([`MAX_PENDING`] at once) are kept apart from requests being answered
+//! ([`MAX_CONNECTIONS`] at once), so clients that connect and send nothing (a slow-loris) do not
+//! keep `go tool pprof` out: its request arrives whole and is answered. Past either limit the
+//! answer is `503` with `Retry-After`, sent after the request was read so that it arrives rather
+//! than a reset. At most [`MAX_WINDOWS`] `?seconds=` windows run at once; more get `429` with
+//! `Retry-After`. The application and the profiler never wait on a client.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -39,8 +43,12 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
 pub const DEFAULT_MAX_SECONDS: u64 = 60;
 /// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
 pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
-/// Connections served at once; more are answered `503` and closed.
+/// Requests answered at once (their head read); more are answered `503` with `Retry-After`.
 pub const MAX_CONNECTIONS: usize = 8;
+/// Connections whose request head is still being read; more are answered `503` at once.
+pub const MAX_PENDING: usize = 64;
+/// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.
+pub const MAX_WINDOWS: usize = 2;
 /// Largest request head (request line and headers) read.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
 /// Time a client has to send its request head.
@@ -85,6 +93,8 @@ pub struct PprofHandler {
     profiler: Profiler,
     token: Option<Arc<str>>,
     max_seconds: u64,
+    /// `?seconds=` windows running, shared by the handler's clones.
+    windows: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for PprofHandler {
@@ -103,6 +113,7 @@ impl PprofHandler {
             profiler,
             token: None,
             max_seconds: DEFAULT_MAX_SECONDS,
+            windows: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -200,6 +211,17 @@ impl PprofHandler {
         }
         let profile = match seconds {
             Some(n) => {
+                let Some(_window) = Window::take(&self.windows) else {
+                    let mut r = HttpResponse::text(
+                        429,
+                        format!(
+                            "{MAX_WINDOWS} ?seconds= windows are running already; try again \
+                             after they end\n"
+                        ),
+                    );
+                    r.headers.push(("Retry-After", n.to_string()));
+                    return r;
+                };
                 let base = self.profiler.snapshot();
                 std::thread::sleep(Duration::from_secs(n));
                 self.profiler.snapshot().window_since(&base)
@@ -218,6 +240,25 @@ impl PprofHandler {
             )],
             body: profile.profile(kind).encode(),
         }
+    }
+}
+
+/// One running `?seconds=` window; its slot is given back when dropped.
+struct Window<'a>(&'a AtomicUsize);
+
+impl<'a> Window<'a> {
+    fn take(running: &'a AtomicUsize) -> Option<Self> {
+        if running.fetch_add(1, Ordering::SeqCst) >= MAX_WINDOWS {
+            running.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Window(running))
+    }
+}
+
+impl Drop for Window<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -414,48 +455,80 @@ impl Drop for HttpServer {
 fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool) {
     // This thread's and its connection threads' memory is the profiler's own.
     tracing_prof_core::mark_profiler_thread();
+    let pending = Arc::new(AtomicUsize::new(0));
     let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(mut stream) = stream else {
+        let Ok(stream) = stream else {
             // Out of file descriptors, say: back off instead of spinning on accept.
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let busy = HttpResponse::text(503, "too many requests at once; try again\n");
-            let _ = write_response(&mut stream, &busy, false);
+        if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
+            pending.fetch_sub(1, Ordering::SeqCst);
+            refuse_unread(stream);
             continue;
         }
-        let (handler, mine) = (handler.clone(), Arc::clone(&active));
+        let (handler, pending_c, active_c) =
+            (handler.clone(), Arc::clone(&pending), Arc::clone(&active));
         let spawned = std::thread::Builder::new()
             .name("tracing-prof-http-conn".into())
             .spawn(move || {
                 tracing_prof_core::mark_profiler_thread();
-                serve(stream, &handler);
-                mine.fetch_sub(1, Ordering::SeqCst);
+                serve(stream, &handler, &pending_c, &active_c);
             });
         if spawned.is_err() {
-            active.fetch_sub(1, Ordering::SeqCst);
+            pending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
+/// `503` with `Retry-After`.
+fn busy() -> HttpResponse {
+    let mut r = HttpResponse::text(503, "too many requests at once; try again\n");
+    r.headers.push(("Retry-After", "1".into()));
+    r
+}
+
+/// Past [`MAX_PENDING`], on the accept thread, which must not wait: reads what already arrived
+/// (unread input at close would make the kernel answer with a reset), answers `503`, closes.
+fn refuse_unread(mut stream: TcpStream) {
+    let _ = stream.set_nonblocking(true);
+    let mut buf = [0u8; 1024];
+    for _ in 0..MAX_HEAD_BYTES / buf.len() {
+        if !matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    let _ = write_response(&mut stream, &busy(), false);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
 /// One request on one connection, then close.
-fn serve(mut stream: TcpStream, handler: &PprofHandler) {
-    let response = match read_head(&mut stream) {
+fn serve(
+    mut stream: TcpStream,
+    handler: &PprofHandler,
+    pending: &AtomicUsize,
+    active: &AtomicUsize,
+) {
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let head = read_head(&mut stream);
+    pending.fetch_sub(1, Ordering::SeqCst);
+    let response = match head {
         Ok(head) => match parse_head(&head) {
             Some((method, target, auth)) => {
-                let head_only = method == "HEAD";
-                let r = handler.handle(method, target, auth);
-                let _ = write_response(&mut stream, &r, head_only);
-                return;
+                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    busy()
+                } else {
+                    let head_only = method == "HEAD";
+                    let r = handler.handle(method, target, auth);
+                    let _ = write_response(&mut stream, &r, head_only);
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
             }
             None => HttpResponse::text(400, "malformed request\n"),
         },
@@ -523,6 +596,7 @@ fn write_response(
         401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         _ => "Internal Server Error",

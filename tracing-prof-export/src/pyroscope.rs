@@ -275,6 +275,71 @@ impl PyroscopeConfig {
                 "put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into(),
             );
         }
+        let authority = self.url[self.url.find("://").map_or(0, |i| i + 3)..]
+            .split(['/', '?', '#'])
+            .next()
+            .unwrap_or("");
+        if let Err(why) = check_authority(authority) {
+            return invalid(format!(
+                "the server address ({ENV_SERVER_ADDRESS}) {}: {why}",
+                redact_url(&self.url)
+            ));
+        }
+        if self
+            .url
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+        {
+            return invalid(format!(
+                "the server address ({ENV_SERVER_ADDRESS}) has a space, a control or a non-ASCII \
+                 character: {:?}",
+                redact_url(&self.url)
+            ));
+        }
+        // Header values: a CR or LF would split the request (ureq refuses it at every push),
+        // non-ASCII is not sent as written.
+        let header_ok = |v: &str| !v.is_empty() && v.bytes().all(|b| (0x20..0x7f).contains(&b));
+        let secret = |what: &str, var: &str| {
+            invalid(format!(
+                "{what} ({var}) must be printable ASCII, without CR or LF, and not empty"
+            ))
+        };
+        match &self.auth {
+            Auth::None => {}
+            Auth::Bearer(t) if !header_ok(t) => return secret("the bearer token", ENV_AUTH_TOKEN),
+            Auth::Basic { user, password }
+                if !header_ok(user) || !header_ok(password) || user.contains(':') =>
+            {
+                return secret(
+                    "the basic-auth user (no ':') and password",
+                    "PYROSCOPE_BASIC_AUTH_USER, PYROSCOPE_BASIC_AUTH_PASSWORD",
+                );
+            }
+            _ => {}
+        }
+        if let Some(t) = &self.tenant {
+            if !header_ok(t) {
+                return invalid(format!(
+                    "the tenant ({ENV_TENANT_ID}) {t:?} must be printable ASCII, without CR or LF"
+                ));
+            }
+        }
+        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
+            return invalid(format!(
+                "the request timeout ({ENV_TIMEOUT}) must be from 100ms to 10m, got {:?}",
+                self.timeout
+            ));
+        }
+        if self.flush_timeout > MAX_TIMEOUT
+            || self.retries > MAX_RETRIES
+            || self.backoff > MAX_TIMEOUT
+        {
+            return invalid(format!(
+                "flush timeout and first backoff must be at most 10m and retries at most \
+                 {MAX_RETRIES}; got {:?}, {:?}, {}",
+                self.flush_timeout, self.backoff, self.retries
+            ));
+        }
         if self.app.is_empty() || self.app.contains(['{', '}', ',', '=', '"']) {
             return invalid(format!(
                 "application name {:?} is empty or has one of {{ }} , = \"",
@@ -300,6 +365,39 @@ impl PyroscopeConfig {
         }
         Ok(())
     }
+}
+
+/// Bounds on the request timeout: below 100 ms every push to a real server fails; above 10 min
+/// a dead server holds the queue for good.
+const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+const MAX_RETRIES: u32 = 16;
+
+/// `host[:port]` of a URL: a host, and a port that is a number from 1 to 65535 when given.
+fn check_authority(authority: &str) -> Result<(), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        // [IPv6]:port
+        Some(rest) => {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or("an IPv6 address needs its closing ]")?;
+            (h, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    if let Some(p) = port {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => return Err(format!("the port {p:?} is not a number from 1 to 65535")),
+        }
+    }
+    Ok(())
 }
 
 fn default_app_name() -> String {
@@ -426,6 +524,18 @@ impl PyroscopeExporter {
 impl Sink for PyroscopeExporter {
     fn name(&self) -> &str {
         "pyroscope"
+    }
+
+    fn delivery(&self) -> Option<tracing_prof_core::DeliveryProbe> {
+        let stats = self.stats();
+        Some(Arc::new(move || {
+            tracing_prof_core::Delivery::new(
+                stats.sent(),
+                stats.failed_attempts(),
+                stats.dropped(),
+                stats.queued(),
+            )
+        }))
     }
 
     /// Encodes and queues; never waits on the network.
@@ -800,6 +910,63 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+        let refused = |c: PyroscopeConfig| c.validate().unwrap_err().to_string();
+        let e = refused(PyroscopeConfig::new("http://127.0.0.1:notaport", "a"));
+        assert!(
+            e.contains("PYROSCOPE_SERVER_ADDRESS") && e.contains("notaport"),
+            "{e}"
+        );
+        assert!(
+            PyroscopeConfig::new("http://:4040", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(PyroscopeConfig::new("http://h:0", "a").validate().is_err());
+        assert!(
+            PyroscopeConfig::new("http://h:65536", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://[::1:4040", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://h st:4040", "a")
+                .validate()
+                .is_err()
+        );
+        for ok in [
+            "http://[::1]:4040",
+            "http://h:4040/prefix",
+            "http://h",
+            "https://h/x?y=1",
+        ] {
+            if ok.starts_with("https") && !cfg!(feature = "tls") {
+                continue;
+            }
+            assert!(PyroscopeConfig::new(ok, "a").validate().is_ok(), "{ok}");
+        }
+        let base = || PyroscopeConfig::new("http://h:4040", "a");
+        let e = refused(base().tenant("t\r\nX-Evil: 1"));
+        assert!(e.contains("PYROSCOPE_TENANT_ID"), "{e}");
+        assert!(base().tenant("tenant-é").validate().is_err());
+        let e = refused(base().bearer_token("s3cr3t\n"));
+        assert!(
+            e.contains("PYROSCOPE_AUTH_TOKEN") && !e.contains("s3cr3t"),
+            "{e}"
+        );
+        assert!(base().basic_auth("u:x", "p").validate().is_err());
+        let e = refused(base().timeout(Duration::from_micros(1)));
+        assert!(e.contains("TRACING_PROF_PYROSCOPE_TIMEOUT"), "{e}");
+        assert!(
+            base()
+                .retries(u32::MAX, Duration::from_secs(1))
+                .validate()
+                .is_err()
+        );
+        assert!(base().retries(3, Duration::MAX).validate().is_err());
         assert_eq!(parse_tags("env=prod, region=eu").unwrap().len(), 2);
         assert!(parse_tags("env").is_err());
     }
