@@ -136,7 +136,7 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         // SAFETY: `base` is a live block of the plain outer layout: the user part starts
         // `offset_for(align, false)` bytes in, with the header right in front, 8-aligned.
         unsafe {
-            let user = base.add(header::offset_for(align, false));
+            let user = header::user_of(base, header::offset_for(align, false));
             header::write(user, Header::new(tag, origin, 0));
             user
         }
@@ -191,7 +191,7 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         unsafe {
             let outer =
                 header::outer_layout(layout.size(), layout.align(), extended).unwrap_unchecked();
-            self.inner.dealloc(ptr.sub(offset), outer);
+            self.inner.dealloc(header::base_of(ptr, offset), outer);
         }
     }
 
@@ -209,7 +209,8 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         commit_alloc(&ticket, layout.size());
         // SAFETY: `base` is a live block of `outer_layout(layout, sample)`, so the offset is still
         // inside it (the user part follows) and the headers fit in front.
-        let user = unsafe { base.add(header::offset_for(layout.align(), ticket.sample)) };
+        let user =
+            unsafe { header::user_of(base, header::offset_for(layout.align(), ticket.sample)) };
         let flags = if ticket.sample {
             // SAFETY: `user` has the sampled layout.
             Self::sampled_flags(unsafe { sample::record_alloc(user, layout.size(), ticket.tag) })
@@ -258,7 +259,7 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
             return base;
         }
         // SAFETY: `base` is a live block with the sampled layout for `new_size` bytes.
-        let user = unsafe { base.add(header::offset_for(align, true)) };
+        let user = unsafe { header::user_of(base, header::offset_for(align, true)) };
         // SAFETY: both blocks are live and distinct; both hold at least the bytes copied.
         unsafe { std::ptr::copy_nonoverlapping(ptr, user, layout.size().min(new_size)) };
         let (tag, origin) = self.count_realloc(old, layout.size(), new_size, &ticket);
@@ -271,7 +272,7 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
         // when it was allocated, and `ptr - offset` is what `inner` returned.
         unsafe {
             let old_outer = header::outer_layout(layout.size(), align, false).unwrap_unchecked();
-            self.inner.dealloc(ptr.sub(offset), old_outer);
+            self.inner.dealloc(header::base_of(ptr, offset), old_outer);
         }
         user
     }
@@ -300,12 +301,19 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
     }
 }
 
-// Why `#[inline(never)]`: LLVM treats the pointer `__rust_alloc` returns as the start of a fresh
-// object and reasons about the memory around the `__rust_*` entry points (see
-// rust-lang/unsafe-code-guidelines#534). With these methods inlined into a caller, it folded the
-// header read in `dealloc` (an access just *before* that object) to garbage, and frees were
-// credited to the wrong tag (tests/allocator.rs `paired_alloc_free_is_not_miscounted`). Kept out
-// of line, the header accesses are opaque to the caller's optimizer; the cost is one call.
+// Why `#[inline(never)]`, and why exposed provenance as well: LLVM treats the pointer
+// `__rust_alloc` returns as the start of a fresh object and reasons about the memory around the
+// `__rust_*` entry points (see rust-lang/unsafe-code-guidelines#534). With these methods inlined
+// into a caller, it folded the header read in `dealloc` (an access just *before* that object) to
+// garbage, and frees were credited to the wrong tag (tests/allocator.rs
+// `paired_alloc_free_is_not_miscounted`). Two defenses, each enough on its own:
+// - the header is reached through the inner block's exposed provenance (`header::user_of`,
+//   `header::base_of`, `header::read`), which the optimizer must respect wherever it inlines;
+// - the methods stay out of line, so the header accesses are opaque to the caller anyway; the
+//   cost is one call.
+// `.ci/run` checks the first alone: it builds the allocator's tests with
+// `--cfg tracing_prof_inline_allocator` (these methods `inline(always)`) and fat LTO. Without
+// the exposed provenance that build aborts in `tests/allocator.rs` on a free with no header.
 //
 // SAFETY: every method forwards to `inner` with the layout `outer_layout` derives from the
 // caller's layout and the block's `EXTENDED` flag (the same rule in all four methods), and
@@ -313,7 +321,8 @@ impl<A: GlobalAlloc> TaggingAllocator<A> {
 // `layout.align()` and has `layout.size()` usable bytes. Null from `inner` is returned unchanged.
 // Nothing here unwinds.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
-    #[inline(never)]
+    #[cfg_attr(not(tracing_prof_inline_allocator), inline(never))]
+    #[cfg_attr(tracing_prof_inline_allocator, inline(always))]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `outer` has a non-zero size (it includes the header).
         self.alloc_fast(
@@ -323,7 +332,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         )
     }
 
-    #[inline(never)]
+    #[cfg_attr(not(tracing_prof_inline_allocator), inline(never))]
+    #[cfg_attr(tracing_prof_inline_allocator, inline(always))]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `outer` has a non-zero size. The header overwrites only bytes before the user
         // pointer, so the user's bytes stay zero.
@@ -334,7 +344,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         )
     }
 
-    #[inline(never)]
+    #[cfg_attr(not(tracing_prof_inline_allocator), inline(never))]
+    #[cfg_attr(tracing_prof_inline_allocator, inline(always))]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a pointer we returned for this layout, so the header is there.
         let h = unsafe { header::read(ptr) };
@@ -346,7 +357,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         unsafe { self.dealloc_outer(ptr, layout, false) };
     }
 
-    #[inline(never)]
+    #[cfg_attr(not(tracing_prof_inline_allocator), inline(never))]
+    #[cfg_attr(tracing_prof_inline_allocator, inline(always))]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` is ours and live, so its header is readable.
         let old = unsafe { header::read(ptr) };
@@ -386,14 +398,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TaggingAllocator<A> {
         // keeps its alignment and its size is valid for it.
         let base = unsafe {
             self.inner
-                .realloc(ptr.sub(offset), old_outer, new_outer.size())
+                .realloc(header::base_of(ptr, offset), old_outer, new_outer.size())
         };
         if base.is_null() {
             // The old block is untouched and still counted as it was.
             return base;
         }
         // SAFETY: `base` is the live, resized block; the user pointer is `offset` bytes in.
-        let user = unsafe { base.add(offset) };
+        let user = unsafe { header::user_of(base, offset) };
         let (tag, origin) = self.count_realloc(old, layout.size(), new_size, &ticket);
         if !extended && tag == old.tag && origin == old.origin() {
             return user; // the common case: a plain block stays plain, its header is unchanged

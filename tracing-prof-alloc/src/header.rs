@@ -200,6 +200,38 @@ pub(crate) unsafe fn outer_layout_small(size: usize, align: usize, extended: boo
     unsafe { Layout::from_size_align_unchecked(size + offset_for(align, extended), outer_align) }
 }
 
+/// The user pointer `offset` bytes into the inner block at `base`, with `base`'s provenance
+/// exposed first.
+///
+/// # Why exposed provenance
+/// The caller of `__rust_alloc` is told the block starts at the user pointer (LLVM marks the
+/// returned pointer as a fresh object), yet the header and the inner block lie *before* it. A
+/// pointer derived from the user pointer has no right to that memory, and an optimizer that can
+/// see both sides (the allocator inlined into its caller, fat LTO) used that: with this
+/// allocator's methods inlined and `lto = "fat"`, frees found no header and aborted
+/// (`.ci/run`'s inlined fat-LTO build of `tests/allocator.rs`). So the allocator exposes the
+/// inner block's provenance here and takes it back from the address in [`base_of`] and
+/// [`read`]: a pointer made from an address may carry any exposed provenance, so the optimizer
+/// must assume the access is to the inner block, which it is.
+///
+/// # Safety
+/// `base` must be a live block from the inner allocator at least `offset` bytes long.
+#[inline(always)]
+pub(crate) unsafe fn user_of(base: *mut u8, offset: usize) -> *mut u8 {
+    let _ = base.expose_provenance();
+    // SAFETY: the caller guarantees `offset` bytes are inside the block.
+    unsafe { base.add(offset) }
+}
+
+/// The inner block's start, `offset` bytes before `user`, with the provenance [`user_of`]
+/// exposed.
+///
+/// The address arithmetic is checked by the caller (the offset is the block's own).
+#[inline(always)]
+pub(crate) fn base_of(user: *mut u8, offset: usize) -> *mut u8 {
+    std::ptr::with_exposed_provenance_mut(user.addr().wrapping_sub(offset))
+}
+
 /// Writes the header in front of `user`.
 ///
 /// # Safety
@@ -221,8 +253,11 @@ pub(crate) unsafe fn write(user: *mut u8, header: Header) {
 /// `user` must be a pointer returned by `TaggingAllocator` for a block that is still live.
 #[inline]
 pub(crate) unsafe fn read(user: *const u8) -> Header {
-    // SAFETY: every live block of ours has an initialised, 8-aligned header right before it.
-    Header::from_word(unsafe { user.sub(HEADER_SIZE).cast::<u64>().read() })
+    // Through the inner block's exposed provenance: see `user_of`.
+    let at = std::ptr::with_exposed_provenance::<u64>(user.addr().wrapping_sub(HEADER_SIZE));
+    // SAFETY: every live block of ours has an initialised, 8-aligned header right before it,
+    // inside the inner block whose provenance `user_of` exposed.
+    Header::from_word(unsafe { at.read() })
 }
 
 /// Writes the sample header in front of `user`'s header.
@@ -248,12 +283,13 @@ pub(crate) unsafe fn write_sample(user: *mut u8, sample: SampleHeader) {
 /// header was written by [`write_sample`].
 #[inline]
 pub(crate) unsafe fn read_sample(user: *const u8) -> SampleHeader {
-    // SAFETY: as for `write_sample`; the caller guarantees it was initialised.
-    unsafe {
-        user.sub(HEADER_SIZE + size_of::<SampleHeader>())
-            .cast::<SampleHeader>()
-            .read()
-    }
+    let at = std::ptr::with_exposed_provenance::<SampleHeader>(
+        user.addr()
+            .wrapping_sub(HEADER_SIZE + size_of::<SampleHeader>()),
+    );
+    // SAFETY: as for `write_sample`, through the exposed provenance of the inner block (see
+    // `user_of`); the caller guarantees it was initialised.
+    unsafe { at.read() }
 }
 
 #[cfg(test)]
