@@ -17,15 +17,27 @@ const THRESHOLD: usize = 1 << 40;
 const WRITERS: u32 = 4;
 const PER_WRITER: u32 = 10_000;
 
+/// The number of operations, divided by `TRACING_PROF_TEST_SHRINK` when set (`.ci/run` runs a
+/// reduced version of this test under valgrind, which is about 50 times slower).
+fn shrunk(n: usize) -> usize {
+    let by = std::env::var("TRACING_PROF_TEST_SHRINK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    (n / by).max(1)
+}
+
 #[test]
 fn concurrent_giant_records_are_never_torn() {
     set_giant_policy(Some(THRESHOLD), true);
+    let per_writer = shrunk(PER_WRITER as usize) as u32;
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             std::thread::spawn(move || {
                 let tag = 100 + w;
                 let _g = TagGuard::new(Tag::new(tag));
-                for i in 0..PER_WRITER {
+                for i in 0..per_writer {
                     // The size names the tag: a record mixing two requests shows it.
                     let size = THRESHOLD + (tag as usize) * 4096 + (i as usize % 4096);
                     let mut v: Vec<u8> = Vec::new();
@@ -56,7 +68,7 @@ fn concurrent_giant_records_are_never_torn() {
         w.join().unwrap();
     }
     set_giant_policy(None, false);
-    let total = u64::from(WRITERS * PER_WRITER);
+    let total = u64::from(WRITERS * per_writer);
     eprintln!("read {read}, missed {missed}");
     assert!(read > 0, "the reader read nothing");
     assert_eq!(read + missed, total, "read {read}, missed {missed}");
