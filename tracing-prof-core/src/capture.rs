@@ -35,10 +35,14 @@ fn all_paths() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
 /// Reads every counter now. Never blocks application threads. `duration` is how long the
 /// counters have been running.
 ///
+/// It also hands back to the kernel the span table's pages that no open span uses any more
+/// (see [`Stats::span_table_bytes`](crate::Stats::span_table_bytes)).
+///
 /// Exact memory and time per span path are always there; sampled heap stacks, lifetimes and
 /// per-thread memory when the tagging allocator is installed (and heap sampling is on).
 pub fn capture(duration: Duration) -> Snapshot {
     let _profiler = TagGuard::new(Tag::PROFILER);
+    crate::span_index::trim();
     let all = all_paths();
     let mut totals = vec![TagTotals::default(); all.len()];
     tracing_prof_alloc::read_totals(&mut totals);

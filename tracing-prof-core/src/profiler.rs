@@ -166,6 +166,10 @@ pub struct Stats {
     pub stack_table_full: u64,
     /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
     pub untracked_span_instances: u64,
+    /// Bytes of memory the span table holds: 64 per open span, in 4 KiB pages, outside the
+    /// allocator (an anonymous mapping, so not in the profiles' `(tracing-prof)` path). Pages
+    /// that no open span uses any more are given back at each capture.
+    pub span_table_bytes: usize,
     /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
     pub cpu: tracing_prof_cpu::SamplerStats,
 }
@@ -262,6 +266,7 @@ impl Profiler {
             sampled_stacks: sampler.stacks,
             stack_table_full: sampler.table_full,
             untracked_span_instances: tracing_prof_alloc::untracked_instances(),
+            span_table_bytes: crate::span_index::resident_bytes(),
             cpu: tracing_prof_cpu::stats(),
         }
     }

@@ -1,22 +1,43 @@
-//! Every open span's state, keyed by span id, in one fixed table that every thread reads
-//! without a lock: what span enter, exit and close need, without a registry lookup.
+//! Every open span's state, keyed by span id, in one table that every thread reads without a
+//! lock: what span enter, exit and close need, without a registry lookup.
 //!
-//! Each span takes one entry (a cache line) when it is created: the first free of two places
-//! given by its id (see [`places`]). Its path, its parent's path, its creation time and its span
-//! instance are written once, before the id is published; its busy time accrues there on
-//! every exit; the entry is freed when it closes. Span ids are reused by the registry as spans
+//! Each span takes one entry (a cache line, 64 bytes) when it is created: the first free of two
+//! places given by its id (see [`places`]). Its path, its parent's path, its creation time and
+//! its span instance are written once, before the id is published; its busy time accrues there
+//! on every exit; the entry is freed when it closes. Span ids are reused by the registry as spans
 //! close, so the entries of a running service's spans are the same few cache lines over and
 //! over. Ids are only unique within one registry: each layer has an owner token, part of the
-//! key. When both places are taken (more open spans than the table holds, or an unlucky pair),
-//! the layer keeps that span's state in the registry's extensions instead, at the cost of a
-//! lookup per enter.
+//! key. When both places are taken (an unlucky pair, or no table), the layer keeps that span's
+//! state in the registry's extensions instead, at the cost of a lookup per enter.
+//!
+//! # Memory
+//! The table is one anonymous mapping made when the first layer is built: 4 Mi entries
+//! (256 MiB of address space, reserved with `MAP_NORESERVE`), of which only the pages that
+//! spans land on become memory: 64 bytes per open span, in 4 KiB pages of 64 entries. Each page
+//! has a flag byte, set when a span first lands there; [`trim`] (each capture) hands the flagged
+//! pages without an open span back to the kernel (`MADV_DONTNEED`), so the memory of a million
+//! open spans returns once they close. The mapping asks for no transparent huge pages, which
+//! would make one open span cost 2 MiB. Should the reservation be refused
+//! (`vm.overcommit_memory = 2` with little commit left, an address-space limit), every span's
+//! state goes to the registry's extensions, as before this table: slower enters, and memory the
+//! registry keeps.
+//!
+//! Creating a span costs one more load (its page's flag) and closing one nothing more. A page is
+//! given back only after it is marked and then seen with no taken entry; a span created there
+//! meanwhile sees the mark and takes its other place (see [`insert`] and [`trim`]).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use tracing_prof_alloc::Tag;
 
-/// Entries in the table: 32768 (2 MiB of address space, touched as spans use them).
-pub(crate) const ENTRIES: usize = 1 << 15;
-const HASH_SHIFT: u32 = 64 - ENTRIES.trailing_zeros();
+/// Entries of the table: 4 Mi, one region of [`REGION`] for each of 4096 registry shards. A
+/// constant: a size read at run time cost span creation 4 ns more (`span/lifecycle` bench).
+const BITS: u32 = 22;
+/// Entries per page of memory.
+const PAGE_ENTRIES: usize = 4096 / size_of::<Entry>();
+/// A page's flag: set while [`trim`] looks at the page and gives it back.
+const RECLAIMING: u8 = 1 << 1;
+/// A page's flag: set once an entry of the page was taken since it was last given back.
+const TOUCHED: u8 = 1 << 0;
 
 /// A key while its entry is being written.
 const WRITING: u64 = u64::MAX;
@@ -45,23 +66,78 @@ struct Entry {
     instance: AtomicU64,
 }
 
-static TABLE: [Entry; ENTRIES] = [const {
-    Entry {
-        key: AtomicU64::new(0),
-        owner: AtomicU32::new(0),
-        tag: AtomicU32::new(0),
-        parent: AtomicU32::new(0),
-        created_ns: AtomicU64::new(0),
-        busy_ns: AtomicU64::new(0),
-        instance: AtomicU64::new(0),
-    }
-}; ENTRIES];
+/// The table: `1 << BITS` entries, then one flag byte per page of entries. Null until made.
+static ENTRIES: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
+/// Pages of the table that hold memory (touched and not given back since), for [`Stats`].
+///
+/// [`Stats`]: crate::Stats
+static RESIDENT_PAGES: AtomicUsize = AtomicUsize::new(0);
 
 static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
 
-/// A fresh owner token for a layer.
+/// A fresh owner token for a layer; makes the table on first use.
 pub(crate) fn new_owner() -> u32 {
+    make_table();
     NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Bytes of the whole mapping: the entries, then a flag per page.
+const MAPPING_LEN: usize = (1 << BITS) * size_of::<Entry>() + (1 << BITS) / PAGE_ENTRIES;
+
+/// Maps the table once (at most one mapping is ever kept; a racing loser unmaps its own).
+fn make_table() {
+    if !ENTRIES.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it yet. Zeroed memory
+    // is a valid table: every key 0 (free), every flag 0.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MAPPING_LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return;
+    }
+    // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
+    unsafe { libc::madvise(ptr, MAPPING_LEN, libc::MADV_NOHUGEPAGE) };
+    if ENTRIES
+        .compare_exchange(
+            std::ptr::null_mut(),
+            ptr.cast(),
+            Ordering::Release,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        // SAFETY: our own mapping, never published.
+        unsafe { libc::munmap(ptr, MAPPING_LEN) };
+    }
+}
+
+/// The table, if made: its entries and its pages' flags.
+#[inline]
+fn table() -> Option<(&'static [Entry], &'static [AtomicU8])> {
+    let ptr = ENTRIES.load(Ordering::Acquire);
+    if ptr.is_null() {
+        return None;
+    }
+    let entries = 1usize << BITS;
+    // SAFETY: `ptr` is the published mapping of `MAPPING_LEN` bytes, never unmapped,
+    // zero-initialised by the kernel (a valid `Entry` and `AtomicU8` are all-zero bytes), and
+    // only ever accessed through atomics. The flags follow the entries.
+    unsafe {
+        let flags = ptr.add(entries).cast::<AtomicU8>();
+        Some((
+            std::slice::from_raw_parts(ptr, entries),
+            std::slice::from_raw_parts(flags, entries / PAGE_ENTRIES),
+        ))
+    }
 }
 
 /// Where an entry of the table is.
@@ -90,39 +166,57 @@ const TID_BITS: u32 = 13;
 /// Entries set aside per registry shard (thread) in the first place.
 const REGION: usize = 1024;
 
-/// The two places of span `id`. The first keeps the registry's locality: each thread's spans
-/// in a region of their own, in the order of the registry's own slots, so the spans one thread
-/// has open are neighbouring entries that it alone writes; the second is a plain hash.
+/// The two places of span `id`. The first keeps the
+/// registry's locality: each thread's spans in a region of their own, in the order of the
+/// registry's own slots, so the spans one thread has open are neighbouring entries that it alone
+/// writes (and its first 1024 open spans touch at most 17 pages); the second is a plain hash.
 #[inline]
 fn places(id: u64) -> [usize; 2] {
+    let mask = (1usize << BITS) - 1;
     let key = id.wrapping_sub(1);
     let addr = key & ((1 << ADDR_BITS) - 1);
     let shard = (key >> ADDR_BITS) & ((1 << TID_BITS) - 1);
     let a = (shard as usize)
         .wrapping_mul(REGION)
         .wrapping_add(addr as usize)
-        & (ENTRIES - 1);
-    let b = (id ^ (id >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> HASH_SHIFT;
-    [a, b as usize]
+        & mask;
+    let b = (id ^ (id >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> (64 - BITS);
+    [a, b as usize & mask]
 }
 
-/// Adds span `id` of `owner`; `None` when both of its places are taken.
+/// Adds span `id` of `owner`; `None` when both of its places are taken (or there is no table).
+///
+/// After taking an entry it reads the page's flag: a page that [`trim`] marked may be given
+/// back at any moment, so the entry is let go and the other place tried. (Sequentially
+/// consistent on both sides: either `trim` sees this entry taken and keeps the page, or this
+/// sees the mark.)
 pub(crate) fn insert(owner: u32, id: u64, state: SpanState) -> Option<Slot> {
+    let (entries, flags) = table()?;
     for i in places(id) {
-        let e = &TABLE[i];
-        if e.key
-            .compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        let (e, flag) = (&entries[i], &flags[i / PAGE_ENTRIES]);
+        if e.key.load(Ordering::Relaxed) != 0
+            || e.key
+                .compare_exchange(0, WRITING, Ordering::SeqCst, Ordering::Relaxed)
+                .is_err()
         {
-            e.owner.store(owner, Ordering::Relaxed);
-            e.tag.store(state.tag.get(), Ordering::Relaxed);
-            e.parent.store(state.parent.get(), Ordering::Relaxed);
-            e.created_ns.store(state.created_ns, Ordering::Relaxed);
-            e.busy_ns.store(0, Ordering::Relaxed);
-            e.instance.store(state.instance, Ordering::Relaxed);
-            e.key.store(id, Ordering::Release);
-            return Some(Slot(i as u32));
+            continue;
         }
+        let f = flag.load(Ordering::SeqCst);
+        if f & RECLAIMING != 0 {
+            e.key.store(0, Ordering::Release);
+            continue;
+        }
+        if f & TOUCHED == 0 && flag.fetch_or(TOUCHED, Ordering::Relaxed) & TOUCHED == 0 {
+            RESIDENT_PAGES.fetch_add(1, Ordering::Relaxed);
+        }
+        e.owner.store(owner, Ordering::Relaxed);
+        e.tag.store(state.tag.get(), Ordering::Relaxed);
+        e.parent.store(state.parent.get(), Ordering::Relaxed);
+        e.created_ns.store(state.created_ns, Ordering::Relaxed);
+        e.busy_ns.store(0, Ordering::Relaxed);
+        e.instance.store(state.instance, Ordering::Relaxed);
+        e.key.store(id, Ordering::Release);
+        return Some(Slot(i as u32));
     }
     None
 }
@@ -130,8 +224,9 @@ pub(crate) fn insert(owner: u32, id: u64, state: SpanState) -> Option<Slot> {
 /// The entry of span `id` of `owner`, if it is in the table.
 #[inline]
 pub(crate) fn find(owner: u32, id: u64) -> Option<(Slot, SpanState)> {
+    let (entries, _) = table()?;
     for i in places(id) {
-        let e = &TABLE[i];
+        let e = &entries[i];
         if e.key.load(Ordering::Acquire) == id && e.owner.load(Ordering::Relaxed) == owner {
             let state = SpanState {
                 tag: Tag::new(e.tag.load(Ordering::Relaxed)),
@@ -148,7 +243,7 @@ pub(crate) fn find(owner: u32, id: u64) -> Option<(Slot, SpanState)> {
 /// Adds busy time to span `id`'s entry at `slot`.
 #[inline]
 pub(crate) fn add_busy(slot: Slot, id: u64, ns: u64) {
-    let Some(e) = TABLE.get(slot.0 as usize) else {
+    let Some(e) = table().and_then(|(entries, _)| entries.get(slot.0 as usize)) else {
         return;
     };
     // The span cannot close while it is entered, so the entry is still its own; the check
@@ -160,7 +255,9 @@ pub(crate) fn add_busy(slot: Slot, id: u64, ns: u64) {
 
 /// Frees span `id`'s entry at `slot`; returns its busy time.
 pub(crate) fn remove(slot: Slot, id: u64) -> u64 {
-    let e = &TABLE[slot.0 as usize];
+    let Some(e) = table().and_then(|(entries, _)| entries.get(slot.0 as usize)) else {
+        return 0;
+    };
     if e.key.load(Ordering::Acquire) != id {
         return 0;
     }
@@ -169,12 +266,80 @@ pub(crate) fn remove(slot: Slot, id: u64) -> u64 {
     busy
 }
 
+/// Gives the pages that hold no open span back to the kernel: for each page a span has
+/// touched since it was last given back, marks it, reads its 64 keys, and if all are free gives
+/// it back (`MADV_DONTNEED`: it reads as zeros, free entries, from then on) and clears its flag;
+/// otherwise just takes the mark off. Runs of free pages go in one `madvise` call. Called by
+/// [`capture`](crate::capture), never on an application's span path.
+pub(crate) fn trim() {
+    let Some((entries, flags)) = table() else {
+        return;
+    };
+    let base = entries.as_ptr().cast::<u8>().cast_mut();
+    let give_back = |first: usize, end: usize| {
+        // SAFETY: pages `first..end` of our own anonymous mapping (page-aligned: the mapping is,
+        // and a page is 64 entries of 64 bytes). Each is marked RECLAIMING and was seen with
+        // every key free after the mark, so no span holds an entry there and any span created
+        // there from now on lets its entry go on seeing the mark (see `insert`); zeroed
+        // entries are free entries. Other threads may read them meanwhile: they read 0 either
+        // way.
+        unsafe {
+            libc::madvise(
+                base.add(first * 4096).cast(),
+                (end - first) * 4096,
+                libc::MADV_DONTNEED,
+            )
+        };
+        for f in &flags[first..end] {
+            f.fetch_and(!(RECLAIMING | TOUCHED), Ordering::SeqCst);
+        }
+        RESIDENT_PAGES.fetch_sub(end - first, Ordering::Relaxed);
+    };
+    let mut run: Option<usize> = None;
+    for (p, flag) in flags.iter().enumerate() {
+        let free = flag.load(Ordering::Relaxed) & TOUCHED != 0 && {
+            flag.fetch_or(RECLAIMING, Ordering::SeqCst);
+            let page = &entries[p * PAGE_ENTRIES..(p + 1) * PAGE_ENTRIES];
+            let free = page.iter().all(|e| e.key.load(Ordering::SeqCst) == 0);
+            if !free {
+                flag.fetch_and(!RECLAIMING, Ordering::SeqCst);
+            }
+            free
+        };
+        run = match (run, free) {
+            (None, true) => Some(p),
+            (Some(first), false) => {
+                give_back(first, p);
+                None
+            }
+            (run, _) => run,
+        };
+    }
+    if let Some(first) = run {
+        give_back(first, flags.len());
+    }
+}
+
+/// Bytes of the table that hold memory now: pages touched by open spans, or by closed ones and
+/// not yet given back by [`trim`].
+pub(crate) fn resident_bytes() -> usize {
+    RESIDENT_PAGES.load(Ordering::Relaxed) * 4096
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The tests place entries in chosen places, and `trim` marks pages: one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn entries_are_found_by_id_and_owner_only() {
+        let _serial = serial();
         let state = SpanState {
             tag: Tag::new(7),
             parent: Tag::new(3),
@@ -182,6 +347,7 @@ mod tests {
             instance: 5,
         };
         let (a, b) = (new_owner(), new_owner());
+        assert!(table().is_some(), "the table could not be reserved here");
         let slot = insert(a, 12345, state).unwrap();
         assert_eq!(find(a, 12345), Some((slot, state)));
         assert_eq!(
@@ -209,5 +375,64 @@ mod tests {
         remove(s2, y2);
         let s3 = insert(a, x, state).unwrap();
         remove(s3, x);
+    }
+
+    #[test]
+    fn pages_without_open_spans_are_given_back_and_used_again() {
+        let _serial = serial();
+        let owner = new_owner();
+        let state = SpanState {
+            tag: Tag::new(9),
+            ..SpanState::default()
+        };
+        // Shard 100's region: 1024 neighbouring entries, 16 pages of their own.
+        let ids: Vec<u64> = (0..1024u64).map(|a| (100u64 << 38) + a + 1).collect();
+        let before = resident_bytes();
+        let slots: Vec<Slot> = ids
+            .iter()
+            .map(|&id| insert(owner, id, state).unwrap())
+            .collect();
+        assert!(
+            slots
+                .iter()
+                .zip(&ids)
+                .all(|(s, &id)| places(id)[0] == s.0 as usize)
+        );
+        assert!(resident_bytes() >= before + 16 * 4096);
+        trim();
+        assert!(
+            ids.iter().all(|&id| find(owner, id).is_some()),
+            "a page with open spans was given back"
+        );
+        for (&s, &id) in slots.iter().zip(&ids) {
+            add_busy(s, id, 5);
+            assert_eq!(remove(s, id), 5);
+        }
+        let touched = resident_bytes();
+        trim();
+        assert!(
+            resident_bytes() + 16 * 4096 <= touched,
+            "pages not given back"
+        );
+        // Given back pages read as free entries and take spans again.
+        let s = insert(owner, ids[7], state).unwrap();
+        assert_eq!(find(owner, ids[7]), Some((s, state)));
+        remove(s, ids[7]);
+    }
+
+    #[test]
+    fn a_page_being_given_back_takes_no_span() {
+        let _serial = serial();
+        let owner = new_owner();
+        let (_, flags) = table().unwrap();
+        // Shard 200's region; the id's first place is in a page marked by `trim`.
+        let id = (200u64 << 38) + 1;
+        let [first, second] = places(id);
+        let page = &flags[first / PAGE_ENTRIES];
+        page.fetch_or(RECLAIMING, Ordering::SeqCst);
+        let slot = insert(owner, id, SpanState::default());
+        page.fetch_and(!RECLAIMING, Ordering::SeqCst);
+        assert_eq!(slot, Some(Slot(second as u32)), "it takes its other place");
+        remove(slot.unwrap(), id);
     }
 }
