@@ -22,7 +22,8 @@
 //! ([`MAX_CONNECTIONS`] at once), so clients that connect and send nothing (a slow-loris) do not
 //! keep `go tool pprof` out: its request arrives whole and is answered. Past either limit the
 //! answer is `503` with `Retry-After`, sent after the request was read so that it arrives rather
-//! than a reset. At most [`MAX_WINDOWS`] `?seconds=` windows run at once; more get `429` with
+//! than a reset (past [`MAX_REFUSING`] more waiting for it, a connection is closed unanswered).
+//! At most [`MAX_WINDOWS`] `?seconds=` windows run at once; more get `429` with
 //! `Retry-After`. The application and the profiler never wait on a client.
 
 use std::fmt::Write as _;
@@ -45,8 +46,13 @@ pub const DEFAULT_MAX_SECONDS: u64 = 60;
 pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
 /// Requests answered at once (their head read); more are answered `503` with `Retry-After`.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Connections whose request head is still being read; more are answered `503` at once.
+/// Connections whose request head is still being read; more are answered `503` (by one thread,
+/// in turn, within [`REFUSE_WAIT`] twice each).
 pub const MAX_PENDING: usize = 64;
+/// Connections past [`MAX_PENDING`] waiting for their `503`; more are closed unanswered.
+pub const MAX_REFUSING: usize = 64;
+/// How long a refused connection's request head is waited for, and then its close.
+pub const REFUSE_WAIT: Duration = Duration::from_millis(100);
 /// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.
 pub const MAX_WINDOWS: usize = 2;
 /// Largest request head (request line and headers) read.
@@ -457,6 +463,21 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
     tracing_prof_core::mark_profiler_thread();
     let pending = Arc::new(AtomicUsize::new(0));
     let active = Arc::new(AtomicUsize::new(0));
+    // Refusals are answered on a thread of their own, one at a time: the accept loop never
+    // waits. The thread ends when this loop does (the channel closes).
+    let refusals = {
+        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(MAX_REFUSING);
+        std::thread::Builder::new()
+            .name("tracing-prof-http-refuse".into())
+            .spawn(move || {
+                tracing_prof_core::mark_profiler_thread();
+                for stream in rx {
+                    refuse(stream);
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    };
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -468,7 +489,10 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
         };
         if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
             pending.fetch_sub(1, Ordering::SeqCst);
-            refuse_unread(stream);
+            // Past MAX_REFUSING waiting for their 503 too, or with no refusing thread: closed.
+            if let Some(refusals) = &refusals {
+                let _ = refusals.try_send(stream);
+            }
             continue;
         }
         let (handler, pending_c, active_c) =
@@ -492,18 +516,37 @@ fn busy() -> HttpResponse {
     r
 }
 
-/// Past [`MAX_PENDING`], on the accept thread, which must not wait: reads what already arrived
-/// (unread input at close would make the kernel answer with a reset), answers `503`, closes.
-fn refuse_unread(mut stream: TcpStream) {
-    let _ = stream.set_nonblocking(true);
+/// Past [`MAX_PENDING`], on the refusing thread: waits up to [`REFUSE_WAIT`] for the request
+/// head (closing with unread input makes the kernel answer with a reset, not the `503`; a
+/// client that connected a moment ago may not have sent it yet), answers `503`, then gives the
+/// client as long again to read it and close first.
+fn refuse(mut stream: TcpStream) {
+    let deadline = Instant::now() + REFUSE_WAIT;
+    let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    for _ in 0..MAX_HEAD_BYTES / buf.len() {
+    while head.len() < MAX_HEAD_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    let _ = stream.set_write_timeout(Some(REFUSE_WAIT));
+    let _ = write_response(&mut stream, &busy(), false);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + REFUSE_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
         if !matches!(stream.read(&mut buf), Ok(n) if n > 0) {
             break;
         }
     }
-    let _ = write_response(&mut stream, &busy(), false);
-    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 /// One request on one connection, then close.
