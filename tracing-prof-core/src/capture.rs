@@ -42,7 +42,7 @@ fn all_paths() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
 /// per-thread memory when the tagging allocator is installed (and heap sampling is on).
 pub fn capture(duration: Duration) -> Snapshot {
     let _profiler = TagGuard::new(Tag::PROFILER);
-    crate::span_index::trim();
+    let _ = crate::span_index::trim();
     let all = all_paths();
     let mut totals = vec![TagTotals::default(); all.len()];
     tracing_prof_alloc::read_totals(&mut totals);

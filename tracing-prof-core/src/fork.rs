@@ -87,6 +87,7 @@ extern "C" fn release() {
 extern "C" fn release_in_child() {
     release();
     crate::profiler::after_fork_in_child();
+    crate::span_index::after_fork_in_child();
 }
 
 /// Registers the handlers, once per process.

@@ -26,7 +26,9 @@
 //! given back only after it is marked and then seen with no taken entry; a span created there
 //! meanwhile sees the mark and takes its other place (see [`insert`] and [`trim`]).
 
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use tracing_prof_alloc::Tag;
 
 /// Entries of the table: 4 Mi, one region of [`REGION`] for each of 4096 registry shards. A
@@ -271,7 +273,34 @@ pub(crate) fn remove(slot: Slot, id: u64) -> u64 {
 /// it back (`MADV_DONTNEED`: it reads as zeros, free entries, from then on) and clears its flag;
 /// otherwise just takes the mark off. Runs of free pages go in one `madvise` call. Called by
 /// [`capture`](crate::capture), never on an application's span path.
-pub(crate) fn trim() {
+///
+/// Returns whether it ran: one trim at a time (captures run on the aggregator and on HTTP
+/// threads at once: two could both mark a page, and the second give it back after the first
+/// unmarked it and a span moved in), and a trim already running does the work.
+pub(crate) fn trim() -> bool {
+    if TRIMMING.swap(true, Ordering::Acquire) {
+        return false;
+    }
+    trim_pages();
+    TRIMMING.store(false, Ordering::Release);
+    true
+}
+
+/// Set while a [`trim`] runs.
+static TRIMMING: AtomicBool = AtomicBool::new(false);
+
+/// In a child of `fork`, whose parent may have been trimming: no trim runs here now, so the
+/// marks it left are taken off (a marked page would stay closed to new spans).
+pub(crate) fn after_fork_in_child() {
+    if let Some((_, flags)) = table() {
+        for f in flags {
+            f.fetch_and(!RECLAIMING, Ordering::Relaxed);
+        }
+    }
+    TRIMMING.store(false, Ordering::Relaxed);
+}
+
+fn trim_pages() {
     let Some((entries, flags)) = table() else {
         return;
     };
@@ -399,7 +428,7 @@ mod tests {
                 .all(|(s, &id)| places(id)[0] == s.0 as usize)
         );
         assert!(resident_bytes() >= before + 16 * 4096);
-        trim();
+        while !trim() {}
         assert!(
             ids.iter().all(|&id| find(owner, id).is_some()),
             "a page with open spans was given back"
@@ -409,7 +438,7 @@ mod tests {
             assert_eq!(remove(s, id), 5);
         }
         let touched = resident_bytes();
-        trim();
+        while !trim() {} // a capture elsewhere may be trimming
         assert!(
             resident_bytes() + 16 * 4096 <= touched,
             "pages not given back"
@@ -434,5 +463,18 @@ mod tests {
         page.fetch_and(!RECLAIMING, Ordering::SeqCst);
         assert_eq!(slot, Some(Slot(second as u32)), "it takes its other place");
         remove(slot.unwrap(), id);
+    }
+
+    #[test]
+    fn one_trim_at_a_time_and_a_fork_child_clears_marks() {
+        let _serial = serial();
+        let _ = new_owner();
+        TRIMMING.store(true, Ordering::SeqCst);
+        assert!(!trim(), "a second trim must not run beside the first");
+        let (_, flags) = table().unwrap();
+        flags[3].fetch_or(RECLAIMING, Ordering::SeqCst);
+        after_fork_in_child();
+        assert_eq!(flags[3].load(Ordering::SeqCst) & RECLAIMING, 0);
+        assert!(trim());
     }
 }
