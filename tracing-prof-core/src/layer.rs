@@ -172,6 +172,7 @@ where
         if span_index::insert(owner, id.into_u64(), state).is_none()
             && let Some(span) = ctx.span(id)
         {
+            span_index::count_outside();
             span.extensions_mut().insert(SpanData {
                 state,
                 busy_ns: Arc::new(AtomicU64::new(0)),

@@ -170,6 +170,10 @@ pub struct Stats {
     /// allocator (an anonymous mapping, so not in the profiles' `(tracing-prof)` path). Pages
     /// that no open span uses any more are given back at each capture.
     pub span_table_bytes: usize,
+    /// Spans created so far that found no room in the span table (both of their places taken,
+    /// or the table's reservation refused): kept in the registry's extensions, at the cost of a
+    /// registry lookup per enter and about 200 bytes the registry keeps.
+    pub spans_outside_table: u64,
     /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
     pub cpu: tracing_prof_cpu::SamplerStats,
 }
@@ -267,6 +271,7 @@ impl Profiler {
             stack_table_full: sampler.table_full,
             untracked_span_instances: tracing_prof_alloc::untracked_instances(),
             span_table_bytes: crate::span_index::resident_bytes(),
+            spans_outside_table: crate::span_index::spans_outside(),
             cpu: tracing_prof_cpu::stats(),
         }
     }

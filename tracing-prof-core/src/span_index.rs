@@ -104,6 +104,12 @@ fn make_table() {
         )
     };
     if ptr == libc::MAP_FAILED {
+        eprintln!(
+            "tracing-prof: the span table's {} MiB of address space was refused ({}); span \
+             state goes to the registry's extensions instead (slower span enters)",
+            MAPPING_LEN >> 20,
+            std::io::Error::last_os_error()
+        );
         return;
     }
     // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
@@ -347,6 +353,20 @@ fn trim_pages() {
     if let Some(first) = run {
         give_back(first, flags.len());
     }
+}
+
+/// Spans created with no room in the table (both places taken, or no table), kept in the
+/// registry's extensions instead.
+static OUTSIDE: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one span kept outside the table.
+pub(crate) fn count_outside() {
+    OUTSIDE.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Spans created so far that found no room in the table.
+pub(crate) fn spans_outside() -> u64 {
+    OUTSIDE.load(Ordering::Relaxed)
 }
 
 /// Bytes of the table that hold memory now: pages touched by open spans, or by closed ones and

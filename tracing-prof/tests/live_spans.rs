@@ -74,6 +74,11 @@ fn a_million_open_spans_cost_64_bytes_each_and_come_back() {
         "the profiler kept {} bytes after every span closed",
         mem2 - mem0
     );
+    assert_eq!(
+        profiler.stats().spans_outside_table,
+        0,
+        "a million spans of one thread all have room in the table"
+    );
     let p = profiler.snapshot();
     let live = p.path(&["live"]).expect("the spans' path");
     assert_eq!(live.time.spans, SPANS as u64);
