@@ -34,8 +34,10 @@ use tracing_prof_alloc::Tag;
 /// Entries of the table: 4 Mi, one region of [`REGION`] for each of 4096 registry shards. A
 /// constant: a size read at run time cost span creation 4 ns more (`span/lifecycle` bench).
 const BITS: u32 = 22;
+/// Bytes of a page of memory, the unit the table is given back in.
+const PAGE_BYTES: usize = 4096;
 /// Entries per page of memory.
-const PAGE_ENTRIES: usize = 4096 / size_of::<Entry>();
+const PAGE_ENTRIES: usize = PAGE_BYTES / size_of::<Entry>();
 /// A page's flag: set while [`trim`] looks at the page and gives it back.
 const RECLAIMING: u8 = 1 << 1;
 /// A page's flag: set once an entry of the page was taken since it was last given back.
@@ -174,10 +176,10 @@ const TID_BITS: u32 = 13;
 /// Entries set aside per registry shard (thread) in the first place.
 const REGION: usize = 1024;
 
-/// The two places of span `id`. The first keeps the
-/// registry's locality: each thread's spans in a region of their own, in the order of the
-/// registry's own slots, so the spans one thread has open are neighbouring entries that it alone
-/// writes (and its first 1024 open spans touch at most 17 pages); the second is a plain hash.
+/// The two places of span `id`. The first keeps the registry's locality: each thread's spans in
+/// a region of their own, in the order of the registry's own slots, so the spans one thread has
+/// open are neighbouring entries that it alone writes (and its first 1024 open spans touch at
+/// most 17 pages); the second is a plain hash.
 #[inline]
 fn places(id: u64) -> [usize; 2] {
     let mask = (1usize << BITS) - 1;
@@ -311,17 +313,17 @@ fn trim_pages() {
         return;
     };
     let base = entries.as_ptr().cast::<u8>().cast_mut();
+    // Pages `first..end` are each marked RECLAIMING and were seen with every key free after the
+    // mark: no span holds an entry there, and a span created there from now on lets its entry
+    // go on seeing the mark (see `insert`). Zeroed entries are free entries, and other threads
+    // reading them meanwhile read 0 either way.
     let give_back = |first: usize, end: usize| {
-        // SAFETY: pages `first..end` of our own anonymous mapping (page-aligned: the mapping is,
-        // and a page is 64 entries of 64 bytes). Each is marked RECLAIMING and was seen with
-        // every key free after the mark, so no span holds an entry there and any span created
-        // there from now on lets its entry go on seeing the mark (see `insert`); zeroed
-        // entries are free entries. Other threads may read them meanwhile: they read 0 either
-        // way.
+        // SAFETY: a page-aligned range of our own anonymous mapping (the mapping is aligned, and
+        // a page is PAGE_ENTRIES whole entries) whose contents nobody needs (above).
         unsafe {
             libc::madvise(
-                base.add(first * 4096).cast(),
-                (end - first) * 4096,
+                base.add(first * PAGE_BYTES).cast(),
+                (end - first) * PAGE_BYTES,
                 libc::MADV_DONTNEED,
             )
         };
@@ -372,7 +374,7 @@ pub(crate) fn spans_outside() -> u64 {
 /// Bytes of the table that hold memory now: pages touched by open spans, or by closed ones and
 /// not yet given back by [`trim`].
 pub(crate) fn resident_bytes() -> usize {
-    RESIDENT_PAGES.load(Ordering::Relaxed) * 4096
+    RESIDENT_PAGES.load(Ordering::Relaxed) * PAGE_BYTES
 }
 
 #[cfg(test)]

@@ -521,32 +521,21 @@ fn busy() -> HttpResponse {
 /// client that connected a moment ago may not have sent it yet), answers `503`, then gives the
 /// client as long again to read it and close first.
 fn refuse(mut stream: TcpStream) {
-    let deadline = Instant::now() + REFUSE_WAIT;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while head.len() < MAX_HEAD_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        match stream.read(&mut buf) {
-            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-            _ => break,
-        }
-    }
+    let _ = read_head(&mut stream, REFUSE_WAIT);
     let _ = stream.set_write_timeout(Some(REFUSE_WAIT));
     let _ = write_response(&mut stream, &busy(), false);
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let deadline = Instant::now() + REFUSE_WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        if !matches!(stream.read(&mut buf), Ok(n) if n > 0) {
-            break;
-        }
-    }
+    let mut buf = [0u8; 1024];
+    while let Some(left) = time_left(deadline)
+        && stream.set_read_timeout(Some(left)).is_ok()
+        && matches!(stream.read(&mut buf), Ok(n) if n > 0)
+    {}
+}
+
+/// The time until `deadline`, if any is left.
+fn time_left(deadline: Instant) -> Option<Duration> {
+    Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
 }
 
 /// One request on one connection, then close.
@@ -557,7 +546,7 @@ fn serve(
     active: &AtomicUsize,
 ) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let head = read_head(&mut stream);
+    let head = read_head(&mut stream, READ_TIMEOUT);
     pending.fetch_sub(1, Ordering::SeqCst);
     let response = match head {
         Ok(head) => match parse_head(&head) {
@@ -591,17 +580,19 @@ enum HeadError {
     Io,
 }
 
-/// Reads up to the blank line ending the head, within READ_TIMEOUT in total.
-fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, HeadError> {
-    let deadline = Instant::now() + READ_TIMEOUT;
+/// Reads up to the blank line ending the head, within `within` in total.
+fn read_head(stream: &mut TcpStream, within: Duration) -> Result<Vec<u8>, HeadError> {
+    let deadline = Instant::now() + within;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         if head.len() > MAX_HEAD_BYTES {
             return Err(HeadError::TooLarge);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+        let Some(left) = time_left(deadline) else {
+            return Err(HeadError::Io);
+        };
+        if stream.set_read_timeout(Some(left)).is_err() {
             return Err(HeadError::Io);
         }
         match stream.read(&mut buf) {
