@@ -309,6 +309,74 @@ impl Profile {
         }
     }
 
+    /// Only the sample types named in `names`, in that order; samples left all zero are dropped.
+    /// `None` when one of the names is not a sample type of this profile.
+    pub fn with_sample_types(&self, names: &[&str]) -> Option<Profile> {
+        let columns = names
+            .iter()
+            .map(|n| self.sample_type_index(n))
+            .collect::<Option<Vec<usize>>>()?;
+        let samples = self
+            .samples
+            .iter()
+            .filter_map(|s| {
+                let values: Vec<i64> = columns
+                    .iter()
+                    .map(|&c| s.values.get(c).copied().unwrap_or(0))
+                    .collect();
+                values.iter().any(|&v| v != 0).then(|| Sample {
+                    values,
+                    ..s.clone()
+                })
+            })
+            .collect();
+        let default_sample_type = self
+            .default_sample_type
+            .clone()
+            .filter(|d| names.contains(&d.as_str()));
+        Some(Profile {
+            sample_types: columns
+                .iter()
+                .map(|&c| self.sample_types[c].clone())
+                .collect(),
+            default_sample_type,
+            samples,
+            ..self.clone()
+        })
+    }
+
+    /// At most `max` samples (at least 1): the largest by the default sample type stay as they
+    /// are, the others are summed into one sample whose only frame is
+    /// `(N smaller stacks merged)`, so that the total of every sample type is unchanged.
+    /// Returns how many samples were merged (0 when there were at most `max`).
+    pub fn keep_largest(&mut self, max: usize) -> usize {
+        let max = max.max(1);
+        if self.samples.len() <= max {
+            return 0;
+        }
+        let by = self.default_index();
+        let weight = |s: &Sample| s.values.get(by).map_or(0, |v| v.unsigned_abs());
+        self.samples.sort_by_key(|s| std::cmp::Reverse(weight(s)));
+        let rest = self.samples.split_off(max - 1);
+        let mut values = vec![0i64; self.sample_types.len()];
+        for s in &rest {
+            for (a, b) in values.iter_mut().zip(&s.values) {
+                *a = a.saturating_add(*b);
+            }
+        }
+        self.samples.push(Sample {
+            stack: vec![Frame::new(
+                FrameKind::Span,
+                format!("({} smaller stacks merged)", rest.len()),
+                None,
+                None,
+            )],
+            values,
+            labels: Vec::new(),
+        });
+        rest.len()
+    }
+
     /// `self - base`, sample by sample (same stack and labels), as `go tool pprof -base` does:
     /// what grew is positive, what shrank negative; samples equal in both drop out. Both must
     /// have the same sample types.
@@ -349,5 +417,68 @@ impl Profile {
             }
         )];
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(values: &[[i64; 2]]) -> Profile {
+        let mut p = Profile::new(vec![
+            SampleType::new("spans", "count"),
+            SampleType::new("cpu", "nanoseconds"),
+        ]);
+        p.default_sample_type = Some("cpu".into());
+        for (i, v) in values.iter().enumerate() {
+            p.samples.push(Sample {
+                stack: vec![Frame::new(FrameKind::Span, format!("s{i}"), None, None)],
+                values: v.to_vec(),
+                labels: Vec::new(),
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn with_sample_types_keeps_the_named_columns_and_drops_empty_samples() {
+        let p = profile(&[[3, 0], [0, 7], [1, 2]]);
+        let cpu = p.with_sample_types(&["cpu"]).unwrap();
+        assert_eq!(cpu.sample_types, [SampleType::new("cpu", "nanoseconds")]);
+        assert_eq!(cpu.default_sample_type.as_deref(), Some("cpu"));
+        let rows: Vec<(&str, &[i64])> = cpu
+            .samples
+            .iter()
+            .map(|s| (&*s.stack[0].function, s.values.as_slice()))
+            .collect();
+        assert_eq!(rows, [("s1", &[7][..]), ("s2", &[2][..])]);
+        let spans = p.with_sample_types(&["spans"]).unwrap();
+        assert_eq!(spans.default_sample_type, None);
+        assert_eq!(spans.total(0), 4);
+        assert!(p.with_sample_types(&["wall"]).is_none());
+    }
+
+    #[test]
+    fn keep_largest_merges_the_smallest_and_keeps_every_total() {
+        let mut p = profile(&[[1, 5], [1, 50], [1, 1], [2, 20], [1, -30]]);
+        assert_eq!(p.keep_largest(10), 0);
+        assert_eq!(p.keep_largest(3), 3);
+        let rows: Vec<(&str, &[i64])> = p
+            .samples
+            .iter()
+            .map(|s| (&*s.stack[0].function, s.values.as_slice()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("s1", &[1, 50][..]),
+                ("s4", &[1, -30][..]),
+                ("(3 smaller stacks merged)", &[4, 26][..])
+            ]
+        );
+        assert_eq!((p.total(0), p.total(1)), (6, 46));
+        assert_eq!(p.keep_largest(0), 3, "one sample stays: all three merged");
+        assert_eq!(p.samples.len(), 1);
+        assert_eq!((p.total(0), p.total(1)), (6, 46));
     }
 }

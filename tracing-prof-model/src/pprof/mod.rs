@@ -256,14 +256,7 @@ impl Profile {
     /// Serialized and gzip-compressed, as `go tool pprof` and every pprof consumer expect on
     /// disk and over HTTP.
     pub fn encode(&self) -> Vec<u8> {
-        let bytes = prost::Message::encode_to_vec(&self.to_proto());
-        let mut gz = flate2::write::GzEncoder::new(
-            Vec::with_capacity(bytes.len() / 2 + 64),
-            flate2::Compression::default(),
-        );
-        // Writing into a Vec cannot fail.
-        let _ = gz.write_all(&bytes);
-        gz.finish().unwrap_or_default()
+        gzip(&self.to_proto())
     }
 
     /// Reads a pprof profile from gzip'd or raw bytes; see the module docs for what is checked.
@@ -476,4 +469,17 @@ impl Profile {
             keep_frames: opt_string(p.keep_frames, "keep_frames")?,
         })
     }
+}
+
+/// A pprof message serialized and gzip-compressed, as [`Profile::encode`] writes it; for a caller
+/// that looked at the message first (its [`prost::Message::encoded_len`], say).
+pub fn gzip(message: &proto::Profile) -> Vec<u8> {
+    let bytes = prost::Message::encode_to_vec(message);
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 2 + 64),
+        flate2::Compression::default(),
+    );
+    // Writing into a Vec cannot fail.
+    let _ = gz.write_all(&bytes);
+    gz.finish().unwrap_or_default()
 }
