@@ -1,23 +1,50 @@
 //! Pushing profiles to Pyroscope / Grafana Cloud Profiles.
 //!
 //! Every interval, [`PyroscopeExporter`] (a [`Sink`]) turns the profile into a window since the
-//! previous push (counters over the interval, in-use memory at its end), encodes the `cpu`
-//! (sampled code stacks, when CPU sampling runs), `spans`, `heap` (sampled code stacks) and
-//! `span_memory` (exact) kinds as pprof and hands them to its own sender thread through a
-//! bounded queue. The
-//! aggregator never waits on the network: when the queue is full the oldest batch is dropped and
-//! counted. The sender retries transport errors, `429` and `5xx` answers with exponential backoff,
-//! and gives up on other `4xx` answers (a configuration error) at once; every failure is counted
-//! and reported on stderr once per distinct error. Errors and `Debug` output never contain the
-//! URL's credentials, the token or the password.
+//! previous push (counters over the interval, in-use memory at its end), encodes its series as
+//! pprof and hands them to its own sender thread through a bounded queue. The aggregator never
+//! waits on the network: when the queue is full the oldest batch is dropped and counted. The
+//! sender retries transport errors, `429` and `5xx` answers with exponential backoff, and gives
+//! up on other `4xx` answers (a configuration error) at once; every failure is counted and
+//! reported on stderr once per distinct error, with the start of the server's answer (Pyroscope
+//! says there why it refused). Errors and `Debug` output never contain the URL's credentials,
+//! the token or the password.
 //!
-//! Two APIs:
+//! # The series
+//!
+//! Named so that Pyroscope's UI shows each under a profile type it knows, or in the right units,
+//! and nothing twice (profile type IDs are `name:type:unit:period_type:period_unit`):
+//!
+//! | `__name__` | what | profile types |
+//! |---|---|---|
+//! | `process_cpu` | the `cpu` kind (sampled code stacks under span paths), or with CPU sampling off and a CPU clock on, the CPU time of each span path | `process_cpu:samples:count:cpu:nanoseconds` and `process_cpu:cpu:nanoseconds:cpu:nanoseconds` (Go's), or the second only |
+//! | `memory` | the `heap` kind: sampled code stacks under span paths (exact span paths when heap sampling is off) | Go's four, `memory:{alloc,inuse}_{objects,space}:...:space:bytes` |
+//! | `span_memory` | exact memory per span path, beside sampled `memory` (push API only: `/ingest` would name it `memory`, counting it twice) | as `memory`, under `span_memory`: bytes and counts, shown as such |
+//! | `spans` | spans closed per span path | `spans:spans:count:spans:count` |
+//!
+//! Wall, busy and idle time per span path are not pushed: no profile type the UI knows holds
+//! wall time, and under another it would show nanoseconds as plain counts. They are in the
+//! files and at `/debug/pprof`.
+//!
+//! Every push series carries `__delta__="false"`: the values are windows already, and
+//! Pyroscope 1.x would otherwise turn `memory` allocations into deltas between pushes, storing
+//! 0 (2.x ignores the label; the server's own `/ingest` sets it).
+//!
+//! A profile beyond Pyroscope's default limits ([`MAX_SAMPLES`] samples, [`MAX_PROFILE_BYTES`]
+//! uncompressed) would be refused whole: its smallest samples are summed into one
+//! `(N smaller stacks merged)` sample instead, totals unchanged, counted in
+//! [`PushStats::merged_samples`]. Pyroscope refuses profiles that start more than an hour ago:
+//! keep the interval under an hour.
+//!
+//! # The APIs
+//!
 //! - [`PyroscopeApi::Push`] (default): `POST /push.v1.PusherService/Push`, a protobuf
-//!   `PushRequest` with one series per kind, labels `__name__` (`process_cpu`, `spans`, `memory`
-//!   or `span_memory`),
-//!   `service_name` and your tags.
-//! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&format=pprof`, a
-//!   multipart form with the pprof in `profile` and a `sample_type_config`.
+//!   `PushRequest` (Connect) with one series per row above, labels `__name__`, `service_name`,
+//!   `__delta__` and your tags.
+//! - [`PyroscopeApi::Ingest`]: `POST /ingest?name=APP{tags}&from=..&until=..&spyName=tracing-prof`
+//!   (times in Unix nanoseconds), one request per series, a multipart form with the pprof in
+//!   `profile` and a `sample_type_config`. The server names the series from the sample types,
+//!   to the same names as above.
 
 use base64::Engine as _;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
@@ -28,7 +55,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing_prof_core::config::{ConfigError, env_var, parse_duration};
 use tracing_prof_core::{Sink, SinkError};
-use tracing_prof_model::{ProfileKind, SampleType, Snapshot};
+use tracing_prof_model::{Profile, ProfileKind, SampleType, Snapshot};
 
 /// Batches (one interval's profiles) waiting to be sent: 8.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
@@ -340,26 +367,58 @@ impl PyroscopeConfig {
                 self.flush_timeout, self.backoff, self.retries
             ));
         }
-        if self.app.is_empty() || self.app.contains(['{', '}', ',', '=', '"']) {
+        // `service_name` is a label value (at most 2048 bytes, `pkg/validation/limits.go`);
+        // `/ingest` also parses it from `name=APP{...}` and allows only letters, digits and
+        // `_ . - /` (`api/model/labelset/validate.go`, `IsServiceNameRuneAllowed`).
+        let ingest_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/');
+        if self.app.is_empty()
+            || self.app.len() > MAX_LABEL_VALUE
+            || self.app.chars().any(char::is_control)
+            || self.app.contains(['{', '}', ',', '=', '"'])
+            || (self.api == PyroscopeApi::Ingest && !self.app.chars().all(ingest_ok))
+        {
             return invalid(format!(
-                "application name {:?} is empty or has one of {{ }} , = \"",
-                self.app
+                "application name ({ENV_APPLICATION_NAME}) {:?}: {}",
+                self.app,
+                if self.api == PyroscopeApi::Ingest {
+                    "the ingest API allows letters, digits and _ . - / only"
+                } else {
+                    "must be 1 to 2048 bytes without control characters or { } , = \""
+                }
             ));
         }
-        for (k, v) in &self.tags {
+        if self.tags.len() > MAX_TAGS {
+            return invalid(format!(
+                "{} tags ({ENV_LABELS}); Pyroscope allows {MAX_TAGS} beside the labels we set",
+                self.tags.len()
+            ));
+        }
+        for (i, (k, v)) in self.tags.iter().enumerate() {
             let key_ok = k
                 .chars()
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && k.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-            if !key_ok
-                || v.contains(['{', '}', ',', '=', '"'])
-                || k == "__name__"
-                || k == "service_name"
-            {
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                && k.len() <= MAX_LABEL_NAME
+                && !k.starts_with("__")
+                && !RESERVED_TAGS.contains(&k.as_str());
+            let value_ok = !v.is_empty()
+                && v.len() <= MAX_LABEL_VALUE
+                && v.trim() == v
+                && !v.chars().any(char::is_control)
+                && !v.contains(['{', '}', ',', '=', '"']);
+            if !key_ok || !value_ok {
                 return invalid(format!(
-                    "tag {k}={v:?}: keys are [A-Za-z_][A-Za-z0-9_.]* (not __name__ or service_name), values have none of {{ }} , = \""
+                    "tag {k}={v:?} ({ENV_LABELS}): keys are [A-Za-z_][A-Za-z0-9_.]* (not starting \
+                     with __, not {}); values are not empty, have no space at either end and \
+                     none of {{ }} , = \"",
+                    RESERVED_TAGS.join(", ")
+                ));
+            }
+            if self.tags[..i].iter().any(|(earlier, _)| earlier == k) {
+                return invalid(format!(
+                    "tag {k} ({ENV_LABELS}) is given twice; Pyroscope rejects duplicate label names"
                 ));
             }
         }
@@ -372,6 +431,12 @@ impl PyroscopeConfig {
 const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_RETRIES: u32 = 16;
+/// Pyroscope's default `validation.max-length-label-name` and `-label-value`.
+const MAX_LABEL_NAME: usize = 1024;
+const MAX_LABEL_VALUE: usize = 2048;
+/// Labels we set ourselves, or the server sets on `/ingest` (`pkg/og/convert/pprof/profile.go`,
+/// `createLabels`): a tag of the same name would be a duplicate label.
+const RESERVED_TAGS: [&str; 3] = ["service_name", "app_name", "pyroscope_spy"];
 
 /// `host[:port]` of a URL: a host, and a port that is a number from 1 to 65535 when given.
 fn check_authority(authority: &str) -> Result<(), String> {
@@ -427,6 +492,7 @@ pub struct PushStats {
     failed_attempts: AtomicU64,
     dropped: AtomicU64,
     queued: AtomicU64,
+    merged: AtomicU64,
 }
 
 impl PushStats {
@@ -446,14 +512,84 @@ impl PushStats {
     pub fn queued(&self) -> u64 {
         self.queued.load(Ordering::Relaxed)
     }
+    /// Samples summed into a `(N smaller stacks merged)` sample so that a profile stays within
+    /// Pyroscope's limits ([`MAX_SAMPLES`], [`MAX_PROFILE_BYTES`]); totals are unchanged.
+    pub fn merged_samples(&self) -> u64 {
+        self.merged.load(Ordering::Relaxed)
+    }
 }
 
 /// One interval's profiles, ready to send.
 struct Batch {
     from: SystemTime,
     until: SystemTime,
-    /// Per kind: its sample types and the encoded pprof.
-    profiles: Vec<(ProfileKind, Vec<SampleType>, Vec<u8>)>,
+    series: Vec<Series>,
+}
+
+/// One pprof of a batch and the Pyroscope series it belongs to.
+struct Series {
+    /// `__name__` on the push API (the ingest API derives the same one from the sample types).
+    name: &'static str,
+    sample_types: Vec<SampleType>,
+    /// Gzip'd pprof.
+    pprof: Vec<u8>,
+}
+
+/// Pyroscope's default `validation.max-profile-stacktrace-samples` (`pkg/validation/limits.go`):
+/// a profile with more samples is rejected whole.
+pub const MAX_SAMPLES: usize = 16_000;
+/// Pyroscope's default `validation.max-profile-size-bytes`, of the uncompressed pprof.
+pub const MAX_PROFILE_BYTES: usize = 4 << 20;
+/// Pyroscope's default `validation.max-label-names-per-series` is 30; `__name__`,
+/// `service_name`, `__delta__` and (on `/ingest`) `pyroscope_spy` leave 26 for tags.
+pub const MAX_TAGS: usize = 26;
+
+/// The series of one window, named as the Pyroscope UI knows them (see the module docs).
+fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, usize) {
+    let mut out: Vec<(&'static str, Profile)> = Vec::new();
+    let spans = window.profile(ProfileKind::Spans);
+    if ProfileKind::Cpu.is_available(window) {
+        out.push(("process_cpu", window.profile(ProfileKind::Cpu)));
+    } else if let Some(mut cpu) = spans.with_sample_types(&["cpu"]) {
+        // Measured by the CPU clock on enter and exit: exact CPU time per span path, Go's CPU
+        // type without the sample count.
+        cpu.period_type = Some(SampleType::new("cpu", "nanoseconds"));
+        cpu.period = 1;
+        out.push(("process_cpu", cpu));
+    }
+    out.push(("memory", window.profile(ProfileKind::Heap)));
+    if api == PyroscopeApi::Push && ProfileKind::Heap.is_sampled(window) {
+        // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
+        // `/ingest` would name it `memory` too (from its sample types), counting memory twice.
+        out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
+    }
+    if let Some(counts) = spans.with_sample_types(&["spans"]) {
+        out.push(("spans", counts));
+    }
+    let mut merged = 0;
+    let series = out
+        .into_iter()
+        // Nothing to store (the server keeps nothing of a profile without samples).
+        .filter(|(_, p)| !p.samples.is_empty())
+        .map(|(name, mut p)| {
+            merged += p.keep_largest(MAX_SAMPLES);
+            let message = loop {
+                let message = p.to_proto();
+                if prost::Message::encoded_len(&message) <= MAX_PROFILE_BYTES
+                    || p.samples.len() <= 1
+                {
+                    break message;
+                }
+                merged += p.keep_largest(p.samples.len() / 2);
+            };
+            Series {
+                name,
+                sample_types: p.sample_types,
+                pprof: tracing_prof_model::pprof::gzip(&message),
+            }
+        })
+        .collect();
+    (series, merged)
 }
 
 /// A [`Sink`] pushing to Pyroscope; see the module docs.
@@ -467,6 +603,7 @@ pub struct PyroscopeExporter {
     done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
     flush_timeout: Duration,
+    api: PyroscopeApi,
 }
 
 impl fmt::Debug for PyroscopeExporter {
@@ -486,6 +623,7 @@ impl PyroscopeExporter {
         let stats = Arc::new(PushStats::default());
         let closing = Arc::new(AtomicBool::new(false));
         let flush_timeout = config.flush_timeout;
+        let api = config.api;
         let sender = Pusher {
             agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
             config,
@@ -511,6 +649,7 @@ impl PyroscopeExporter {
             done,
             thread: Some(thread),
             flush_timeout,
+            api,
         })
     }
 
@@ -548,27 +687,23 @@ impl Sink for PyroscopeExporter {
             .time
             .checked_sub(window.duration)
             .unwrap_or(window.time);
-        let profiles = [
-            ProfileKind::Spans,
-            ProfileKind::Cpu,
-            ProfileKind::Heap,
-            ProfileKind::SpanMemory,
-        ]
-        .into_iter()
-        .filter(|k| k.is_available(&window))
-        .map(|k| {
-            let p = window.profile(k);
-            (k, p.sample_types.clone(), p.encode())
-        })
-        .collect::<Vec<_>>();
+        let (series, merged) = series_of(&window, self.api);
+        if merged > 0 {
+            self.stats
+                .merged
+                .fetch_add(merged as u64, Ordering::Relaxed);
+        }
         self.previous = Some(profile.clone());
         let Some(queue) = &self.queue else {
             return Ok(());
         };
+        if series.is_empty() {
+            return Ok(()); // a push without a profile is refused ("no profiles received")
+        }
         let mut batch = Batch {
             from,
             until: window.time,
-            profiles,
+            series,
         };
         loop {
             match queue.try_send(batch) {
@@ -706,15 +841,19 @@ impl Pusher {
                 outcome(r.send_bytes(&body))
             }
             PyroscopeApi::Ingest => {
-                for (_, types, bytes) in &batch.profiles {
+                for series in &batch.series {
                     let boundary = format!("tracing-prof-{:016x}", nanos(SystemTime::now()));
-                    let body = multipart(&boundary, bytes, types);
+                    let body = multipart(&boundary, &series.pprof, &series.sample_types);
+                    // No `format`: the server reads `format=pprof` as a raw pprof body and
+                    // parses a multipart form only without it (`pkg/ingester/pyroscope/
+                    // ingest_handler.go`, `readInputRawDataFromRequest`).
                     let r = self
                         .request("/ingest")
                         .query("name", &self.ingest_name())
-                        .query("from", &(nanos(batch.from) / 1_000_000_000).to_string())
-                        .query("until", &(nanos(batch.until) / 1_000_000_000).to_string())
-                        .query("format", "pprof")
+                        // Unix nanoseconds, 19 digits, as pyroscope-go sends them
+                        // (`pkg/og/util/attime`: 19 digits are read as nanoseconds).
+                        .query("from", &nanos(batch.from).to_string())
+                        .query("until", &nanos(batch.until).to_string())
                         .query("spyName", "tracing-prof")
                         .set(
                             "Content-Type",
@@ -740,23 +879,24 @@ impl Pusher {
 
     fn push_request(&self, batch: &Batch) -> push::PushRequest {
         let series = batch
-            .profiles
+            .series
             .iter()
-            .map(|(kind, _, bytes)| {
-                let name = match kind {
-                    ProfileKind::Spans => "spans",
-                    ProfileKind::Cpu => "process_cpu",
-                    ProfileKind::Heap | ProfileKind::Allocs => "memory",
-                    other => other.name(),
-                };
+            .map(|series| {
                 let mut labels = vec![
                     push::LabelPair {
                         name: "__name__".into(),
-                        value: name.into(),
+                        value: series.name.into(),
                     },
                     push::LabelPair {
                         name: "service_name".into(),
                         value: self.config.app.clone(),
+                    },
+                    // Our values are windows already: Pyroscope 1.x would otherwise compute
+                    // deltas of `memory` `alloc_*` between pushes, storing 0 (`pkg/phlaredb/
+                    // head.go`, `delta.go`); 2.x drops the label. Its own `/ingest` sets it.
+                    push::LabelPair {
+                        name: "__delta__".into(),
+                        value: "false".into(),
                     },
                 ];
                 labels.extend(self.config.tags.iter().map(|(k, v)| push::LabelPair {
@@ -766,7 +906,7 @@ impl Pusher {
                 push::RawProfileSeries {
                     labels,
                     samples: vec![push::RawSample {
-                        raw_profile: bytes.clone(),
+                        raw_profile: series.pprof.clone(),
                         id: String::new(),
                     }],
                 }
@@ -783,8 +923,11 @@ fn nanos(t: SystemTime) -> u128 {
 fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
     match r {
         Ok(_) => Ok(()),
-        Err(ureq::Error::Status(code, _)) => Err(Failure {
-            message: format!("the server answered HTTP {code}"),
+        Err(ureq::Error::Status(code, response)) => Err(Failure {
+            message: match reason(response) {
+                r if r.is_empty() => format!("the server answered HTTP {code}"),
+                r => format!("the server answered HTTP {code}: {r}"),
+            },
             retry: code == 429 || code >= 500,
         }),
         // The transport error's kind only: its Display would include the URL.
@@ -793,6 +936,24 @@ fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
             retry: true,
         }),
     }
+}
+
+/// The start of an error answer's body (Pyroscope says there why it refused a profile: "outside
+/// of ingestion window", "exceeds the samples count limit"...), printable ASCII, at most 300
+/// bytes.
+fn reason(response: ureq::Response) -> String {
+    use std::io::Read as _;
+    let mut body = Vec::new();
+    let _ = response.into_reader().take(300).read_to_end(&mut body);
+    let text: String = body
+        .iter()
+        .map(|&b| match b {
+            b'\r' | b'\n' | b'\t' => ' ',
+            0x20..0x7f => b as char,
+            _ => '?',
+        })
+        .collect();
+    text.trim().to_owned()
 }
 
 /// The `/ingest` form: the pprof in `profile`, units and aggregation in `sample_type_config`.
@@ -872,6 +1033,51 @@ pub mod push {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window with `n` CPU stacks, stack `i` sampled `i + 1` times, and CPU sampling on.
+    fn cpu_window(n: u64) -> Snapshot {
+        use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame};
+        let mut w = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
+        w.window = true;
+        w.cpu = CpuSource::Sampled { hz: 100 };
+        let span = vec![SpanFrame::new("app", "request", None, None)];
+        for i in 0..n {
+            let mut s = CpuStack::new(
+                PathKind::Span,
+                span.clone(),
+                vec![CodeFrame::named(&format!("f{i}"))],
+            );
+            s.samples = i + 1;
+            s.cpu_ns = (i + 1) * 10_000_000;
+            w.cpu_stacks.push(s);
+        }
+        w
+    }
+
+    #[test]
+    fn a_window_beyond_pyroscopes_sample_limit_is_merged_not_rejected() {
+        let n = MAX_SAMPLES as u64 + 500;
+        let (series, merged) = series_of(&cpu_window(n), PyroscopeApi::Push);
+        assert_eq!(merged, 501);
+        let cpu = series.iter().find(|s| s.name == "process_cpu").unwrap();
+        let p = Profile::decode(&cpu.pprof).unwrap();
+        assert_eq!(p.samples.len(), MAX_SAMPLES);
+        // Every sample still counted: 1 + 2 + ... + n samples.
+        assert_eq!(p.total(0), (n * (n + 1) / 2) as i64);
+        let other = p
+            .samples
+            .iter()
+            .find(|s| s.stack[0].function.contains("merged"))
+            .unwrap();
+        assert_eq!(&*other.stack[0].function, "(501 smaller stacks merged)");
+        assert_eq!(other.values[0], (1..=501).sum::<i64>(), "the smallest ones");
+
+        let (series, merged) = series_of(&cpu_window(100), PyroscopeApi::Push);
+        assert_eq!(merged, 0);
+        let names: Vec<&str> = series.iter().map(|s| s.name).collect();
+        // No span path and no memory in this window: only CPU.
+        assert_eq!(names, ["process_cpu"]);
+    }
 
     #[test]
     fn secrets_stay_out_of_debug_and_errors() {
@@ -967,6 +1173,29 @@ mod tests {
                 .is_err()
         );
         assert!(base().retries(3, Duration::MAX).validate().is_err());
+        // What Pyroscope would reject, refused at start instead of at every push.
+        let ingest =
+            |app: &str| PyroscopeConfig::new("http://h:4040", app).api(PyroscopeApi::Ingest);
+        assert!(ingest("shop-api/v2.eu_1").validate().is_ok());
+        let e = refused(ingest("shop api"));
+        assert!(
+            e.contains("PYROSCOPE_APPLICATION_NAME") && e.contains("_ . - /"),
+            "{e}"
+        );
+        assert!(ingest("café").validate().is_err());
+        assert!(base().tag("env", "a").tag("env", "b").validate().is_err());
+        for key in ["__delta__", "service_name", "pyroscope_spy", "app_name"] {
+            assert!(base().tag(key, "x").validate().is_err(), "{key}");
+        }
+        for value in ["", " prod", "prod ", "a\nb"] {
+            assert!(base().tag("env", value).validate().is_err(), "{value:?}");
+        }
+        let many = (0..=MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        assert!(refused(many).contains("26"));
+        let enough = (0..MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        assert!(enough.validate().is_ok());
+        assert!(base().tag("k".repeat(1025), "v").validate().is_err());
+        assert!(base().tag("k", "v".repeat(2049)).validate().is_err());
         assert_eq!(parse_tags("env=prod, region=eu").unwrap().len(), 2);
         assert!(parse_tags("env").is_err());
     }

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter};
+use tracing_subscriber::prelude::*;
 
 /// A sink that fails with the same error every time.
 struct Refuses;
@@ -33,13 +34,16 @@ fn one_call_shows_every_sink() {
             .flush_timeout(Duration::from_millis(200)),
     )
     .unwrap();
-    let (_layer, guard) = Profiler::builder()
+    let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .sink(FileExporter::new(&dir))
         .sink(pyroscope)
         .sink(Refuses)
         .build()
         .unwrap();
+    // One span, so that the push has a profile to carry (an empty one is not sent).
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || tracing::info_span!("work").in_scope(|| {}));
     guard.flush(Duration::from_secs(20)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let stats = loop {
