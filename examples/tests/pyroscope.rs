@@ -1,12 +1,15 @@
-//! Both Pyroscope APIs, against a local server that decodes what it receives: every profile
-//! kind, with the right values, names, labels, tags, auth and tenant.
+//! Both Pyroscope APIs against a local server that answers by the rules of a real one
+//! (`mock_pyroscope/rules.rs`, each rule citing the Pyroscope file it comes from): every request
+//! passes every check, the series arrive under profile types the Pyroscope UI knows or with the
+//! units it shows right, nothing is counted twice, and Pyroscope 1.x's delta logic, replayed on
+//! what we push, keeps every allocation number.
 
 mod mock_pyroscope;
 
-use mock_pyroscope::{Mock, OK, pprof, sample_types, value};
-use prost::Message;
-use std::time::Duration;
-use tracing_prof::export::pyroscope::push::PushRequest;
+use mock_pyroscope::rules::{self, Ingester1x, Refusal, SeriesIn};
+use mock_pyroscope::{Mock, OK, Request};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
 use tracing_prof::export::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 use tracing_prof::{Profiler, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
@@ -17,8 +20,58 @@ static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std:
 
 const REQUEST: &str = "tracing_prof_examples::request [span]";
 
+fn accepted(mock: &Mock) -> Vec<Vec<SeriesIn>> {
+    mock.verdicts()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| v.unwrap_or_else(|r| panic!("request {i} refused: {r:?}")))
+        .collect()
+}
+
+/// Every profile type of `stored` with the unit the UI shows it in, checked against its sample
+/// unit; and no profile type twice for one label set within one request (it would be summed).
+fn check_types_and_duplicates(requests: &[Vec<SeriesIn>]) -> BTreeSet<String> {
+    let mut types = BTreeSet::new();
+    for series in requests {
+        let mut seen = BTreeSet::new();
+        for s in series {
+            let (pt, pu) = s.profile.period_type.clone().unwrap_or_default();
+            let name = label(&s.labels, "__name__");
+            let mut others: Vec<(String, String)> = s
+                .labels
+                .iter()
+                .filter(|(k, _)| k != "__name__" && k != "__delta__")
+                .cloned()
+                .collect();
+            others.sort();
+            for (ty, unit) in &s.profile.sample_types {
+                let id = format!("{name}:{ty}:{unit}:{pt}:{pu}");
+                assert_eq!(
+                    rules::ui_unit(&id),
+                    rules::ui_unit_for(unit),
+                    "{id}: the UI would show {unit} as {}",
+                    rules::ui_unit(&id)
+                );
+                assert!(
+                    seen.insert((id.clone(), others.clone())),
+                    "{id} twice for {others:?}: counted twice"
+                );
+                types.insert(id);
+            }
+        }
+    }
+    types
+}
+
+fn label<'a>(labels: &'a [(String, String)], name: &str) -> &'a str {
+    labels
+        .iter()
+        .find(|(k, _)| k == name)
+        .map_or("", |(_, v)| v.as_str())
+}
+
 #[test]
-fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
+fn both_apis_pass_every_rule_of_a_real_server() {
     let (push, ingest) = (Mock::start(OK), Mock::start(OK));
     let pusher = PyroscopeExporter::start(
         PyroscopeConfig::new(push.url(), "shop")
@@ -32,6 +85,7 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         PyroscopeConfig::new(ingest.url(), "shop")
             .api(PyroscopeApi::Ingest)
             .bearer_token("tok3n")
+            .tenant("team-b")
             .tag("env", "test"),
     )
     .unwrap();
@@ -49,143 +103,346 @@ fn both_apis_receive_every_kind_with_labels_auth_and_tenant() {
         .build()
         .unwrap();
     let app = App::new(200);
-    rt.block_on(run(
-        &app,
-        &Workload {
-            requests: 300,
-            ..Workload::default()
-        },
-    ));
-    guard.flush(Duration::from_secs(30)).unwrap();
-    rt.block_on(run(
-        &app,
-        &Workload {
-            requests: 200,
-            ..Workload::default()
-        },
-    ));
-    drop(guard); // the final export, pushed before the guard returns
-    assert_eq!((push_stats.sent(), push_stats.dropped()), (2, 0));
-    assert_eq!((ingest_stats.sent(), ingest_stats.dropped()), (2, 0));
+    for requests in [300, 200, 100] {
+        rt.block_on(run(
+            &app,
+            &Workload {
+                requests,
+                ..Workload::default()
+            },
+        ));
+        guard.flush(Duration::from_secs(30)).unwrap();
+    }
+    drop(guard); // a last, nearly empty, export
+    assert_eq!((push_stats.sent(), push_stats.dropped()), (4, 0));
+    assert_eq!(
+        (ingest_stats.sent(), ingest_stats.failed_attempts()),
+        (4, 0)
+    );
 
-    // v1 push: one request per interval, a series per kind.
-    let pushed = push.taken();
-    assert_eq!(pushed.len(), 2);
-    let mut requests = 0;
-    let mut render_samples = 0;
-    for r in &pushed {
-        assert_eq!(
-            (r.method.as_str(), r.target.as_str()),
-            ("POST", "/push.v1.PusherService/Push")
-        );
-        assert_eq!(r.header("content-type"), Some("application/proto"));
+    // v1 push: every request accepted; headers as Pyroscope's clients send them.
+    for r in push.taken() {
         assert_eq!(r.header("authorization"), Some("Basic YWxpY2U6czNjcmV0"));
         assert_eq!(r.header("x-scope-orgid"), Some("team-a"));
-        let req = PushRequest::decode(&r.body[..]).unwrap();
-        let names: Vec<&str> = req
-            .series
-            .iter()
-            .map(|s| label(&s.labels, "__name__"))
-            .collect();
-        assert_eq!(names, ["spans", "process_cpu", "memory", "span_memory"]);
-        for s in &req.series {
-            assert_eq!(label(&s.labels, "service_name"), "shop");
-            assert_eq!(
-                (label(&s.labels, "env"), label(&s.labels, "region")),
-                ("test", "eu")
-            );
-        }
-        let spans = pprof(&req.series[0].samples[0].raw_profile);
-        assert_eq!(sample_types(&spans)[..2], ["spans", "wall"]);
-        requests += value(&spans, REQUEST, "spans");
-        let cpu = pprof(&req.series[1].samples[0].raw_profile);
-        assert_eq!(sample_types(&cpu), ["samples", "cpu"]);
-        let cpu = tracing_prof::Profile::decode(&req.series[1].samples[0].raw_profile).unwrap();
-        render_samples += cpu
-            .samples
-            .iter()
-            .filter(|s| {
-                let names: Vec<String> = s.stack.iter().map(|f| f.display_name().into()).collect();
-                names.starts_with(&[
-                    REQUEST.to_owned(),
-                    "tracing_prof_examples::render [span]".to_owned(),
-                    "tracing_prof_examples::render".to_owned(),
-                ])
-            })
-            .map(|s| s.values[0])
-            .sum::<i64>();
-        let memory = pprof(&req.series[2].samples[0].raw_profile);
-        assert_eq!(
-            sample_types(&memory),
-            [
-                "alloc_objects",
-                "alloc_space",
-                "inuse_objects",
-                "inuse_space"
-            ]
-        );
-        let exact = pprof(&req.series[3].samples[0].raw_profile);
-        assert_eq!(sample_types(&exact), sample_types(&memory));
-        assert!(
-            value(
-                &exact,
-                "tracing_prof_examples::render [span]",
-                "alloc_space"
-            ) > 0
-        );
     }
+    let pushed = accepted(&push);
+    assert_eq!(pushed.len(), 4);
+    let types = check_types_and_duplicates(&pushed);
     assert_eq!(
-        requests, 500,
-        "each push holds its own interval: together, every request once"
+        types.into_iter().collect::<Vec<_>>(),
+        [
+            "memory:alloc_objects:count:space:bytes",
+            "memory:alloc_space:bytes:space:bytes",
+            "memory:inuse_objects:count:space:bytes",
+            "memory:inuse_space:bytes:space:bytes",
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            "process_cpu:samples:count:cpu:nanoseconds",
+            "span_memory:alloc_objects:count:space:bytes",
+            "span_memory:alloc_space:bytes:space:bytes",
+            "span_memory:inuse_objects:count:space:bytes",
+            "span_memory:inuse_space:bytes:space:bytes",
+            "spans:spans:count:spans:count",
+        ]
     );
-    // process_cpu holds the CPU stacks: the example's CPU-heavy function under its spans.
-    assert!(
-        render_samples > 0,
-        "no CPU sample of render under request -> render"
-    );
-
-    // /ingest: one request per kind per interval.
-    let ingested = ingest.taken();
-    assert_eq!(ingested.len(), 8);
-    let mut requests = 0;
-    for r in &ingested {
-        assert!(r.target.starts_with("/ingest?"), "{}", r.target);
-        assert_eq!(r.header("authorization"), Some("Bearer tok3n"));
-        assert_eq!(r.header("x-scope-orgid"), None);
-        assert_eq!(r.query("name").as_deref(), Some("shop{env=test}"));
-        assert_eq!(r.query("format").as_deref(), Some("pprof"));
-        let (from, until): (u64, u64) = (
-            r.query("from").unwrap().parse().unwrap(),
-            r.query("until").unwrap().parse().unwrap(),
+    let mut store = Ingester1x::default();
+    let mut no_delta_label = Ingester1x::default();
+    for s in pushed.iter().flatten() {
+        assert_eq!(label(&s.labels, "service_name"), "shop");
+        assert_eq!(
+            (label(&s.labels, "env"), label(&s.labels, "region")),
+            ("test", "eu")
         );
-        assert!(
-            from <= until && until > 1_700_000_000 && until < 10_000_000_000,
-            "seconds: {from}..{until}"
-        );
-        let config = String::from_utf8(r.form_field("sample_type_config").unwrap()).unwrap();
-        assert!(
-            config.starts_with('{') && config.contains("\"units\""),
-            "{config}"
-        );
-        let p = pprof(&r.form_field("profile").expect("a profile part"));
-        if sample_types(&p)[0] == "spans" {
-            requests += value(&p, REQUEST, "spans");
-        } else if sample_types(&p).iter().any(|t| t == "inuse_space") {
-            assert!(
-                config.contains("\"inuse_space\":{\"units\":\"bytes\",\"aggregation\":\"average\""),
-                "{config}"
-            );
-        }
+        store.ingest(s);
+        let mut without = s.clone();
+        without.labels.retain(|(k, _)| k != "__delta__");
+        no_delta_label.ingest(&without);
     }
-    assert_eq!(requests, 500);
+    // Each push holds its own interval: together, every request once.
+    let requests: i64 = store
+        .stored
+        .iter()
+        .filter(|s| s.profile_type == "spans:spans:count:spans:count")
+        .map(|s| {
+            s.values
+                .get(&vec![REQUEST.to_owned()])
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(requests, 600);
+    // Allocation numbers survive Pyroscope 1.x: what is stored is what was sent.
+    let sent: i64 = pushed
+        .iter()
+        .flatten()
+        .filter(|s| label(&s.labels, "__name__") == "memory")
+        .map(|s| {
+            let col = s
+                .profile
+                .sample_types
+                .iter()
+                .position(|(t, _)| t == "alloc_space");
+            s.profile
+                .samples
+                .iter()
+                .map(|(_, v)| v[col.unwrap()])
+                .sum::<i64>()
+        })
+        .sum();
+    let alloc_space = "memory:alloc_space:bytes:space:bytes";
+    assert!(sent > 0);
+    assert_eq!(store.total(alloc_space), sent);
+    // The replay has teeth: without `__delta__="false"` 1.x keeps almost nothing of it.
+    assert!(
+        no_delta_label.total(alloc_space) < sent / 2,
+        "{} of {sent}",
+        no_delta_label.total(alloc_space)
+    );
+    // The exact series agree with each other: span_memory's allocations per interval are what
+    // the sampled memory series estimates (within sampling error over 600 requests).
+    let exact = store.total("span_memory:alloc_space:bytes:space:bytes");
+    assert!(
+        (sent as f64 / exact as f64 - 1.0).abs() < 0.25,
+        "sampled {sent} against exact {exact}"
+    );
+    let cpu = store.total("process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    assert!(cpu > 0, "CPU samples were pushed");
+
+    // /ingest: one request per series per interval; accepted, named from the sample types.
+    for r in ingest.taken() {
+        assert_eq!(r.header("authorization"), Some("Bearer tok3n"));
+        assert_eq!(r.header("x-scope-orgid"), Some("team-b"));
+        assert_eq!(r.query("name").as_deref(), Some("shop{env=test}"));
+    }
+    let ingested = accepted(&ingest);
+    let per_interval = group_by_interval(&ingest.taken(), &ingested);
+    assert_eq!(per_interval.len(), 4);
+    let types = check_types_and_duplicates(&per_interval);
+    assert_eq!(
+        types.into_iter().collect::<Vec<_>>(),
+        [
+            "memory:alloc_objects:count:space:bytes",
+            "memory:alloc_space:bytes:space:bytes",
+            "memory:inuse_objects:count:space:bytes",
+            "memory:inuse_space:bytes:space:bytes",
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            "process_cpu:samples:count:cpu:nanoseconds",
+            "spans:spans:count:spans:count",
+        ],
+        "span_memory would land in `memory` through /ingest: it is not sent there"
+    );
+    let mut store = Ingester1x::default();
+    for s in per_interval.iter().flatten() {
+        assert_eq!(label(&s.labels, "service_name"), "shop");
+        assert_eq!(label(&s.labels, "pyroscope_spy"), "tracing-prof");
+        store.ingest(s);
+    }
+    let requests: i64 = store
+        .stored
+        .iter()
+        .filter(|s| s.profile_type == "spans:spans:count:spans:count")
+        .map(|s| {
+            s.values
+                .get(&vec![REQUEST.to_owned()])
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(requests, 600);
 }
 
-fn label<'a>(
-    labels: &'a [tracing_prof::export::pyroscope::push::LabelPair],
-    name: &str,
-) -> &'a str {
-    labels
-        .iter()
-        .find(|l| l.name == name)
-        .map_or("", |l| l.value.as_str())
+/// The series of the `/ingest` requests grouped by their `from`/`until`.
+fn group_by_interval(requests: &[Request], verdicts: &[Vec<SeriesIn>]) -> Vec<Vec<SeriesIn>> {
+    let mut groups: BTreeMap<(String, String), Vec<SeriesIn>> = BTreeMap::new();
+    for (r, series) in requests.iter().zip(verdicts) {
+        let key = (r.query("from").unwrap(), r.query("until").unwrap());
+        groups
+            .entry(key)
+            .or_default()
+            .extend(series.iter().cloned());
+    }
+    groups.into_values().collect()
+}
+
+/// The rules refuse what a real server refuses: each case fails as Pyroscope says it does.
+#[test]
+fn the_rules_refuse_what_pyroscope_refuses() {
+    use tracing_prof::model::{Frame, FrameKind, Profile, Sample, SampleType};
+    let now = SystemTime::now();
+    let pprof = |samples: usize, time: SystemTime| {
+        let mut p = Profile::new(vec![SampleType::new("spans", "count")]);
+        p.time = Some(time);
+        for i in 0..samples {
+            p.samples.push(Sample {
+                stack: vec![Frame::new(FrameKind::Code, format!("f{i}"), None, None)],
+                values: vec![1],
+                labels: Vec::new(),
+            });
+        }
+        p.encode()
+    };
+    fn labels<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut l = vec![("__name__", "spans"), ("service_name", "shop")];
+        l.extend_from_slice(extra);
+        l
+    }
+    let push = |labels: &[(&str, &str)], profile: Vec<u8>| {
+        use prost::Message as _;
+        use tracing_prof::export::pyroscope::push as p;
+        let body = p::PushRequest {
+            series: vec![p::RawProfileSeries {
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| p::LabelPair {
+                        name: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                samples: vec![p::RawSample {
+                    raw_profile: profile,
+                    id: String::new(),
+                }],
+            }],
+        }
+        .encode_to_vec();
+        rules::push(
+            &Request {
+                method: "POST".into(),
+                target: "/push.v1.PusherService/Push".into(),
+                headers: vec![("Content-Type".into(), "application/proto".into())],
+                body,
+            },
+            now,
+        )
+    };
+    let status = |r: Result<Vec<SeriesIn>, Refusal>| r.map(|_| 200).unwrap_or_else(|r| r.status);
+    assert_eq!(status(push(&labels(&[]), pprof(3, now))), 200);
+    assert_eq!(status(push(&labels(&[]), pprof(16_000, now))), 200);
+    assert_eq!(status(push(&labels(&[]), pprof(16_001, now))), 400);
+    let hour_ago = now - Duration::from_secs(3601);
+    assert_eq!(status(push(&labels(&[]), pprof(3, hour_ago))), 400);
+    let ahead = now + Duration::from_secs(601);
+    assert_eq!(status(push(&labels(&[]), pprof(3, ahead))), 400);
+    assert_eq!(
+        status(push(&labels(&[("env", "a"), ("env", "b")]), pprof(3, now))),
+        400
+    );
+    assert_eq!(status(push(&[("__name__", "spans")], pprof(3, now))), 400);
+    let many: Vec<(String, String)> = (0..29).map(|i| (format!("t{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        status(push(&labels(&many), pprof(3, now))),
+        400,
+        "31 label names"
+    );
+    assert_eq!(
+        status(push(&labels(&many[..28]), pprof(3, now))),
+        200,
+        "30 label names"
+    );
+    let long = "v".repeat(2049);
+    assert_eq!(status(push(&labels(&[("env", &long)]), pprof(3, now))), 400);
+
+    // /ingest with `format=pprof` reads the body as a raw pprof: a multipart body fails.
+    let boundary = "b0undary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"p\"\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend(pprof(3, now));
+    body.extend(format!("\r\n--{boundary}--\r\n").bytes());
+    let ingest = |target: &str| {
+        rules::ingest(
+            &Request {
+                method: "POST".into(),
+                target: target.into(),
+                headers: vec![(
+                    "Content-Type".into(),
+                    format!("multipart/form-data; boundary={boundary}"),
+                )],
+                body: body.clone(),
+            },
+            now,
+        )
+    };
+    assert_eq!(status(ingest("/ingest?name=shop&format=pprof")), 422);
+    let ok = ingest("/ingest?name=shop%7Benv%3Dprod%7D").unwrap();
+    assert_eq!(label(&ok[0].labels, "__name__"), "spans");
+    assert_eq!(label(&ok[0].labels, "env"), "prod");
+    assert_eq!(
+        status(ingest("/ingest?name=shop+api")),
+        400,
+        "a space in the name"
+    );
+}
+
+/// The example service, configured by Pyroscope's own variables, pushing through each API with
+/// basic auth, a tenant and tags: every request passes every check, and every one of its
+/// requests is counted once.
+#[test]
+fn the_example_service_passes_through_both_apis() {
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples")
+        .join("service");
+    for api in ["push", "ingest"] {
+        let server = Mock::start(OK);
+        let dir =
+            std::env::temp_dir().join(format!("tracing-prof-pyro-{api}-{}", std::process::id()));
+        let out = std::process::Command::new(&example)
+            .env("SERVICE_REQUESTS", "3000")
+            .env("TRACING_PROF_DIR", &dir)
+            .env("TRACING_PROF_INTERVAL", "300ms")
+            .env("PYROSCOPE_SERVER_ADDRESS", server.url())
+            .env("PYROSCOPE_APPLICATION_NAME", "checkout")
+            .env("PYROSCOPE_BASIC_AUTH_USER", "123456")
+            .env("PYROSCOPE_BASIC_AUTH_PASSWORD", "glc_secret")
+            .env("PYROSCOPE_TENANT_ID", "team-a")
+            .env("PYROSCOPE_LABELS", "env=test,region=eu-west-1")
+            .env("TRACING_PROF_PYROSCOPE_API", api)
+            .output()
+            .expect("run the example (cargo test builds it)");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for r in server.taken() {
+            assert_eq!(
+                r.header("authorization"),
+                Some("Basic MTIzNDU2OmdsY19zZWNyZXQ=")
+            );
+            assert_eq!(r.header("x-scope-orgid"), Some("team-a"));
+        }
+        let verdicts = accepted(&server);
+        assert!(!verdicts.is_empty(), "{api}: nothing pushed");
+        let groups = if api == "push" {
+            verdicts
+        } else {
+            group_by_interval(&server.taken(), &verdicts)
+        };
+        check_types_and_duplicates(&groups);
+        let mut store = Ingester1x::default();
+        for s in groups.iter().flatten() {
+            assert_eq!(label(&s.labels, "service_name"), "checkout", "{api}");
+            assert_eq!(label(&s.labels, "region"), "eu-west-1", "{api}");
+            store.ingest(s);
+        }
+        let requests: i64 = store
+            .stored
+            .iter()
+            .filter(|s| s.profile_type == "spans:spans:count:spans:count")
+            .map(|s| {
+                s.values
+                    .get(&vec![REQUEST.to_owned()])
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert_eq!(requests, 3000, "{api}");
+    }
 }

@@ -1,10 +1,14 @@
-//! A local stand-in for a Pyroscope server: records every request, and answers 200, 500, or
-//! nothing at all (a stalled server), as the test sets it.
+//! A local stand-in for a Pyroscope server: records every request and, when up, answers it as a
+//! real server would by the rules of `rules.rs` (written from Pyroscope's source: 200, or the
+//! status and reason of a refusal); or answers 500, or nothing at all (a stalled server), as the
+//! test sets it.
 #![allow(
     dead_code,
     unreachable_pub,
     reason = "each test binary uses a part of this module"
 )]
+
+pub mod rules;
 
 use prost::Message;
 use std::io::{Read, Write};
@@ -88,6 +92,8 @@ pub struct Mock {
     pub addr: SocketAddr,
     pub requests: Arc<Mutex<Vec<Request>>>,
     pub mode: Arc<AtomicU8>,
+    /// Per request answered in mode `OK`: the series the server accepted, or its refusal.
+    pub verdicts: Arc<Verdicts>,
 }
 
 impl Mock {
@@ -95,18 +101,24 @@ impl Mock {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let verdicts = Arc::new(Mutex::new(Vec::new()));
         let mode = Arc::new(AtomicU8::new(mode));
-        let (r, m) = (Arc::clone(&requests), Arc::clone(&mode));
+        let (r, m, v) = (
+            Arc::clone(&requests),
+            Arc::clone(&mode),
+            Arc::clone(&verdicts),
+        );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (r, m) = (Arc::clone(&r), Arc::clone(&m));
-                std::thread::spawn(move || serve(stream, &r, &m));
+                let (r, m, v) = (Arc::clone(&r), Arc::clone(&m), Arc::clone(&v));
+                std::thread::spawn(move || serve(stream, &r, &m, &v));
             }
         });
         Mock {
             addr,
             requests,
             mode,
+            verdicts,
         }
     }
 
@@ -117,9 +129,31 @@ impl Mock {
     pub fn taken(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
     }
+
+    /// The server's verdicts so far, in order.
+    pub fn verdicts(&self) -> Vec<Verdict> {
+        self.verdicts.lock().unwrap().clone()
+    }
 }
 
-fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8) {
+/// The rules' verdict on one request.
+pub fn judge(r: &Request) -> Verdict {
+    let now = std::time::SystemTime::now();
+    match r.target.split('?').next().unwrap_or("") {
+        "/push.v1.PusherService/Push" => rules::push(r, now),
+        "/ingest" => rules::ingest(r, now),
+        other => Err(rules::Refusal {
+            status: 404,
+            reason: format!("no handler for {other}"),
+        }),
+    }
+}
+
+/// The series a request brought, or the server's refusal.
+pub type Verdict = Result<Vec<rules::SeriesIn>, rules::Refusal>;
+type Verdicts = Mutex<Vec<Verdict>>;
+
+fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8, verdicts: &Verdicts) {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -154,16 +188,29 @@ fn serve(mut s: TcpStream, requests: &Mutex<Vec<Request>>, mode: &AtomicU8) {
             Ok(n) => body.extend_from_slice(&chunk[..n]),
         }
     }
-    requests.lock().unwrap().push(Request {
+    let request = Request {
         method,
         target,
         headers,
         body,
-    });
+    };
+    requests.lock().unwrap().push(request.clone());
     match mode.load(Ordering::SeqCst) {
         OK => {
-            let _ =
-                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let verdict = judge(&request);
+            let answer = match &verdict {
+                Ok(_) => {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+                }
+                Err(r) => format!(
+                    "HTTP/1.1 {} Refused\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                    r.status,
+                    r.reason.len(),
+                    r.reason
+                ),
+            };
+            verdicts.lock().unwrap().push(verdict);
+            let _ = s.write_all(answer.as_bytes());
         }
         FAIL_500 => {
             let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops");
