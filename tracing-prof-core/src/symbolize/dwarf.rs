@@ -118,6 +118,8 @@ fn resolve_unit(
     let unit = dwarf.unit(header)?;
     let unit = unit.unit_ref(dwarf);
     let places = line_places(unit, addrs).unwrap_or_else(|_| vec![Place::default(); addrs.len()]);
+    // The line program's pages back before the walk reads the unit's entries.
+    module.release();
     // Per address, the functions holding it, outermost first.
     let mut chains: Vec<Vec<usize>> = vec![Vec::new(); addrs.len()];
     let mut scopes: Vec<Scope> = Vec::new();
@@ -128,6 +130,7 @@ fn resolve_unit(
         module,
         dwarf,
         units: HashMap::new(),
+        released_at: 0,
     };
     walk(
         unit,
@@ -271,6 +274,7 @@ fn walk(
         return Ok(());
     }
     let entry = node.entry();
+    others.progress(entry.offset().0);
     let inside: Vec<usize>;
     let idx = match entry.tag() {
         gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
@@ -362,9 +366,27 @@ struct Others<'a> {
     module: &'a Module,
     dwarf: &'a gimli::Dwarf<R>,
     units: HashMap<usize, Arc<gimli::Unit<R>>>,
+    /// Where in the unit being walked the module's pages were last handed back.
+    released_at: usize,
 }
 
+/// Bytes of a unit's entries walked between two hand-backs of the pages read: a unit is
+/// parsed in order (Rust's units have no sibling links to skip by), and the biggest of a
+/// program are several MiB.
+const RELEASE_EVERY: usize = 1 << 20;
+
 impl Others<'_> {
+    /// Notes that the walk reached `offset` in its unit, and hands the pages read back every
+    /// [`RELEASE_EVERY`] bytes: the resident debug information stays about that size, however
+    /// big the unit (entries read again later, as an inlined function's origin, come back
+    /// from the page cache).
+    fn progress(&mut self, offset: usize) {
+        if offset.saturating_sub(self.released_at) >= RELEASE_EVERY {
+            self.module.release();
+            self.released_at = offset;
+        }
+    }
+
     /// A function's name: its linkage name demangled, else that of the function it is an
     /// instance of (in this unit or another), else its plain name.
     fn name(
