@@ -32,6 +32,14 @@ fn all_paths() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
         .collect()
 }
 
+/// Every span path known now, by tag.
+pub(crate) fn path_index() -> PathIndex {
+    all_paths()
+        .into_iter()
+        .map(|(tag, kind, frames)| (tag, (kind, frames)))
+        .collect()
+}
+
 /// Reads every counter now. Never blocks application threads. `duration` is how long the
 /// counters have been running.
 ///

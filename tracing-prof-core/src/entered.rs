@@ -12,6 +12,7 @@
 //! nesting) but is not timed.
 
 use crate::clock::{Clock, CpuSample};
+use crate::in_flight::ThreadSlot;
 use crate::layer::Home;
 use crate::span_index::{self, SpanState};
 use std::cell::RefCell;
@@ -58,6 +59,27 @@ struct Stack {
     len: usize,
     /// Entries beyond MAX_DEPTH, not timed.
     untracked: usize,
+    /// Where this thread shows which path it is in (see `in_flight`), taken on its first enter.
+    now: Option<&'static ThreadSlot>,
+    /// Whether a slot was asked for already (there may be none free).
+    asked: bool,
+}
+
+impl Drop for Stack {
+    /// The thread exits: its slot goes back.
+    fn drop(&mut self) {
+        if let Some(slot) = self.now.take() {
+            slot.release();
+        }
+    }
+}
+
+/// The calling thread's slot, if it has one (for a child of `fork`).
+pub(crate) fn own_slot() -> Option<&'static ThreadSlot> {
+    STACK
+        .try_with(|s| s.try_borrow().ok().and_then(|s| s.now))
+        .ok()
+        .flatten()
 }
 
 const EMPTY: Entered = Entered {
@@ -94,6 +116,8 @@ thread_local! {
             cpu: [NO_CPU; MAX_DEPTH],
             len: 0,
             untracked: 0,
+            now: None,
+            asked: false,
         })
     };
 }
@@ -112,9 +136,16 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         if len == 0 {
             // A thread's outermost span: make sure the CPU sampler covers it.
             tracing_prof_cpu::ensure_armed();
+            if !s.asked {
+                s.asked = true;
+                s.now = crate::in_flight::claim();
+            }
         }
         if len == MAX_DEPTH {
             s.untracked += 1;
+            if let Some(n) = s.now {
+                n.publish(state.tag, 0);
+            }
             return;
         }
         let reentry = s.frames[..len].iter().any(|e| e.id == id);
@@ -144,7 +175,11 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         f.slot = slot;
         f.reentry = reentry;
         f.extensions_busy = extensions_busy;
+        let since = f.start_ns;
         s.len = len + 1;
+        if let Some(n) = s.now {
+            n.publish(state.tag, since);
+        }
     });
 }
 
@@ -161,6 +196,9 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
             let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
             set_current_span(tag, instance);
+            if let Some(n) = s.now {
+                n.publish(tag, 0);
+            }
             return;
         }
         let len = s.len;
@@ -169,8 +207,13 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         };
         let e = std::mem::take(&mut s.frames[pos]);
         let cpu_frame = s.cpu[pos];
+        // One clock read per exit, as before; a re-entry's exit measures nothing and reads none.
+        let now_ns = if e.reentry { 0 } else { clock.now_ns() };
         if pos + 1 == len {
             set_current_span(e.prev_tag, e.prev_instance);
+            if let Some(n) = s.now {
+                n.publish(e.prev_tag, now_ns);
+            }
         } else {
             // Out-of-order exit: the span entered right after this one now restores to what
             // this one would have restored.
@@ -184,7 +227,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         if e.reentry {
             return;
         }
-        let busy = clock.now_ns().saturating_sub(e.start_ns);
+        let busy = now_ns.saturating_sub(e.start_ns);
         let used = if cpu {
             clock.thread_cpu().since(cpu_frame.start)
         } else {

@@ -42,6 +42,7 @@ pub mod config;
 mod cpu;
 mod entered;
 mod fork;
+mod in_flight;
 pub mod labels;
 mod layer;
 mod leak;

@@ -242,6 +242,22 @@ impl Profiler {
         p
     }
 
+    /// What is running now, as Go's goroutine dump shows goroutines: each thread that entered a
+    /// span, with the span path it is in and since when; each span path with open spans, its
+    /// count and its oldest spans' ages (at most [`LISTED_PER_PATH`]), the path with the oldest
+    /// span first. Reads the span table without a lock: the cost grows with the spans open now,
+    /// never with those closed, and the answer's size with the span paths (capped).
+    ///
+    /// Spans of the registry's extensions (no room in the table, see
+    /// [`Stats::spans_outside_table`]) are not listed; `unlisted` counts them. Ages assume the
+    /// real clock (a layer given a test clock lists nonsense ages).
+    ///
+    /// [`LISTED_PER_PATH`]: tracing_prof_model::LISTED_PER_PATH
+    pub fn in_flight(&self) -> tracing_prof_model::InFlight {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        crate::in_flight::read(&crate::capture::path_index(), crate::monotonic::now_ns())
+    }
+
     /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
     /// capture; see [`ProfilerBuilder::giant_allocations`].
     pub fn giant_allocations(&self) -> Vec<GiantReport> {

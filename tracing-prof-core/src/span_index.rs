@@ -357,6 +357,33 @@ fn trim_pages() {
     }
 }
 
+/// Calls `f(tag, created_ns, busy_ns)` for every span open in the table now. Reads only the
+/// pages spans have touched since they were last given back, without a lock and without
+/// marking anything: a span opening or closing meanwhile may or may not be seen.
+pub(crate) fn for_each_open(mut f: impl FnMut(Tag, u64, u64)) {
+    let Some((entries, flags)) = table() else {
+        return;
+    };
+    for (p, flag) in flags.iter().enumerate() {
+        if flag.load(Ordering::Relaxed) & TOUCHED == 0 {
+            continue;
+        }
+        for e in &entries[p * PAGE_ENTRIES..(p + 1) * PAGE_ENTRIES] {
+            let key = e.key.load(Ordering::Acquire);
+            if key == 0 || key == WRITING {
+                continue;
+            }
+            let tag = Tag::new(e.tag.load(Ordering::Relaxed));
+            let created_ns = e.created_ns.load(Ordering::Relaxed);
+            let busy_ns = e.busy_ns.load(Ordering::Relaxed);
+            // Closed (and perhaps taken again) while read: skip rather than mix two spans.
+            if e.key.load(Ordering::Acquire) == key {
+                f(tag, created_ns, busy_ns);
+            }
+        }
+    }
+}
+
 /// Spans created with no room in the table (both places taken, or no table), kept in the
 /// registry's extensions instead.
 static OUTSIDE: AtomicU64 = AtomicU64::new(0);

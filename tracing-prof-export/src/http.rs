@@ -173,6 +173,7 @@ impl PprofHandler {
             .unwrap_or((path_and_query, ""));
         let mut seconds = None;
         let mut debug = false;
+        let mut every = false;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
@@ -186,12 +187,32 @@ impl PprofHandler {
                         return HttpResponse::text(400, msg);
                     }
                 },
-                "debug" => debug = v != "0",
+                "debug" => {
+                    debug = v != "0";
+                    every = v == "2";
+                }
                 _ => {} // gc=, sample_index= and the like: accepted and ignored, as Go does
             }
         }
         let kind = match path.trim_end_matches('/') {
             "/debug/pprof" => return index(),
+            "/debug/pprof/goroutine" => return self.goroutine(debug, every),
+            "/debug/pprof/cmdline" => return cmdline(),
+            "/debug/pprof/symbol" => {
+                return HttpResponse::text(
+                    404,
+                    "tracing-prof's profiles carry their function names, files and lines: \
+                     there is nothing to look up at /symbol\n",
+                );
+            }
+            "/debug/pprof/trace" => {
+                return HttpResponse::text(
+                    404,
+                    "execution traces are Go's runtime/trace, which a Rust process does not \
+                     have; /debug/pprof/goroutine shows what runs now, /debug/pprof/profile \
+                     the CPU\n",
+                );
+            }
             "/debug/pprof/profile" => {
                 seconds = Some(seconds.unwrap_or(DEFAULT_PROFILE_SECONDS.min(self.max_seconds)));
                 ProfileKind::Cpu
@@ -249,6 +270,41 @@ impl PprofHandler {
     }
 }
 
+impl PprofHandler {
+    /// `/debug/pprof/goroutine`, for spans: what runs now (see `Profiler::in_flight`). Plain:
+    /// Go's goroutine profile shape, open spans per span path; `?debug=1`: paths with counts
+    /// and oldest ages, then threads; `?debug=2`: every listed open span, oldest first.
+    fn goroutine(&self, debug: bool, every: bool) -> HttpResponse {
+        let now = self.profiler.in_flight();
+        if debug {
+            return HttpResponse::text(200, now.text(every));
+        }
+        HttpResponse {
+            status: 200,
+            content_type: "application/octet-stream",
+            headers: vec![(
+                "Content-Disposition",
+                "attachment; filename=\"goroutine.pb.gz\"".into(),
+            )],
+            body: now.profile().encode(),
+        }
+    }
+}
+
+/// `/debug/pprof/cmdline`: the command line, arguments separated by NUL bytes, as Go's.
+fn cmdline() -> HttpResponse {
+    let mut body = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    if body.last() == Some(&0) {
+        body.pop();
+    }
+    HttpResponse {
+        status: 200,
+        content_type: "text/plain; charset=utf-8",
+        headers: Vec::new(),
+        body,
+    }
+}
+
 /// One running `?seconds=` window; its slot is given back when dropped.
 struct Window<'a>(&'a AtomicUsize);
 
@@ -283,6 +339,8 @@ fn index() -> HttpResponse {
         <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU, off-CPU</td></tr>\n\
         <tr><td><a href=\"cpu?debug=1\">cpu</a></td><td>CPU time by code stack under span path, sampled, since start</td></tr>\n\
         <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>CPU profile of the next <code>seconds</code> (default 30), as Go's</td></tr>\n\
+        <tr><td><a href=\"goroutine?debug=1\">goroutine</a></td><td>what runs now: open spans per span path, oldest first (<code>?debug=2</code>: each one), and the span path each thread is in</td></tr>\n\
+        <tr><td><a href=\"cmdline\">cmdline</a></td><td>the command line</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
         Use: <code>go tool pprof http://HOST/debug/pprof/heap</code></p></body></html>\n";
     HttpResponse {
@@ -772,7 +830,19 @@ mod tests {
                 "{bad}"
             );
         }
-        assert_eq!(get("/debug/pprof/goroutine").status, 404);
+        assert_eq!(get("/debug/pprof/goroutine").status, 200);
+        assert!(
+            String::from_utf8_lossy(&get("/debug/pprof/goroutine?debug=1").body)
+                .starts_with("open spans: total ")
+        );
+        let cmdline = get("/debug/pprof/cmdline");
+        assert!(!cmdline.body.is_empty() && !cmdline.body.ends_with(b"\0"));
+        for path in ["/debug/pprof/symbol", "/debug/pprof/trace"] {
+            let r = get(path);
+            assert_eq!(r.status, 404);
+            assert!(r.body.len() > 60, "a reason, not a bare 404");
+        }
+        assert_eq!(get("/debug/pprof/nothing").status, 404);
         assert_eq!(get("/elsewhere").status, 404);
         // Parameters Go's tools send are accepted and ignored.
         assert_eq!(

@@ -35,6 +35,7 @@
 
 mod build;
 mod folded;
+mod in_flight;
 mod kind;
 pub mod pprof;
 mod profile;
@@ -44,6 +45,7 @@ mod table;
 pub mod units;
 
 pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
+pub use in_flight::{InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow};
 pub use kind::ProfileKind;
 pub use pprof::DecodeError;
 pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};

@@ -1,0 +1,318 @@
+//! [`InFlight`]: what is running at one instant, as Go's goroutine dump shows it for goroutines:
+//! per thread, the span path it is in; per span path, its open spans, oldest first (a request
+//! stuck for 40 s comes first).
+
+use crate::profile::{Profile, Sample, SampleType};
+use crate::snapshot::{SpanFrame, display_path};
+use crate::units::format_nanos;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+/// Open spans listed per span path, oldest first; the others are counted.
+pub const LISTED_PER_PATH: usize = 32;
+
+/// What is running at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InFlight {
+    /// When it was read.
+    pub time: Option<SystemTime>,
+    /// The threads that ever entered a span, each with the span path it is in now.
+    pub threads: Vec<ThreadNow>,
+    /// Every span path with open spans, the path with the oldest first.
+    pub paths: Vec<OpenPath>,
+    /// Open spans the listing cannot see: those kept outside the span table (see the core's
+    /// `Stats::spans_outside_table`), counted since the start, closed or not.
+    pub unlisted: u64,
+}
+
+/// One thread now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThreadNow {
+    /// OS thread id.
+    pub tid: u64,
+    /// OS thread name (empty: unknown).
+    pub name: String,
+    /// The span path it is in, root first; empty: no span entered.
+    pub frames: Vec<SpanFrame>,
+    /// How long since it entered its innermost span, or left its last span (`None`: unknown).
+    pub since: Option<Duration>,
+}
+
+/// The open spans of one span path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenPath {
+    /// The path, root first.
+    pub frames: Vec<SpanFrame>,
+    /// Spans of this path open now.
+    pub open: u64,
+    /// The oldest of them, oldest first: at most [`LISTED_PER_PATH`].
+    pub oldest: Vec<OpenSpan>,
+}
+
+/// One open span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenSpan {
+    /// Time since it was created.
+    pub age: Duration,
+    /// Time it has been entered, exits so far (a span entered now counts from its last exit).
+    pub busy: Duration,
+}
+
+impl OpenSpan {
+    /// A span open for `age`, entered for `busy` of it.
+    pub fn new(age: Duration, busy: Duration) -> Self {
+        OpenSpan { age, busy }
+    }
+}
+
+impl OpenPath {
+    /// The open spans of the path `frames`.
+    pub fn new(frames: Vec<SpanFrame>, open: u64, oldest: Vec<OpenSpan>) -> Self {
+        OpenPath {
+            frames,
+            open,
+            oldest,
+        }
+    }
+}
+
+impl ThreadNow {
+    /// Thread `tid` named `name`, in the path `frames` for `since`.
+    pub fn new(tid: u64, name: String, frames: Vec<SpanFrame>, since: Option<Duration>) -> Self {
+        ThreadNow {
+            tid,
+            name,
+            frames,
+            since,
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn fields(frames: &[SpanFrame]) -> String {
+    let f: Vec<String> = frames
+        .iter()
+        .flat_map(|f| f.fields.iter().map(|(k, v)| format!("{k}={v}")))
+        .collect();
+    if f.is_empty() {
+        String::new()
+    } else {
+        format!(" {{{}}}", f.join(", "))
+    }
+}
+
+fn path_text(frames: &[SpanFrame]) -> String {
+    if frames.is_empty() {
+        "(no span)".to_owned()
+    } else {
+        format!("{}{}", display_path(frames), fields(frames))
+    }
+}
+
+impl InFlight {
+    /// Open spans in all.
+    pub fn open(&self) -> u64 {
+        self.paths.iter().map(|p| p.open).sum()
+    }
+
+    /// Go's goroutine profile, for spans: one sample per span path, its open spans counted
+    /// (`open_spans/count`), its frames the path's spans. `go tool pprof -top` lists the paths
+    /// with the most spans in flight.
+    pub fn profile(&self) -> Profile {
+        let mut p = Profile::new(vec![SampleType::new("open_spans", "count")]);
+        p.period_type = Some(SampleType::new("open_spans", "count"));
+        p.time = self.time;
+        p.comments.push(
+            "tracing-prof: spans open now, per span path (like Go's goroutine profile)".into(),
+        );
+        for path in &self.paths {
+            p.samples.push(Sample {
+                stack: path.frames.iter().map(crate::build::span_frame).collect(),
+                values: vec![i64::try_from(path.open).unwrap_or(i64::MAX)],
+                labels: Vec::new(),
+            });
+        }
+        p
+    }
+
+    /// Text as Go's `?debug=1` and `?debug=2` goroutine dumps are: with `every`, each listed
+    /// open span on its own (oldest first); without, one entry per path with its count and the
+    /// ages of its oldest spans. Then the threads and the span path each is in.
+    pub fn text(&self, every: bool) -> String {
+        let mut out = format!("open spans: total {}\n", self.open());
+        if self.unlisted > 0 {
+            let _ = writeln!(
+                out,
+                "({} spans since the start were kept outside the span table and are not listed)",
+                self.unlisted
+            );
+        }
+        out.push('\n');
+        for path in &self.paths {
+            if every {
+                for s in &path.oldest {
+                    let _ = writeln!(
+                        out,
+                        "span [open {}, busy {}]:\n{}\n",
+                        format_nanos(nanos(s.age)),
+                        format_nanos(nanos(s.busy)),
+                        frames_text(&path.frames)
+                    );
+                }
+                let more = path.open.saturating_sub(path.oldest.len() as u64);
+                if more > 0 {
+                    let _ = writeln!(
+                        out,
+                        "... and {more} younger open spans of {}\n",
+                        path_text(&path.frames)
+                    );
+                }
+            } else {
+                let ages: Vec<String> = path
+                    .oldest
+                    .iter()
+                    .take(5)
+                    .map(|s| format_nanos(nanos(s.age)))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "{} open, oldest {}: {}\n{}\n",
+                    path.open,
+                    ages.join(", "),
+                    path_text(&path.frames),
+                    frames_text(&path.frames)
+                );
+            }
+        }
+        let _ = writeln!(out, "threads: {}", self.threads.len());
+        for t in &self.threads {
+            let since = t
+                .since
+                .map(|d| format!(" for {}", format_nanos(nanos(d))))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "thread {} [{}]: {}{since}",
+                t.tid,
+                if t.name.is_empty() { "?" } else { &t.name },
+                path_text(&t.frames)
+            );
+        }
+        out
+    }
+}
+
+/// One line per span of `frames`, as Go's dumps list a goroutine's frames: `#\tname\tfile:line`.
+fn frames_text(frames: &[SpanFrame]) -> String {
+    let lines: Vec<String> = frames
+        .iter()
+        .rev()
+        .map(|f| {
+            let place = match (&f.file, f.line) {
+                (Some(file), Some(line)) => format!("\t{file}:{line}"),
+                (Some(file), None) => format!("\t{file}"),
+                _ => String::new(),
+            };
+            format!(
+                "#\t{}{}{place}",
+                f.qualified_name(),
+                fields(std::slice::from_ref(f))
+            )
+        })
+        .collect();
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_flight() -> InFlight {
+        let request = SpanFrame::new("app", "request", Some("src/main.rs"), Some(10));
+        let mut query = SpanFrame::new("app", "query", Some("src/db.rs"), Some(7));
+        query.fields.push(("table".into(), "users".into()));
+        InFlight {
+            time: None,
+            threads: vec![
+                ThreadNow::new(
+                    41,
+                    "worker-1".into(),
+                    vec![request.clone(), query.clone()],
+                    Some(Duration::from_millis(3)),
+                ),
+                ThreadNow::new(42, "worker-2".into(), Vec::new(), None),
+            ],
+            paths: vec![
+                OpenPath::new(
+                    vec![request.clone(), query],
+                    1,
+                    vec![OpenSpan::new(
+                        Duration::from_secs(40),
+                        Duration::from_secs(2),
+                    )],
+                ),
+                OpenPath::new(
+                    vec![request],
+                    3,
+                    vec![
+                        OpenSpan::new(Duration::from_secs(40), Duration::from_millis(5)),
+                        OpenSpan::new(Duration::from_millis(20), Duration::ZERO),
+                    ],
+                ),
+            ],
+            unlisted: 0,
+        }
+    }
+
+    #[test]
+    fn text_lists_paths_oldest_first_and_each_thread() {
+        let text = in_flight().text(false);
+        assert_eq!(
+            text,
+            "open spans: total 4\n\n\
+             1 open, oldest 40.00 s: request -> query {table=users}\n\
+             #\tapp::query {table=users}\tsrc/db.rs:7\n\
+             #\tapp::request\tsrc/main.rs:10\n\n\
+             3 open, oldest 40.00 s, 20.0 ms: request\n\
+             #\tapp::request\tsrc/main.rs:10\n\n\
+             threads: 2\n\
+             thread 41 [worker-1]: request -> query {table=users} for 3.0 ms\n\
+             thread 42 [worker-2]: (no span)\n"
+        );
+        let every = in_flight().text(true);
+        assert!(
+            every.contains(
+                "span [open 40.00 s, busy 5.0 ms]:\n#\tapp::request\tsrc/main.rs:10\n\n\
+                 span [open 20.0 ms, busy 0 ns]:\n#\tapp::request\tsrc/main.rs:10\n\n\
+                 ... and 1 younger open spans of request\n"
+            ),
+            "{every}"
+        );
+    }
+
+    #[test]
+    fn the_profile_counts_open_spans_per_path() {
+        let p = in_flight().profile();
+        assert_eq!(p.total(0), 4);
+        let back = Profile::decode(&p.encode()).unwrap();
+        let rows: Vec<(String, i64)> = back
+            .samples
+            .iter()
+            .map(|s| (s.span_path(), s.values[0]))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("request -> query".to_owned(), 1),
+                ("request".to_owned(), 3)
+            ]
+        );
+    }
+}
