@@ -88,6 +88,27 @@ pub const ENV_SAMPLE_RATE: &str = "TRACING_PROF_SAMPLE_RATE";
 pub const ENV_TEMPORARY: &str = "TRACING_PROF_TEMPORARY";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
+/// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
+pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
+
+/// A signal that pauses and resumes profiling (see [`crate::Profiler::pause`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToggleSignal {
+    /// `SIGUSR1`.
+    Usr1,
+    /// `SIGUSR2`.
+    Usr2,
+}
+
+impl ToggleSignal {
+    pub(crate) fn number(self) -> libc::c_int {
+        match self {
+            ToggleSignal::Usr1 => libc::SIGUSR1,
+            ToggleSignal::Usr2 => libc::SIGUSR2,
+        }
+    }
+}
 
 /// An invalid setting.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -150,6 +171,8 @@ pub struct Config {
     pub label_fields: Vec<String>,
     /// See [`DEFAULT_LABEL_VALUES`].
     pub label_values: usize,
+    /// A signal that pauses and resumes profiling; none by default.
+    pub toggle_signal: Option<ToggleSignal>,
 }
 
 impl Default for Config {
@@ -171,6 +194,7 @@ impl Default for Config {
             temporary_threshold: DEFAULT_TEMPORARY_THRESHOLD,
             label_fields: Vec::new(),
             label_values: DEFAULT_LABEL_VALUES,
+            toggle_signal: None,
         }
     }
 }
@@ -265,6 +289,17 @@ impl Config {
         }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;
+        }
+        if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, |s| {
+            crate::pause::parse_signal(s).map(|n| {
+                if n == libc::SIGUSR1 {
+                    ToggleSignal::Usr1
+                } else {
+                    ToggleSignal::Usr2
+                }
+            })
+        })? {
+            self.toggle_signal = Some(sig);
         }
         if let Some(fields) = env_var(ENV_LABEL_FIELDS, parse_label_fields)? {
             self.label_fields = fields;

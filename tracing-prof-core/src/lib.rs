@@ -47,6 +47,7 @@ pub mod labels;
 mod layer;
 mod leak;
 mod monotonic;
+mod pause;
 mod profiler;
 mod span_index;
 mod span_path;
@@ -56,7 +57,7 @@ mod threads;
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use capture::capture;
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
-pub use config::{Config, ConfigError, CpuTime, Unwind};
+pub use config::{Config, ConfigError, CpuTime, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use profiler::{

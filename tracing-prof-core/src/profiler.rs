@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_prof_alloc::{Tag, set_current_tag};
@@ -176,6 +176,8 @@ pub struct Stats {
     pub spans_outside_table: u64,
     /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
     pub cpu: tracing_prof_cpu::SamplerStats,
+    /// Whether profiling is paused (see [`Profiler::pause`]).
+    pub paused: bool,
 }
 
 #[derive(Debug)]
@@ -192,6 +194,41 @@ struct Shared {
     cpu_error: ForkSafe<Option<String>>,
     /// Per sink, in the order they were added.
     sinks: Vec<SinkCounters>,
+    /// Whether profiling is paused; changed under `toggle`.
+    paused: AtomicBool,
+    /// Serializes pause and resume.
+    toggle: ForkSafe<()>,
+    /// What resume starts again.
+    sample_rate: u64,
+    cpu_time: crate::CpuTime,
+    cpu_hz: u32,
+    cpu_unwind: crate::Unwind,
+}
+
+impl Shared {
+    /// Pauses (`true`) or resumes profiling; returns whether that changed anything.
+    fn set_paused(&self, paused: bool) -> bool {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let _one_at_a_time = self.toggle.lock();
+        if self.paused.load(Ordering::Acquire) == paused {
+            return false;
+        }
+        if paused {
+            self.paused.store(true, Ordering::Release);
+            tracing_prof_alloc::set_sample_rate(0);
+            crate::cpu::stop();
+        } else {
+            tracing_prof_alloc::set_sample_rate(self.sample_rate);
+            if self.cpu_hz > 0 {
+                if let Err(e) = crate::cpu::start(self.cpu_time, self.cpu_hz, self.cpu_unwind) {
+                    eprintln!("tracing-prof: CPU sampling did not start again: {e}");
+                    *self.cpu_error.lock() = Some(e.to_string());
+                }
+            }
+            self.paused.store(false, Ordering::Release);
+        }
+        true
+    }
 }
 
 /// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
@@ -289,7 +326,27 @@ impl Profiler {
             span_table_bytes: crate::span_index::resident_bytes(),
             spans_outside_table: crate::span_index::spans_outside(),
             cpu: tracing_prof_cpu::stats(),
+            paused: self.is_paused(),
         }
+    }
+
+    /// Pauses profiling: no heap sampling, no CPU sampling, no exports (so no files and no
+    /// pushes) until [`Profiler::resume`]. The exact counters keep counting, so in-use memory
+    /// is right again after resuming, and the first export after it covers the pause too.
+    /// Returns whether it was running. Takes effect at once on every thread (a thread in the
+    /// middle of its next heap sample finishes it).
+    pub fn pause(&self) -> bool {
+        self.shared.set_paused(true)
+    }
+
+    /// Resumes profiling after [`Profiler::pause`]; returns whether it was paused.
+    pub fn resume(&self) -> bool {
+        self.shared.set_paused(false)
+    }
+
+    /// Whether profiling is paused.
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::Acquire)
     }
 
     /// Each sink's counters, in the order the sinks were added: exports and failures as the
@@ -467,6 +524,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// A signal that pauses and resumes profiling, each time it arrives (see
+    /// [`Profiler::pause`]); `TRACING_PROF_TOGGLE_SIGNAL`. None by default: `SIGUSR1` and
+    /// `SIGUSR2` kill a process that does not handle them, and a profiler must not change
+    /// that unasked. Building fails if the application already handles (or ignores) it.
+    pub fn toggle_signal(mut self, signal: Option<crate::ToggleSignal>) -> Self {
+        self.config.toggle_signal = signal;
+        self
+    }
+
     /// Sampled allocations freed sooner than `threshold` count as temporary. Default
     /// [`DEFAULT_TEMPORARY_THRESHOLD`](crate::config::DEFAULT_TEMPORARY_THRESHOLD).
     pub fn temporary_threshold(mut self, threshold: Duration) -> Self {
@@ -525,7 +591,21 @@ impl ProfilerBuilder {
                     delivery: sink.delivery(),
                 })
                 .collect(),
+            paused: AtomicBool::new(false),
+            toggle: ForkSafe::new(()),
+            sample_rate: self.config.sample_rate,
+            cpu_time: self.config.cpu_time,
+            cpu_hz: self.config.cpu_hz,
+            cpu_unwind: self.config.cpu_unwind,
         });
+        if let Some(sig) = self.config.toggle_signal {
+            crate::pause::install(sig.number()).map_err(|reason| {
+                BuildError::Config(ConfigError::Value {
+                    setting: "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
+                    reason,
+                })
+            })?;
+        }
         if let Err(e) = crate::cpu::start(
             self.config.cpu_time,
             self.config.cpu_hz,
@@ -545,6 +625,8 @@ impl ProfilerBuilder {
                 .then(|| LeakDetector::new(self.config.leak_snapshots, self.config.leak_min_bytes)),
             leak_level: self.config.leak_level,
             giants: self.config.giant_bytes.is_some(),
+            toggle_signal: self.config.toggle_signal.is_some(),
+            toggles_seen: 0,
             // Only records made from now on: older ones belong to an earlier profiler.
             next_giant: tracing_prof_alloc::giant_allocations_end(),
         };
@@ -590,6 +672,9 @@ struct Aggregator {
     leaks: Option<LeakDetector>,
     leak_level: tracing::Level,
     giants: bool,
+    /// Whether a toggle signal is configured, and the toggles handled so far.
+    toggle_signal: bool,
+    toggles_seen: u64,
     /// `seq` of the last giant allocation read.
     next_giant: u64,
 }
@@ -604,8 +689,16 @@ impl Aggregator {
         let mut drains = 0u64;
         loop {
             let sampling = tracing_prof_cpu::is_running();
-            let wake = if sampling { next.min(next_drain) } else { next };
+            let mut wake = if sampling { next.min(next_drain) } else { next };
+            if self.toggle_signal {
+                wake = wake.min(Instant::now() + crate::pause::TOGGLE_POLL);
+                if crate::pause::toggles_since(&mut self.toggles_seen) % 2 == 1 {
+                    let paused = self.shared.paused.load(Ordering::Acquire);
+                    self.shared.set_paused(!paused);
+                }
+            }
             match inbox.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) if Instant::now() < next && !sampling => {}
                 Err(RecvTimeoutError::Timeout) if Instant::now() < next => {
                     // A drain tick: keep the samplers' rings from filling up.
                     next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
@@ -658,6 +751,9 @@ impl Aggregator {
     fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
         if self.sinks.is_empty() && self.leaks.is_none() && !self.giants {
             return;
+        }
+        if self.shared.paused.load(Ordering::Acquire) {
+            return; // paused: no files, no pushes
         }
         let mut events: Vec<Box<dyn Fn()>> = Vec::new();
         if self.giants {

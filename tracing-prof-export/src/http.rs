@@ -195,7 +195,7 @@ impl PprofHandler {
             }
         }
         let kind = match path.trim_end_matches('/') {
-            "/debug/pprof" => return index(),
+            "/debug/pprof" => return index(self.profiler.is_paused()),
             "/debug/pprof/goroutine" => return self.goroutine(debug, every),
             "/debug/pprof/cmdline" => return cmdline(),
             "/debug/pprof/symbol" => {
@@ -328,9 +328,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn index() -> HttpResponse {
-    let body = "<html><head><title>/debug/pprof/</title></head><body>\n\
-        <h1>tracing-prof: /debug/pprof/</h1>\n<table>\n\
+fn index(paused: bool) -> HttpResponse {
+    let state = if paused {
+        "<p><b>Profiling is paused</b> (no heap or CPU sampling, no exports; exact counters \
+         keep counting).</p>\n"
+    } else {
+        "<p>Profiling is running.</p>\n"
+    };
+    let body = "<table>\n\
         <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, by code stack under span path, sampled (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, as heap (alloc_space by default)</td></tr>\n\
         <tr><td><a href=\"span_memory?debug=1\">span_memory</a></td><td>memory per span path, exact (inuse_space by default)</td></tr>\n\
@@ -347,7 +352,11 @@ fn index() -> HttpResponse {
         status: 200,
         content_type: "text/html; charset=utf-8",
         headers: Vec::new(),
-        body: body.into(),
+        body: format!(
+            "<html><head><title>/debug/pprof/</title></head><body>\n\
+             <h1>tracing-prof: /debug/pprof/</h1>\n{state}{body}"
+        )
+        .into(),
     }
 }
 
@@ -808,6 +817,12 @@ mod tests {
         let get = |target: &str| h.handle("GET", target, None);
         assert_eq!(get("/debug/pprof/").status, 200);
         assert_eq!(get("/debug/pprof").content_type, "text/html; charset=utf-8");
+        let running = String::from_utf8(get("/debug/pprof/").body).unwrap();
+        assert!(running.contains("Profiling is running."), "{running}");
+        h.profiler.pause();
+        let paused = String::from_utf8(get("/debug/pprof/").body).unwrap();
+        assert!(paused.contains("Profiling is paused"), "{paused}");
+        h.profiler.resume();
         let heap = get("/debug/pprof/heap");
         assert_eq!(
             (heap.status, heap.content_type),

@@ -1,0 +1,81 @@
+//! Profiling turned off and on at run time: [`Profiler::pause`](crate::Profiler::pause),
+//! [`Profiler::resume`](crate::Profiler::resume), and an opt-in signal that toggles
+//! (`TRACING_PROF_TOGGLE_SIGNAL=SIGUSR2`, as bytehound offers).
+//!
+//! Paused: no heap sampling (the rate is set to 0), no CPU sampling (the timers are deleted),
+//! no exports and so no files or pushes. The exact counters keep counting, so in-use memory
+//! stays right across a pause, and span enter and exit cost what they always do.
+//!
+//! The signal handler only adds one to a counter (an atomic add: async-signal-safe); the
+//! aggregator thread looks at it every [`TOGGLE_POLL`] and does the work.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often the aggregator looks for a toggle signal, when one is configured.
+pub(crate) const TOGGLE_POLL: Duration = Duration::from_millis(100);
+
+/// Toggle signals received so far.
+static TOGGLES: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_toggle(_: libc::c_int) {
+    TOGGLES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Toggle signals received since `seen`; updates `seen`.
+pub(crate) fn toggles_since(seen: &mut u64) -> u64 {
+    let now = TOGGLES.load(Ordering::Relaxed);
+    let n = now.wrapping_sub(*seen);
+    *seen = now;
+    n
+}
+
+/// The signals that may toggle: those meant for applications.
+pub(crate) fn parse_signal(s: &str) -> Result<libc::c_int, String> {
+    match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
+        "USR1" => Ok(libc::SIGUSR1),
+        "USR2" => Ok(libc::SIGUSR2),
+        _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
+    }
+}
+
+/// The signal's name.
+pub(crate) fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "a signal",
+    }
+}
+
+/// Installs the toggle handler for `sig`, unless the application handles or ignores `sig`
+/// already (then says so). Left installed when the profiler stops: a late signal then does
+/// nothing, where restoring the default action would kill the process.
+pub(crate) fn install(sig: libc::c_int) -> Result<(), String> {
+    // SAFETY: an all-zero sigaction is a valid value to be filled in by the kernel.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading the current action of a valid signal number into our own struct.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let ours = on_toggle as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != ours {
+        return Err(format!(
+            "{} already has a handler (or is ignored) in this process",
+            signal_name(sig)
+        ));
+    }
+    // SAFETY: as above.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    new.sa_sigaction = ours;
+    new.sa_flags = libc::SA_RESTART;
+    // SAFETY: `sa_mask` is ours to fill; installing a handler that only does an atomic add,
+    // which is async-signal-safe, for a valid signal number.
+    unsafe {
+        libc::sigemptyset(&mut new.sa_mask);
+        if libc::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+    }
+    Ok(())
+}
