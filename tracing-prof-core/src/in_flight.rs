@@ -138,6 +138,7 @@ pub(crate) fn read(paths: &PathIndex, now_ns: u64) -> InFlight {
     });
     let mut out = InFlight::default();
     out.time = Some(SystemTime::now());
+    out.binary = crate::binary::current();
     out.threads = threads;
     out.paths = paths;
     out.unlisted = crate::span_index::spans_outside();

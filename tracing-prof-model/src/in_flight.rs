@@ -3,7 +3,7 @@
 //! stuck for 40 s comes first).
 
 use crate::profile::{Profile, Sample, SampleType};
-use crate::snapshot::{SpanFrame, display_path};
+use crate::snapshot::{Binary, SpanFrame, display_path};
 use crate::units::format_nanos;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -17,6 +17,8 @@ pub const LISTED_PER_PATH: usize = 32;
 pub struct InFlight {
     /// When it was read.
     pub time: Option<SystemTime>,
+    /// The program, when known (pprof viewers show its name).
+    pub binary: Option<Binary>,
     /// The threads that ever entered a span, each with the span path it is in now.
     pub threads: Vec<ThreadNow>,
     /// Every span path with open spans, the path with the oldest first.
@@ -129,6 +131,7 @@ impl InFlight {
         let mut p = Profile::new(vec![SampleType::new("open_spans", "count")]);
         p.period_type = Some(SampleType::new("open_spans", "count"));
         p.time = self.time;
+        p.binary = self.binary.clone();
         p.comments.push(
             "tracing-prof: spans open now, per span path (like Go's goroutine profile)".into(),
         );
@@ -240,6 +243,7 @@ mod tests {
         query.fields.push(("table".into(), "users".into()));
         InFlight {
             time: None,
+            binary: None,
             threads: vec![
                 ThreadNow::new(
                     41,

@@ -144,6 +144,10 @@ fn a_stuck_request_comes_first_with_its_age() {
     assert_eq!(status, 200);
     let p = tracing_prof::Profile::decode(&pprof).unwrap();
     assert_eq!(p.sample_types[0].name, "open_spans");
+    assert!(
+        p.binary.is_some(),
+        "viewers show the program's name, not `unknown`"
+    );
     assert_eq!(p.total(0), 10);
     if common::have_go() {
         let file = std::env::temp_dir().join(format!("in-flight-{}.pb.gz", std::process::id()));
