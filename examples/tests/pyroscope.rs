@@ -63,6 +63,16 @@ fn check_types_and_duplicates(requests: &[Vec<SeriesIn>]) -> BTreeSet<String> {
     types
 }
 
+/// The `request` spans the server stored, over every profile of `spans:spans:count:spans:count`.
+fn stored_requests(store: &Ingester1x) -> i64 {
+    store
+        .stored
+        .iter()
+        .filter(|s| s.profile_type == "spans:spans:count:spans:count")
+        .filter_map(|s| s.values.get(&vec![REQUEST.to_owned()]))
+        .sum()
+}
+
 fn label<'a>(labels: &'a [(String, String)], name: &str) -> &'a str {
     labels
         .iter()
@@ -158,17 +168,7 @@ fn both_apis_pass_every_rule_of_a_real_server() {
         no_delta_label.ingest(&without);
     }
     // Each push holds its own interval: together, every request once.
-    let requests: i64 = store
-        .stored
-        .iter()
-        .filter(|s| s.profile_type == "spans:spans:count:spans:count")
-        .map(|s| {
-            s.values
-                .get(&vec![REQUEST.to_owned()])
-                .copied()
-                .unwrap_or(0)
-        })
-        .sum();
+    let requests = stored_requests(&store);
     assert_eq!(requests, 600);
     // Allocation numbers survive Pyroscope 1.x: what is stored is what was sent.
     let sent: i64 = pushed
@@ -236,17 +236,7 @@ fn both_apis_pass_every_rule_of_a_real_server() {
         assert_eq!(label(&s.labels, "pyroscope_spy"), "tracing-prof");
         store.ingest(s);
     }
-    let requests: i64 = store
-        .stored
-        .iter()
-        .filter(|s| s.profile_type == "spans:spans:count:spans:count")
-        .map(|s| {
-            s.values
-                .get(&vec![REQUEST.to_owned()])
-                .copied()
-                .unwrap_or(0)
-        })
-        .sum();
+    let requests = stored_requests(&store);
     assert_eq!(requests, 600);
 }
 
@@ -432,17 +422,7 @@ fn the_example_service_passes_through_both_apis() {
             assert_eq!(label(&s.labels, "region"), "eu-west-1", "{api}");
             store.ingest(s);
         }
-        let requests: i64 = store
-            .stored
-            .iter()
-            .filter(|s| s.profile_type == "spans:spans:count:spans:count")
-            .map(|s| {
-                s.values
-                    .get(&vec![REQUEST.to_owned()])
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .sum();
+        let requests = stored_requests(&store);
         assert_eq!(requests, 3000, "{api}");
     }
 }

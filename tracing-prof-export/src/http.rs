@@ -268,9 +268,7 @@ impl PprofHandler {
             body: profile.profile(kind).encode(),
         }
     }
-}
 
-impl PprofHandler {
     /// `/debug/pprof/goroutine`, for spans: what runs now (see `Profiler::in_flight`). Plain:
     /// Go's goroutine profile shape, open spans per span path; `?debug=1`: paths with counts
     /// and oldest ages, then threads; `?debug=2`: every listed open span, oldest first.
