@@ -79,6 +79,7 @@ pub fn capture(duration: Duration) -> Snapshot {
             let (objects, bytes) = outlived[tag.get() as usize];
             let mut p = PathProfile::new(*kind, frames.clone());
             p.time = time_of(t);
+            p.time.long_polls = crate::long_poll::of(*tag).0;
             if matches!(cpu, CpuSource::Sampled { .. }) {
                 p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
             }

@@ -88,6 +88,11 @@ pub const ENV_SAMPLE_RATE: &str = "TRACING_PROF_SAMPLE_RATE";
 pub const ENV_TEMPORARY: &str = "TRACING_PROF_TEMPORARY";
 /// Shutdown timeout, a duration like [`ENV_INTERVAL`].
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
+/// Long-poll threshold, a duration like [`ENV_INTERVAL`] (`0` or `off`: not counted).
+pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
+/// An enter-to-exit interval of a span's own on an async runtime's worker at least this long is
+/// a long poll: 10 ms.
+pub const DEFAULT_LONG_POLL: Option<Duration> = Some(Duration::from_millis(10));
 /// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
 pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
 
@@ -173,6 +178,8 @@ pub struct Config {
     pub label_values: usize,
     /// A signal that pauses and resumes profiling; none by default.
     pub toggle_signal: Option<ToggleSignal>,
+    /// See [`DEFAULT_LONG_POLL`]; `None`: long polls are not counted.
+    pub long_poll: Option<Duration>,
 }
 
 impl Default for Config {
@@ -195,6 +202,7 @@ impl Default for Config {
             label_fields: Vec::new(),
             label_values: DEFAULT_LABEL_VALUES,
             toggle_signal: None,
+            long_poll: DEFAULT_LONG_POLL,
         }
     }
 }
@@ -289,6 +297,12 @@ impl Config {
         }
         if let Some(d) = env_var(ENV_SHUTDOWN_TIMEOUT, parse_duration)? {
             self.shutdown_timeout = d;
+        }
+        if let Some(d) = env_var(ENV_LONG_POLL, |s| match s {
+            "0" | "off" => Ok(None),
+            _ => parse_duration(s).map(Some),
+        })? {
+            self.long_poll = d;
         }
         if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, |s| {
             crate::pause::parse_signal(s).map(|n| {

@@ -63,6 +63,8 @@ struct Stack {
     now: Option<&'static ThreadSlot>,
     /// Whether a slot was asked for already (there may be none free).
     asked: bool,
+    /// Whether this thread is an async runtime's worker (see `long_poll`).
+    worker: bool,
 }
 
 impl Drop for Stack {
@@ -118,6 +120,7 @@ thread_local! {
             untracked: 0,
             now: None,
             asked: false,
+            worker: false,
         })
     };
 }
@@ -139,6 +142,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
             if !s.asked {
                 s.asked = true;
                 s.now = crate::in_flight::claim();
+                s.worker = crate::long_poll::this_thread_is_worker();
             }
         }
         if len == MAX_DEPTH {
@@ -246,6 +250,10 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
                 b.fetch_add(busy, Ordering::Relaxed);
             }
             (None, slot) => span_index::add_busy(span_index::Slot::at(slot), e.id, busy),
+        }
+        if s.worker {
+            // The span's own time: a child span's interval counts for the child.
+            crate::long_poll::exited(e.tag, busy.saturating_sub(e.child_busy_ns));
         }
         let own = used.since(cpu_frame.children);
         tracing_prof_alloc::record_interval(

@@ -46,6 +46,7 @@ mod in_flight;
 pub mod labels;
 mod layer;
 mod leak;
+mod long_poll;
 mod monotonic;
 mod pause;
 mod profiler;
@@ -61,8 +62,8 @@ pub use config::{Config, ConfigError, CpuTime, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use profiler::{
-    BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, Profiler, ProfilerBuilder,
-    ProfilerGuard, Sink, SinkError, SinkStats, Stats,
+    BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
+    ProfilerBuilder, ProfilerGuard, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
 pub use tracing_prof_cpu::SamplerStats;

@@ -231,6 +231,20 @@ impl Shared {
     }
 }
 
+/// The long polls of one span path (see [`Profiler::long_polls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LongPolls {
+    /// The span names, root first, joined by ` -> `.
+    pub path: String,
+    /// The path's frames, root first.
+    pub frames: Vec<tracing_prof_model::SpanFrame>,
+    /// Long polls since the start.
+    pub count: u64,
+    /// The longest of them.
+    pub longest: Duration,
+}
+
 /// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -347,6 +361,27 @@ impl Profiler {
     /// Whether profiling is paused.
     pub fn is_paused(&self) -> bool {
         self.shared.paused.load(Ordering::Acquire)
+    }
+
+    /// The span paths with long polls (see [`ProfilerBuilder::long_poll`]), most first: how
+    /// many since the start, and the longest. Worker threads are those named as tokio names
+    /// its workers; the span whose own time was long is counted, not its parents.
+    pub fn long_polls(&self) -> Vec<LongPolls> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let mut out: Vec<LongPolls> = crate::span_path::all_paths()
+            .into_iter()
+            .filter_map(|(tag, frames)| {
+                let (count, longest_ns) = crate::long_poll::of(tag);
+                (count > 0).then(|| LongPolls {
+                    path: tracing_prof_model::display_path(&frames),
+                    frames,
+                    count,
+                    longest: Duration::from_nanos(longest_ns),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.count.cmp(&a.count).then(b.longest.cmp(&a.longest)));
+        out
     }
 
     /// Each sink's counters, in the order the sinks were added: exports and failures as the
@@ -524,6 +559,16 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Counts an enter-to-exit interval of a span's own (less its child spans) on an async
+    /// runtime's worker thread at least `threshold` long as a long poll: it kept the worker
+    /// from its other tasks. `None` counts none. Default
+    /// [`DEFAULT_LONG_POLL`](crate::config::DEFAULT_LONG_POLL); `TRACING_PROF_LONG_POLL`.
+    /// See [`Profiler::long_polls`].
+    pub fn long_poll(mut self, threshold: Option<Duration>) -> Self {
+        self.config.long_poll = threshold;
+        self
+    }
+
     /// A signal that pauses and resumes profiling, each time it arrives (see
     /// [`Profiler::pause`]); `TRACING_PROF_TOGGLE_SIGNAL`. None by default: `SIGUSR1` and
     /// `SIGUSR2` kill a process that does not handle them, and a profiler must not change
@@ -565,6 +610,7 @@ impl ProfilerBuilder {
         crate::span_path::set_cap(self.config.max_span_paths);
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();
+        crate::long_poll::set_threshold(self.config.long_poll);
         tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
         if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
             return Err(BuildError::Config(ConfigError::Value {
@@ -625,6 +671,7 @@ impl ProfilerBuilder {
                 .then(|| LeakDetector::new(self.config.leak_snapshots, self.config.leak_min_bytes)),
             leak_level: self.config.leak_level,
             giants: self.config.giant_bytes.is_some(),
+            long_polls_reported: std::collections::HashSet::new(),
             toggle_signal: self.config.toggle_signal.is_some(),
             toggles_seen: 0,
             // Only records made from now on: older ones belong to an earlier profiler.
@@ -672,6 +719,8 @@ struct Aggregator {
     leaks: Option<LeakDetector>,
     leak_level: tracing::Level,
     giants: bool,
+    /// Span paths whose long polls were reported (once each).
+    long_polls_reported: std::collections::HashSet<Vec<tracing_prof_model::SpanFrame>>,
     /// Whether a toggle signal is configured, and the toggles handled so far.
     toggle_signal: bool,
     toggles_seen: u64,
@@ -749,7 +798,11 @@ impl Aggregator {
     /// `no_events` is this thread's no-op dispatcher guard: its own work never reaches the
     /// application's subscriber, except the leak events, which are meant for it.
     fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
-        if self.sinks.is_empty() && self.leaks.is_none() && !self.giants {
+        if self.sinks.is_empty()
+            && self.leaks.is_none()
+            && !self.giants
+            && !crate::long_poll::enabled()
+        {
             return;
         }
         if self.shared.paused.load(Ordering::Acquire) {
@@ -794,6 +847,12 @@ impl Aggregator {
             drop(kept);
         }
         let mut profile = crate::capture(self.shared.started.elapsed());
+        for p in &profile.paths {
+            if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
+                let (path, count) = (p.display_path(), p.time.long_polls);
+                events.push(Box::new(move || log_long_poll(&path, count)));
+            }
+        }
         if let Some(detector) = &mut self.leaks {
             let (now, new) = detector.observe(&profile);
             profile.suspected_leaks = now.clone();
@@ -862,6 +921,16 @@ fn log_giant(g: &GiantReport) {
         g.size,
         g.span_path,
         if g.refused { ", refused" } else { "" }
+    );
+}
+
+fn log_long_poll(path: &str, count: u64) {
+    tracing::warn!(
+        target: "tracing_prof::long_poll",
+        span_path = %path,
+        long_polls = count,
+        "span path `{path}` blocked an async worker thread: {count} poll(s) at least the \
+         long-poll threshold long so far (see Profiler::long_polls)"
     );
 }
 

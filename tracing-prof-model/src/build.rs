@@ -207,10 +207,14 @@ impl Snapshot {
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
+            let mut labels = leak_labels(self.is_suspected_leak(path));
+            if path.time.long_polls > 0 {
+                labels.push(Label::num("long_polls", int(path.time.long_polls), None));
+            }
             out.samples.push(Sample {
                 stack: stack(&path.frames, &[]),
                 values,
-                labels: labels_of(&path.frames, leak_labels(self.is_suspected_leak(path))),
+                labels: labels_of(&path.frames, labels),
             });
         }
         out

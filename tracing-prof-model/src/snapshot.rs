@@ -132,6 +132,9 @@ pub struct TimeStats {
     pub cpu_user_ns: u64,
     /// The system part of `cpu_ns`, with [`CpuSource::Rusage`] (else 0).
     pub cpu_sys_ns: u64,
+    /// Enter-to-exit intervals on an async runtime's worker thread at least as long as the
+    /// long-poll threshold: polls that kept the worker from its other tasks.
+    pub long_polls: u64,
 }
 
 impl TimeStats {
@@ -144,6 +147,7 @@ impl TimeStats {
         self.cpu_ns += o.cpu_ns;
         self.cpu_user_ns += o.cpu_user_ns;
         self.cpu_sys_ns += o.cpu_sys_ns;
+        self.long_polls += o.long_polls;
     }
 
     /// `self - earlier`, field by field, never below 0.
@@ -157,6 +161,7 @@ impl TimeStats {
             cpu_ns: d(self.cpu_ns, earlier.cpu_ns),
             cpu_user_ns: d(self.cpu_user_ns, earlier.cpu_user_ns),
             cpu_sys_ns: d(self.cpu_sys_ns, earlier.cpu_sys_ns),
+            long_polls: d(self.long_polls, earlier.long_polls),
         }
     }
 
