@@ -113,6 +113,22 @@ impl ToggleSignal {
             ToggleSignal::Usr2 => libc::SIGUSR2,
         }
     }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ToggleSignal::Usr1 => "SIGUSR1",
+            ToggleSignal::Usr2 => "SIGUSR2",
+        }
+    }
+
+    /// `SIGUSR1` or `SIGUSR2`, with or without `SIG`, in any case.
+    fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
+            "USR1" => Ok(ToggleSignal::Usr1),
+            "USR2" => Ok(ToggleSignal::Usr2),
+            _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
+        }
+    }
 }
 
 /// An invalid setting.
@@ -304,15 +320,7 @@ impl Config {
         })? {
             self.long_poll = d;
         }
-        if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, |s| {
-            crate::pause::parse_signal(s).map(|n| {
-                if n == libc::SIGUSR1 {
-                    ToggleSignal::Usr1
-                } else {
-                    ToggleSignal::Usr2
-                }
-            })
-        })? {
+        if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, ToggleSignal::parse)? {
             self.toggle_signal = Some(sig);
         }
         if let Some(fields) = env_var(ENV_LABEL_FIELDS, parse_label_fields)? {
@@ -508,6 +516,17 @@ pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toggle_signals_parse_by_name() {
+        for ok in ["SIGUSR2", "usr2", " SigUsr2 "] {
+            assert_eq!(ToggleSignal::parse(ok), Ok(ToggleSignal::Usr2), "{ok}");
+        }
+        assert_eq!(ToggleSignal::parse("SIGUSR1"), Ok(ToggleSignal::Usr1));
+        for bad in ["SIGTERM", "12", ""] {
+            assert!(ToggleSignal::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

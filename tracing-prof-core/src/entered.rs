@@ -251,17 +251,12 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             }
             (None, slot) => span_index::add_busy(span_index::Slot::at(slot), e.id, busy),
         }
+        // The span's own time: a child span's interval counts for the child.
+        let own_busy = busy.saturating_sub(e.child_busy_ns);
         if s.worker {
-            // The span's own time: a child span's interval counts for the child.
-            crate::long_poll::exited(e.tag, busy.saturating_sub(e.child_busy_ns));
+            crate::long_poll::exited(e.tag, own_busy);
         }
         let own = used.since(cpu_frame.children);
-        tracing_prof_alloc::record_interval(
-            e.tag,
-            busy.saturating_sub(e.child_busy_ns),
-            own.total_ns,
-            own.user_ns,
-            own.sys_ns,
-        );
+        tracing_prof_alloc::record_interval(e.tag, own_busy, own.total_ns, own.user_ns, own.sys_ns);
     });
 }

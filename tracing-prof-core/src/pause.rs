@@ -30,28 +30,11 @@ pub(crate) fn toggles_since(seen: &mut u64) -> u64 {
     n
 }
 
-/// The signals that may toggle: those meant for applications.
-pub(crate) fn parse_signal(s: &str) -> Result<libc::c_int, String> {
-    match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
-        "USR1" => Ok(libc::SIGUSR1),
-        "USR2" => Ok(libc::SIGUSR2),
-        _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
-    }
-}
-
-/// The signal's name.
-pub(crate) fn signal_name(sig: libc::c_int) -> &'static str {
-    match sig {
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGUSR2 => "SIGUSR2",
-        _ => "a signal",
-    }
-}
-
 /// Installs the toggle handler for `sig`, unless the application handles or ignores `sig`
 /// already (then says so). Left installed when the profiler stops: a late signal then does
 /// nothing, where restoring the default action would kill the process.
-pub(crate) fn install(sig: libc::c_int) -> Result<(), String> {
+pub(crate) fn install(signal: crate::ToggleSignal) -> Result<(), String> {
+    let sig = signal.number();
     // SAFETY: an all-zero sigaction is a valid value to be filled in by the kernel.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: reading the current action of a valid signal number into our own struct.
@@ -62,7 +45,7 @@ pub(crate) fn install(sig: libc::c_int) -> Result<(), String> {
     if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != ours {
         return Err(format!(
             "{} already has a handler (or is ignored) in this process",
-            signal_name(sig)
+            signal.name()
         ));
     }
     // SAFETY: as above.

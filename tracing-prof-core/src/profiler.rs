@@ -645,7 +645,7 @@ impl ProfilerBuilder {
             cpu_unwind: self.config.cpu_unwind,
         });
         if let Some(sig) = self.config.toggle_signal {
-            crate::pause::install(sig.number()).map_err(|reason| {
+            crate::pause::install(sig).map_err(|reason| {
                 BuildError::Config(ConfigError::Value {
                     setting: "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
                     reason,

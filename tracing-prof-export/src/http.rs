@@ -91,6 +91,19 @@ impl HttpResponse {
             body,
         }
     }
+
+    /// A gzip'd pprof `body`, offered as `{name}.pb.gz`.
+    fn pprof(name: &str, body: Vec<u8>) -> Self {
+        HttpResponse {
+            status: 200,
+            content_type: "application/octet-stream",
+            headers: vec![(
+                "Content-Disposition",
+                format!("attachment; filename=\"{name}.pb.gz\""),
+            )],
+            body,
+        }
+    }
 }
 
 /// Answers `/debug/pprof/*` requests from a [`Profiler`]'s numbers.
@@ -258,15 +271,7 @@ impl PprofHandler {
         if debug {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
-        HttpResponse {
-            status: 200,
-            content_type: "application/octet-stream",
-            headers: vec![(
-                "Content-Disposition",
-                format!("attachment; filename=\"{}.pb.gz\"", kind.name()),
-            )],
-            body: profile.profile(kind).encode(),
-        }
+        HttpResponse::pprof(kind.name(), profile.profile(kind).encode())
     }
 
     /// `/debug/pprof/goroutine`, for spans: what runs now (see `Profiler::in_flight`). Plain:
@@ -277,15 +282,7 @@ impl PprofHandler {
         if debug {
             return HttpResponse::text(200, now.text(every));
         }
-        HttpResponse {
-            status: 200,
-            content_type: "application/octet-stream",
-            headers: vec![(
-                "Content-Disposition",
-                "attachment; filename=\"goroutine.pb.gz\"".into(),
-            )],
-            body: now.profile().encode(),
-        }
+        HttpResponse::pprof("goroutine", now.profile().encode())
     }
 }
 
