@@ -10,6 +10,8 @@
 //! | `/debug/pprof/allocs` | memory allocated, the same | `alloc_space` |
 //! | `/debug/pprof/spans` | time per span path | `cpu` |
 //! | `/debug/pprof/span_memory`, `lifetimes`, `threads` | as the files of the same names | |
+//! | `/debug/pprof/goroutine` | what runs now: open spans per span path, each thread's path | `open_spans` |
+//! | `/debug/pprof/live` | one window (default 1 s) for `tracing-prof live`: a [`LiveFrame`] | |
 //!
 //! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
 //! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
@@ -23,8 +25,8 @@
 //! keep `go tool pprof` out: its request arrives whole and is answered. Past either limit the
 //! answer is `503` with `Retry-After`, sent after the request was read so that it arrives rather
 //! than a reset (past [`MAX_REFUSING`] more waiting for it, a connection is closed unanswered).
-//! At most [`MAX_WINDOWS`] `?seconds=` windows run at once; more get `429` with
-//! `Retry-After`. The application and the profiler never wait on a client.
+//! At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a `tracing-prof live` holds one
+//! while it runs); more get `429` with `Retry-After`. The application and the profiler never wait on a client.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -35,7 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_prof_core::Profiler;
 use tracing_prof_core::config::{ConfigError, env_var};
-use tracing_prof_model::{ProfileKind, Snapshot, units};
+use tracing_prof_model::{LiveFrame, ProfileKind, Snapshot, units};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
 /// loopback only, Go's customary port.
@@ -94,12 +96,17 @@ impl HttpResponse {
 
     /// A gzip'd pprof `body`, offered as `{name}.pb.gz`.
     fn pprof(name: &str, body: Vec<u8>) -> Self {
+        Self::file(&format!("{name}.pb.gz"), body)
+    }
+
+    /// Binary `body`, offered as `file_name`.
+    fn file(file_name: &str, body: Vec<u8>) -> Self {
         HttpResponse {
             status: 200,
             content_type: "application/octet-stream",
             headers: vec![(
                 "Content-Disposition",
-                format!("attachment; filename=\"{name}.pb.gz\""),
+                format!("attachment; filename=\"{file_name}\""),
             )],
             body,
         }
@@ -211,6 +218,7 @@ impl PprofHandler {
             "/debug/pprof" => return index(self.profiler.is_paused()),
             "/debug/pprof/goroutine" => return self.goroutine(debug, every),
             "/debug/pprof/cmdline" => return cmdline(),
+            "/debug/pprof/live" => return self.live(seconds.unwrap_or(1)),
             "/debug/pprof/symbol" => {
                 return HttpResponse::text(
                     404,
@@ -250,28 +258,65 @@ impl PprofHandler {
             return HttpResponse::text(503, msg);
         }
         let profile = match seconds {
-            Some(n) => {
-                let Some(_window) = Window::take(&self.windows) else {
-                    let mut r = HttpResponse::text(
-                        429,
-                        format!(
-                            "{MAX_WINDOWS} ?seconds= windows are running already; try again \
-                             after they end\n"
-                        ),
-                    );
-                    r.headers.push(("Retry-After", n.to_string()));
-                    return r;
-                };
-                let base = self.profiler.snapshot();
-                std::thread::sleep(Duration::from_secs(n));
-                self.profiler.snapshot().window_since(&base)
-            }
+            Some(n) => match self.window(n) {
+                Ok(window) => window,
+                Err(busy) => return busy,
+            },
             None => self.profiler.snapshot(),
         };
         if debug {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
         HttpResponse::pprof(kind.name(), profile.profile(kind).encode())
+    }
+
+    /// What happens in the next `n` seconds, or `429` when [`MAX_WINDOWS`] windows run already.
+    fn window(&self, n: u64) -> Result<Snapshot, HttpResponse> {
+        let Some(_window) = Window::take(&self.windows) else {
+            let mut r = HttpResponse::text(
+                429,
+                format!(
+                    "{MAX_WINDOWS} ?seconds= windows are running already; try again after they \
+                     end\n"
+                ),
+            );
+            r.headers.push(("Retry-After", n.to_string()));
+            return Err(r);
+        };
+        let base = self.profiler.snapshot();
+        std::thread::sleep(Duration::from_secs(n));
+        Ok(self.profiler.snapshot().window_since(&base))
+    }
+
+    /// `/debug/pprof/live`: the next `n` seconds as one [`LiveFrame`], with what runs at their
+    /// end and the profiler's state, for `tracing-prof live`.
+    fn live(&self, n: u64) -> HttpResponse {
+        let window = match self.window(n) {
+            Ok(window) => window,
+            Err(busy) => return busy,
+        };
+        let mut frame = LiveFrame::new(
+            &window,
+            self.profiler.in_flight(),
+            self.profiler.is_paused(),
+        );
+        let stats = self.profiler.stats();
+        if stats.cpu.hz == 0 {
+            let why = self
+                .profiler
+                .cpu_error()
+                .unwrap_or_else(|| "it is turned off (TRACING_PROF_CPU_HZ=0)".into());
+            frame
+                .notes
+                .push(format!("CPU sampling is not running: {why}"));
+        }
+        if window.sample_rate == 0 {
+            frame.notes.push(
+                "heap sampling is off (TRACING_PROF_SAMPLE_RATE=0): no code stacks for memory"
+                    .into(),
+            );
+        }
+        HttpResponse::file("live.bin", frame.encode())
     }
 
     /// `/debug/pprof/goroutine`, for spans: what runs now (see `Profiler::in_flight`). Plain:
@@ -341,6 +386,7 @@ fn index(paused: bool) -> HttpResponse {
         <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>CPU profile of the next <code>seconds</code> (default 30), as Go's</td></tr>\n\
         <tr><td><a href=\"goroutine?debug=1\">goroutine</a></td><td>what runs now: open spans per span path, oldest first (<code>?debug=2</code>: each one), and the span path each thread is in</td></tr>\n\
         <tr><td><a href=\"cmdline\">cmdline</a></td><td>the command line</td></tr>\n\
+        <tr><td>live</td><td>one window (<code>?seconds=N</code>, default 1) for <code>tracing-prof live URL</code>, a terminal view</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
         Use: <code>go tool pprof http://HOST/debug/pprof/heap</code></p></body></html>\n";
     HttpResponse {
@@ -804,6 +850,31 @@ mod tests {
             PprofHandler::new(guard.profiler().clone()).max_seconds(5),
             guard,
         )
+    }
+
+    #[test]
+    fn live_answers_a_window_frame_with_the_state() {
+        let (_serial, h, _guard) = handler();
+        h.profiler.pause();
+        let r = h.handle("GET", "/debug/pprof/live", None);
+        h.profiler.resume();
+        assert_eq!(r.status, 200);
+        assert!(r.headers.iter().any(|(_, v)| v.contains("live.bin")));
+        let frame = LiveFrame::decode(&r.body).unwrap();
+        assert!(frame.paused);
+        let d = frame.duration.as_secs_f64();
+        assert!((0.9..2.0).contains(&d), "a window of 1 s, not {d} s");
+        for kind in [
+            ProfileKind::Spans,
+            ProfileKind::SpanMemory,
+            ProfileKind::Threads,
+        ] {
+            assert!(frame.profile(kind).is_some(), "{kind:?}");
+        }
+        assert_eq!(
+            h.handle("GET", "/debug/pprof/live?seconds=6", None).status,
+            400
+        );
     }
 
     #[test]

@@ -92,7 +92,7 @@ fn leak_labels(suspected: bool) -> Vec<Label> {
 
 /// The field labels of a span path (see [`SpanFrame::fields`]): one per field name, the
 /// innermost span's value where several spans of the path set the same field.
-fn field_labels(frames: &[SpanFrame]) -> Vec<Label> {
+pub(crate) fn field_labels(frames: &[SpanFrame]) -> Vec<Label> {
     let mut out: Vec<Label> = Vec::new();
     for f in frames.iter().rev() {
         for (k, v) in &f.fields {

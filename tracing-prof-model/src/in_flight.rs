@@ -2,11 +2,24 @@
 //! per thread, the span path it is in; per span path, its open spans, oldest first (a request
 //! stuck for 40 s comes first).
 
-use crate::profile::{Profile, Sample, SampleType};
+use crate::ModelError;
+use crate::profile::{Label, LabelValue, Profile, Sample, SampleType};
 use crate::snapshot::{Binary, SpanFrame, display_path};
 use crate::units::format_nanos;
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+const AGE: &str = "age";
+const BUSY: &str = "busy";
+const THREAD: &str = "thread";
+const TID: &str = "tid";
+const SINCE: &str = "since";
+const UNLISTED: &str = "unlisted";
+const NANOSECONDS: &str = "nanoseconds";
+/// The labels [`InFlight::profile`] adds; the others are span fields.
+const OWN_LABELS: [&str; 6] = [AGE, BUSY, THREAD, TID, SINCE, UNLISTED];
 
 /// Open spans listed per span path, oldest first; the others are counted.
 pub const LISTED_PER_PATH: usize = 32;
@@ -98,6 +111,35 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn duration(ns: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+/// The span path of a sample of [`InFlight::profile`]: its span frames, label values other than
+/// the listing's own on the innermost.
+fn span_frames(s: &Sample) -> Vec<SpanFrame> {
+    let mut frames: Vec<SpanFrame> = s
+        .span_frames()
+        .map(|f| {
+            let (target, name) = f.function.rsplit_once("::").unwrap_or(("", &f.function));
+            SpanFrame::new(target, name, f.file.as_deref(), f.line)
+        })
+        .collect();
+    if let Some(last) = frames.last_mut() {
+        for l in &s.labels {
+            if let (LabelValue::Str(v), false) = (&l.value, OWN_LABELS.contains(&l.key.as_str())) {
+                last.fields
+                    .push((Arc::from(l.key.as_str()), Arc::from(v.as_str())));
+            }
+        }
+    }
+    frames
+}
+
 fn fields(frames: &[SpanFrame]) -> String {
     let f: Vec<String> = frames
         .iter()
@@ -124,9 +166,16 @@ impl InFlight {
         self.paths.iter().map(|p| p.open).sum()
     }
 
-    /// Go's goroutine profile, for spans: one sample per span path, its open spans counted
-    /// (`open_spans/count`), its frames the path's spans. `go tool pprof -top` lists the paths
-    /// with the most spans in flight.
+    /// Go's goroutine profile, for spans: open spans counted (`open_spans/count`) under
+    /// their span path's frames, so `go tool pprof -top` lists the paths with the most spans in
+    /// flight. It holds the whole listing, and [`InFlight::from_profile`] reads it back:
+    /// - each listed open span is a sample of 1 with labels `age` and `busy` (nanoseconds),
+    ///   so `go tool pprof -tags` shows how old they are; the path's unlisted rest is one
+    ///   sample without them;
+    /// - each thread is a sample of 0 under the path it is in, with labels `thread`, `tid`
+    ///   and `since` (nanoseconds, when known);
+    /// - spans kept outside the span table are counted in the `unlisted` label of a sample
+    ///   of 0 with no frames.
     pub fn profile(&self) -> Profile {
         let mut p = Profile::new(vec![SampleType::new("open_spans", "count")]);
         p.period_type = Some(SampleType::new("open_spans", "count"));
@@ -135,14 +184,106 @@ impl InFlight {
         p.comments.push(
             "tracing-prof: spans open now, per span path (like Go's goroutine profile)".into(),
         );
+        let stack = |frames: &[SpanFrame]| frames.iter().map(crate::build::span_frame).collect();
         for path in &self.paths {
+            for s in &path.oldest {
+                let mut labels = crate::build::field_labels(&path.frames);
+                labels.push(Label::num(AGE, int(nanos(s.age)), Some(NANOSECONDS)));
+                labels.push(Label::num(BUSY, int(nanos(s.busy)), Some(NANOSECONDS)));
+                p.samples.push(Sample {
+                    stack: stack(&path.frames),
+                    values: vec![1],
+                    labels,
+                });
+            }
+            let rest = path.open.saturating_sub(path.oldest.len() as u64);
+            if rest > 0 || path.oldest.is_empty() {
+                p.samples.push(Sample {
+                    stack: stack(&path.frames),
+                    values: vec![int(rest)],
+                    labels: crate::build::field_labels(&path.frames),
+                });
+            }
+        }
+        for t in &self.threads {
+            let mut labels = crate::build::field_labels(&t.frames);
+            labels.push(Label::str(THREAD, t.name.clone()));
+            labels.push(Label::num(TID, int(t.tid), None));
+            if let Some(since) = t.since {
+                labels.push(Label::num(SINCE, int(nanos(since)), Some(NANOSECONDS)));
+            }
             p.samples.push(Sample {
-                stack: path.frames.iter().map(crate::build::span_frame).collect(),
-                values: vec![i64::try_from(path.open).unwrap_or(i64::MAX)],
-                labels: Vec::new(),
+                stack: stack(&t.frames),
+                values: vec![0],
+                labels,
+            });
+        }
+        if self.unlisted > 0 {
+            p.samples.push(Sample {
+                stack: Vec::new(),
+                values: vec![0],
+                labels: vec![Label::num(UNLISTED, int(self.unlisted), None)],
             });
         }
         p
+    }
+
+    /// Reads back what [`InFlight::profile`] wrote (from `/debug/pprof/goroutine`, say). Field
+    /// values come back on each path's innermost span.
+    ///
+    /// # Errors
+    /// [`ModelError::NotInFlight`] when `profile` is not an open-spans profile.
+    pub fn from_profile(profile: &Profile) -> Result<InFlight, ModelError> {
+        if profile.sample_types.len() != 1 || profile.sample_types[0].name != "open_spans" {
+            return Err(ModelError::NotInFlight(
+                profile
+                    .sample_types
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+        let mut out = InFlight {
+            time: profile.time,
+            binary: profile.binary.clone(),
+            ..InFlight::default()
+        };
+        let mut at: HashMap<Vec<SpanFrame>, usize> = HashMap::new();
+        for s in &profile.samples {
+            let num = |key: &str| {
+                s.labels
+                    .iter()
+                    .find_map(|l| match (&l.value, l.key == key) {
+                        (LabelValue::Num { value, .. }, true) => Some(*value),
+                        _ => None,
+                    })
+            };
+            if let Some(n) = num(UNLISTED) {
+                out.unlisted += u64::try_from(n).unwrap_or(0);
+                continue;
+            }
+            let frames = span_frames(s);
+            if let Some(tid) = num(TID) {
+                let since = num(SINCE).map(duration);
+                let name = s.label(THREAD).unwrap_or("").to_owned();
+                let tid = u64::try_from(tid).unwrap_or(0);
+                out.threads.push(ThreadNow::new(tid, name, frames, since));
+                continue;
+            }
+            let (age, busy) = (num(AGE), num(BUSY));
+            let i = *at.entry(frames.clone()).or_insert_with(|| {
+                out.paths.push(OpenPath::new(frames, 0, Vec::new()));
+                out.paths.len() - 1
+            });
+            let path = &mut out.paths[i];
+            path.open += u64::try_from(s.values.first().copied().unwrap_or(0)).unwrap_or(0);
+            if let Some(age) = age {
+                let busy = busy.map(duration).unwrap_or_default();
+                path.oldest.push(OpenSpan::new(duration(age), busy));
+            }
+        }
+        Ok(out)
     }
 
     /// Text as Go's `?debug=1` and `?debug=2` goroutine dumps are: with `every`, each listed
@@ -302,21 +443,34 @@ mod tests {
     }
 
     #[test]
-    fn the_profile_counts_open_spans_per_path() {
-        let p = in_flight().profile();
+    fn the_profile_counts_open_spans_per_path_and_reads_back_whole() {
+        let mut now = in_flight();
+        now.unlisted = 7;
+        let p = now.profile();
         assert_eq!(p.total(0), 4);
         let back = Profile::decode(&p.encode()).unwrap();
-        let rows: Vec<(String, i64)> = back
-            .samples
-            .iter()
-            .map(|s| (s.span_path(), s.values[0]))
-            .collect();
+        let mut per_path: Vec<(String, i64)> = Vec::new();
+        for s in &back.samples {
+            match per_path.iter_mut().find(|(p, _)| *p == s.span_path()) {
+                Some((_, n)) => *n += s.values[0],
+                None => per_path.push((s.span_path(), s.values[0])),
+            }
+        }
         assert_eq!(
-            rows,
+            per_path,
             [
                 ("request -> query".to_owned(), 1),
-                ("request".to_owned(), 3)
+                ("request".to_owned(), 3),
+                ("".to_owned(), 0),
             ]
         );
+        let read = InFlight::from_profile(&back).unwrap();
+        assert_eq!(read, now);
+        assert_eq!(read.text(true), now.text(true));
+        let not = Profile::new(vec![SampleType::new("alloc_space", "bytes")]);
+        assert!(matches!(
+            InFlight::from_profile(&not),
+            Err(ModelError::NotInFlight(t)) if t == "alloc_space"
+        ));
     }
 }

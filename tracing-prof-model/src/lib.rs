@@ -37,6 +37,7 @@ mod build;
 mod folded;
 mod in_flight;
 mod kind;
+mod live;
 pub mod pprof;
 mod profile;
 pub mod series;
@@ -47,6 +48,7 @@ pub mod units;
 pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
 pub use in_flight::{InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow};
 pub use kind::ProfileKind;
+pub use live::{LiveFrame, RECORDING_MAGIC, Recording, record_frame};
 pub use pprof::DecodeError;
 pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 pub use snapshot::{
@@ -78,4 +80,7 @@ pub enum ModelError {
     /// inferno refused the input.
     #[error("inferno could not draw the flame graph: {0}")]
     Flamegraph(String),
+    /// The profile is not an open-spans listing (its sample types are given).
+    #[error("not an open-spans profile (/debug/pprof/goroutine): its sample types are {0:?}")]
+    NotInFlight(String),
 }

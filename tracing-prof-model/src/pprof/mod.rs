@@ -264,21 +264,7 @@ impl Profile {
         if bytes.is_empty() {
             return Err(DecodeError::Empty);
         }
-        let raw: std::borrow::Cow<'_, [u8]> = if bytes.starts_with(&[0x1f, 0x8b]) {
-            let mut out = Vec::new();
-            flate2::read::MultiGzDecoder::new(bytes)
-                .take(MAX_DECODED_BYTES + 1)
-                .read_to_end(&mut out)
-                .map_err(DecodeError::Gzip)?;
-            if out.len() as u64 > MAX_DECODED_BYTES {
-                return Err(DecodeError::TooLarge);
-            }
-            out.into()
-        } else if bytes.len() as u64 > MAX_DECODED_BYTES {
-            return Err(DecodeError::TooLarge);
-        } else {
-            bytes.into()
-        };
+        let raw = gunzip(bytes)?;
         let message: proto::Profile = prost::Message::decode(&raw[..])?;
         Profile::from_proto(&message)
     }
@@ -471,10 +457,28 @@ impl Profile {
     }
 }
 
-/// A pprof message serialized and gzip-compressed, as [`Profile::encode`] writes it; for a caller
-/// that looked at the message first (its [`prost::Message::encoded_len`], say).
-pub fn gzip(message: &proto::Profile) -> Vec<u8> {
-    let bytes = prost::Message::encode_to_vec(message);
+/// `bytes` decompressed when gzip'd, as they are otherwise, at most [`MAX_DECODED_BYTES`].
+pub(crate) fn gunzip(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, DecodeError> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .take(MAX_DECODED_BYTES + 1)
+            .read_to_end(&mut out)
+            .map_err(DecodeError::Gzip)?;
+        if out.len() as u64 > MAX_DECODED_BYTES {
+            return Err(DecodeError::TooLarge);
+        }
+        Ok(out.into())
+    } else if bytes.len() as u64 > MAX_DECODED_BYTES {
+        Err(DecodeError::TooLarge)
+    } else {
+        Ok(bytes.into())
+    }
+}
+
+/// `message` serialized and gzip-compressed.
+pub(crate) fn gzip_message(message: &impl prost::Message) -> Vec<u8> {
+    let bytes = message.encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(
         Vec::with_capacity(bytes.len() / 2 + 64),
         flate2::Compression::default(),
@@ -482,4 +486,10 @@ pub fn gzip(message: &proto::Profile) -> Vec<u8> {
     // Writing into a Vec cannot fail.
     let _ = gz.write_all(&bytes);
     gz.finish().unwrap_or_default()
+}
+
+/// A pprof message serialized and gzip-compressed, as [`Profile::encode`] writes it; for a caller
+/// that looked at the message first (its [`prost::Message::encoded_len`], say).
+pub fn gzip(message: &proto::Profile) -> Vec<u8> {
+    gzip_message(message)
 }
