@@ -3,55 +3,19 @@
 
 #[path = "../../tracing-prof/tests/common/mod.rs"]
 mod common;
+mod running;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use running::Service;
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The example binary, built by `cargo test` next to this test's directory.
-fn example() -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_owned();
-    deps.parent().unwrap().join("examples").join("service")
-}
-
-struct Service(Child);
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start(token: Option<&str>) -> (Service, String) {
-    let dir = std::env::temp_dir().join(format!("tracing-prof-http-{}", std::process::id()));
-    let mut cmd = Command::new(example());
-    cmd.env("TRACING_PROF_HTTP_ADDR", "127.0.0.1:0")
-        .env("SERVICE_DURATION_SECS", "20")
-        .env("TRACING_PROF_DIR", &dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if let Some(t) = token {
-        cmd.env("TRACING_PROF_HTTP_TOKEN", t);
-    }
-    let mut child = cmd.spawn().expect("run the example (cargo test builds it)");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    // Keep reading what the service prints, so that it never writes into a closed pipe.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let base = line
-        .trim()
-        .strip_prefix("serving ")
-        .unwrap_or_else(|| panic!("unexpected: {line}"))
-        .to_owned();
-    (Service(child), base.trim_end_matches('/').to_owned())
+    let env: Vec<(&str, &str)> = token
+        .map(|t| ("TRACING_PROF_HTTP_TOKEN", t))
+        .into_iter()
+        .collect();
+    running::start(20, &env)
 }
 
 /// The function names of `-top` output, in its order.

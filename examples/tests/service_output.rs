@@ -4,18 +4,10 @@
 
 #[path = "../../tracing-prof/tests/common/mod.rs"]
 mod common;
+mod running;
 
-use std::path::PathBuf;
+use running::example;
 use std::process::Command;
-
-fn example() -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_owned();
-    deps.parent().unwrap().join("examples").join("service")
-}
 
 #[test]
 fn the_commands_it_prints_open_whole_profiles() {
@@ -53,7 +45,7 @@ fn the_commands_it_prints_open_whole_profiles() {
             file.ends_with(".latest.pb.gz") && !file.contains('*'),
             "{c}: not one whole profile"
         );
-        assert!(PathBuf::from(file).exists(), "{c}: no such file");
+        assert!(std::path::Path::new(file).exists(), "{c}: no such file");
     }
     if !common::have_go() {
         return;

@@ -167,17 +167,44 @@ fn read_capped(r: impl std::io::Read, name: &str) -> Result<Vec<u8>, InputError>
 }
 
 fn fetch(url: &str) -> Result<Vec<u8>, InputError> {
-    let fail = |message: String| InputError::Fetch {
-        name: url.to_owned(),
-        message,
-    };
-    let agent = ureq::AgentBuilder::new().timeout(URL_TIMEOUT).build();
+    http_get(url, URL_TIMEOUT).map_err(|f| match f {
+        HttpFailure::TooLarge => InputError::TooLarge {
+            name: url.to_owned(),
+        },
+        f => InputError::Fetch {
+            name: url.to_owned(),
+            message: f.to_string(),
+        },
+    })
+}
+
+/// Why a GET failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpFailure {
+    /// The server answered with this status; the start of its answer follows.
+    #[error("HTTP {0}: {1}")]
+    Status(u16, String),
+    /// No answer: refused, timed out, reset, name unknown.
+    #[error("{0}")]
+    Transport(String),
+    /// The answer is larger than [`MAX_INPUT_BYTES`].
+    #[error("the answer is larger than {} MiB", MAX_INPUT_BYTES >> 20)]
+    TooLarge,
+}
+
+/// GETs `url` with `TRACING_PROF_HTTP_TOKEN` as a bearer token when set, the answer capped at
+/// [`MAX_INPUT_BYTES`].
+pub(crate) fn http_get(url: &str, timeout: Duration) -> Result<Vec<u8>, HttpFailure> {
+    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
     let mut request = agent.get(url);
     if let Ok(token) = std::env::var("TRACING_PROF_HTTP_TOKEN") {
         request = request.set("Authorization", &format!("Bearer {token}"));
     }
     match request.call() {
-        Ok(response) => read_capped(response.into_reader(), url),
+        Ok(response) => read_capped(response.into_reader(), url).map_err(|e| match e {
+            InputError::TooLarge { .. } => HttpFailure::TooLarge,
+            e => HttpFailure::Transport(e.to_string()),
+        }),
         Err(ureq::Error::Status(code, response)) => {
             let body = response
                 .into_string()
@@ -185,8 +212,15 @@ fn fetch(url: &str) -> Result<Vec<u8>, InputError> {
                 .chars()
                 .take(200)
                 .collect::<String>();
-            Err(fail(format!("HTTP {code}: {}", body.trim())))
+            Err(HttpFailure::Status(code, body.trim().to_owned()))
         }
-        Err(e) => Err(fail(e.to_string())),
+        Err(ureq::Error::Transport(t)) => {
+            // ureq's own text repeats the URL; the kind and the cause say it shorter.
+            let cause = std::error::Error::source(&t)
+                .map(ToString::to_string)
+                .or_else(|| t.message().map(str::to_owned))
+                .unwrap_or_default();
+            Err(HttpFailure::Transport(format!("{}: {cause}", t.kind())))
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! a panic; usage errors exit with 2.
 
 mod input;
+mod live;
 mod report;
 mod select;
 mod sqlite;
@@ -58,6 +59,9 @@ enum Command {
     Sqlite(SqliteArgs),
     /// Runs one SQL statement on a database made by `sqlite` (opened read-only) and prints the rows.
     Query(QueryArgs),
+    /// A live terminal view of a running service (`http://HOST:PORT`, its `/debug/pprof`):
+    /// CPU and memory by span path, functions, threads, a chart, what runs now. Or a recording.
+    Live(LiveArgs),
 }
 
 /// What rows stand for.
@@ -224,6 +228,19 @@ struct QueryArgs {
     sql: String,
 }
 
+#[derive(Debug, Args)]
+struct LiveArgs {
+    /// The service's endpoint (`http://127.0.0.1:6060`, `host:6060`, `.../debug/pprof`), or a
+    /// recording made with `-o` to replay. `TRACING_PROF_HTTP_TOKEN` is sent as its bearer token.
+    source: String,
+    /// Also record every frame received to this file, for `tracing-prof live FILE` later.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<String>,
+    /// Seconds per window (the refresh interval).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
+    seconds: u64,
+}
+
 /// What went wrong, said once on stderr.
 #[derive(Debug, thiserror::Error)]
 enum CliError {
@@ -241,6 +258,8 @@ enum CliError {
     },
     #[error(transparent)]
     Sqlite(#[from] sqlite::SqliteError),
+    #[error("live: {0}")]
+    Live(String),
 }
 
 fn main() -> ExitCode {
@@ -408,6 +427,12 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Query(a) => print(&sqlite::query(&a.db, &a.sql)?),
+        Command::Live(a) => live::run(&live::Options {
+            source: a.source,
+            output: a.output,
+            seconds: a.seconds,
+        })
+        .map_err(CliError::Live)?,
     }
     Ok(())
 }

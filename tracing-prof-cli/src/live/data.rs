@@ -1,0 +1,631 @@
+//! What the views show, computed from the frames received: per span path, per function, per
+//! thread, and over time. Tables sum the frames of the last [`TABLE_FRAMES`] seconds up to the
+//! cursor and show rates per second; in-use memory is a level, taken from the cursor's frame.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::SystemTime;
+use tracing_prof_model::{
+    FrameKind, Grouping, LabelValue, LiveFrame, Profile, ProfileKind, SPAN_MARK, Sample,
+};
+
+/// Frames whose profiles are kept for the tables and drill-downs (five minutes at one a second).
+pub(crate) const KEPT_FRAMES: usize = 300;
+/// Per-second totals kept for the chart and the trends (an hour at one a second).
+pub(crate) const KEPT_TICKS: usize = 3600;
+/// Frames the tables sum (ten seconds at one a second).
+pub(crate) const TABLE_FRAMES: usize = 10;
+/// Ticks in a row's trend.
+pub(crate) const TREND_TICKS: usize = 20;
+
+/// Rows without a span: the samples outside every span.
+const NO_SPAN: &str = "(no span path)";
+
+/// One frame's totals, kept longer than the frame.
+#[derive(Clone, Debug)]
+pub(crate) struct Tick {
+    /// The window's end.
+    pub(crate) time: SystemTime,
+    /// Its length in seconds.
+    pub(crate) seconds: f64,
+    /// Whether the profiler was paused.
+    pub(crate) paused: bool,
+    /// Memory in use at the end, bytes (exact, all span paths).
+    pub(crate) inuse: i64,
+    /// CPU time in the window, nanoseconds: sampled, or measured per span; `None` when neither.
+    pub(crate) cpu_ns: Option<i64>,
+    /// Bytes allocated in the window.
+    pub(crate) alloc_bytes: i64,
+    /// In use per span path at the end.
+    pub(crate) path_inuse: HashMap<String, i64>,
+}
+
+impl Tick {
+    fn of(frame: &LiveFrame) -> Tick {
+        let memory = frame.profile(ProfileKind::SpanMemory);
+        let total = |p: Option<&Profile>, name: &str| {
+            p.and_then(|p| Some(p.total(p.sample_type_index(name)?)))
+        };
+        let mut path_inuse = HashMap::new();
+        if let Some(p) = memory {
+            if let Some(i) = p.sample_type_index("inuse_space") {
+                for s in &p.samples {
+                    *path_inuse.entry(path_name(s)).or_default() += s.values[i];
+                }
+            }
+        }
+        Tick {
+            time: frame.time,
+            seconds: frame.duration.as_secs_f64(),
+            paused: frame.paused,
+            inuse: total(memory, "inuse_space").unwrap_or(0),
+            cpu_ns: total(frame.profile(ProfileKind::Cpu), "cpu")
+                .or_else(|| total(frame.profile(ProfileKind::Spans), "cpu")),
+            alloc_bytes: total(memory, "alloc_space").unwrap_or(0),
+            path_inuse,
+        }
+    }
+
+    /// CPU in cores (1.0: one core busy all the window).
+    pub(crate) fn cores(&self) -> Option<f64> {
+        self.cpu_ns
+            .map(|ns| ns as f64 / 1e9 / self.seconds.max(1e-3))
+    }
+}
+
+/// The span path of a sample as the tables name it.
+fn path_name(s: &Sample) -> String {
+    let p = s.span_path();
+    if p.is_empty() { NO_SPAN.to_owned() } else { p }
+}
+
+/// Frames and ticks received, numbered from 0 in order of arrival.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    ticks: VecDeque<Tick>,
+    frames: VecDeque<LiveFrame>,
+    /// The number of the first tick kept.
+    first_tick: usize,
+    /// The number of the first frame kept.
+    first_frame: usize,
+}
+
+impl History {
+    /// Adds the next frame; the oldest go past [`KEPT_FRAMES`] and [`KEPT_TICKS`].
+    pub(crate) fn push(&mut self, frame: LiveFrame) {
+        self.ticks.push_back(Tick::of(&frame));
+        self.frames.push_back(frame);
+        if self.ticks.len() > KEPT_TICKS {
+            self.ticks.pop_front();
+            self.first_tick += 1;
+        }
+        if self.frames.len() > KEPT_FRAMES {
+            self.frames.pop_front();
+            self.first_frame += 1;
+        }
+    }
+
+    /// The number of the next frame (one past the last).
+    pub(crate) fn end(&self) -> usize {
+        self.first_tick + self.ticks.len()
+    }
+
+    /// The first tick number still kept.
+    pub(crate) fn first(&self) -> usize {
+        self.first_tick
+    }
+
+    /// Tick `n`, when kept.
+    pub(crate) fn tick(&self, n: usize) -> Option<&Tick> {
+        self.ticks.get(n.checked_sub(self.first_tick)?)
+    }
+
+    /// Ticks `from..to` that are kept, with their numbers.
+    pub(crate) fn ticks(&self, from: usize, to: usize) -> impl Iterator<Item = (usize, &Tick)> {
+        (from.max(self.first_tick)..to.min(self.end())).filter_map(|n| Some((n, self.tick(n)?)))
+    }
+
+    /// Frame `n`, when kept.
+    pub(crate) fn frame(&self, n: usize) -> Option<&LiveFrame> {
+        self.frames.get(n.checked_sub(self.first_frame)?)
+    }
+
+    /// The kept frames of the [`TABLE_FRAMES`] up to and including `cursor`, oldest first.
+    pub(crate) fn table(&self, cursor: usize) -> Vec<&LiveFrame> {
+        let from = (cursor + 1).saturating_sub(TABLE_FRAMES);
+        (from..=cursor).filter_map(|n| self.frame(n)).collect()
+    }
+}
+
+/// The profiles of `kind` in `frames` as one (samples of all, sample types of the first; frames
+/// whose profile has other types are left out).
+pub(crate) fn merged(frames: &[&LiveFrame], kind: ProfileKind) -> Option<Profile> {
+    let mut out: Option<Profile> = None;
+    for p in frames.iter().filter_map(|f| f.profile(kind)) {
+        match &mut out {
+            None => out = Some(p.clone()),
+            Some(o) if o.sample_types == p.sample_types => {
+                o.samples.extend(p.samples.iter().cloned());
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// Seconds the frames cover.
+pub(crate) fn seconds(frames: &[&LiveFrame]) -> f64 {
+    frames
+        .iter()
+        .map(|f| f.duration.as_secs_f64())
+        .sum::<f64>()
+        .max(1e-3)
+}
+
+/// Flat value of `sample_type` per span path.
+fn per_path(p: &Profile, sample_type: &str) -> HashMap<String, i64> {
+    let Ok(top) = p.top(Some(sample_type), Grouping::SpanPath, false, 0) else {
+        return HashMap::new();
+    };
+    top.rows
+        .into_iter()
+        .filter(|r| r.flat != 0)
+        .map(|r| (r.name, r.flat))
+        .collect()
+}
+
+fn num_label(s: &Sample, key: &str) -> Option<i64> {
+    s.labels.iter().find_map(|l| match &l.value {
+        LabelValue::Num { value, .. } if l.key == key => Some(*value),
+        _ => None,
+    })
+}
+
+/// One span path's row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PathRow {
+    pub(crate) name: String,
+    /// Spans closed per second.
+    pub(crate) calls: f64,
+    /// CPU in cores, its own (not its children's); `None` when nothing measures CPU.
+    pub(crate) cpu: Option<f64>,
+    /// Bytes allocated per second.
+    pub(crate) alloc: f64,
+    /// Bytes in use at the cursor.
+    pub(crate) inuse: i64,
+    /// A suspected leak.
+    pub(crate) leak: bool,
+    /// Long polls in the table's window.
+    pub(crate) long_polls: i64,
+    /// In use over the last [`TREND_TICKS`] ticks, oldest first.
+    pub(crate) trend: Vec<i64>,
+}
+
+/// The span path rows at `cursor`, unsorted.
+pub(crate) fn path_rows(history: &History, cursor: usize) -> Vec<PathRow> {
+    let frames = history.table(cursor);
+    let secs = seconds(&frames);
+    let mut rows: HashMap<String, PathRow> = HashMap::new();
+    fn entry<'a>(rows: &'a mut HashMap<String, PathRow>, name: &str) -> &'a mut PathRow {
+        rows.entry(name.to_owned()).or_insert_with(|| PathRow {
+            name: name.to_owned(),
+            ..PathRow::default()
+        })
+    }
+
+    let spans = merged(&frames, ProfileKind::Spans);
+    let cpu_sampled = merged(&frames, ProfileKind::Cpu);
+    if let Some(spans) = &spans {
+        for (name, n) in per_path(spans, "spans") {
+            entry(&mut rows, &name).calls = n as f64 / secs;
+        }
+        for s in &spans.samples {
+            if let Some(n) = num_label(s, "long_polls") {
+                entry(&mut rows, &path_name(s)).long_polls += n;
+            }
+        }
+    }
+    let cpu = match (&cpu_sampled, &spans) {
+        (Some(p), _) => Some(per_path(p, "cpu")),
+        (None, Some(p)) if p.sample_type_index("cpu").is_some() => Some(per_path(p, "cpu")),
+        _ => None,
+    };
+    if let Some(cpu) = &cpu {
+        for (name, ns) in cpu {
+            entry(&mut rows, name).cpu = Some(*ns as f64 / 1e9 / secs);
+        }
+    }
+    if let Some(memory) = merged(&frames, ProfileKind::SpanMemory) {
+        for (name, n) in per_path(&memory, "alloc_space") {
+            entry(&mut rows, &name).alloc = n as f64 / secs;
+        }
+    }
+    if let Some(last) = frames
+        .last()
+        .and_then(|f| f.profile(ProfileKind::SpanMemory))
+    {
+        for s in &last.samples {
+            if s.label("leak") == Some("suspected") {
+                entry(&mut rows, &path_name(s)).leak = true;
+            }
+        }
+    }
+    if let Some(tick) = history.tick(cursor) {
+        for (name, n) in &tick.path_inuse {
+            entry(&mut rows, name).inuse = *n;
+        }
+    }
+    let from = (cursor + 1).saturating_sub(TREND_TICKS);
+    let ticks: Vec<&Tick> = history.ticks(from, cursor + 1).map(|(_, t)| t).collect();
+    let mut out: Vec<PathRow> = rows.into_values().collect();
+    for r in &mut out {
+        if cpu.is_some() && r.cpu.is_none() {
+            r.cpu = Some(0.0);
+        }
+        r.trend = ticks
+            .iter()
+            .map(|t| t.path_inuse.get(&r.name).copied().unwrap_or(0))
+            .collect();
+    }
+    out
+}
+
+/// One function's CPU.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FunctionRow {
+    pub(crate) name: String,
+    pub(crate) location: Option<String>,
+    /// CPU in cores where it is the leaf.
+    pub(crate) flat: f64,
+    /// CPU in cores where it is on the stack.
+    pub(crate) cum: f64,
+}
+
+/// The functions' CPU at `cursor` from the sampled CPU stacks (code frames only); `None`
+/// without CPU sampling.
+pub(crate) fn function_rows(history: &History, cursor: usize) -> Option<Vec<FunctionRow>> {
+    let frames = history.table(cursor);
+    let cpu = merged(&frames, ProfileKind::Cpu)?;
+    let secs = seconds(&frames);
+    let top = cpu.top(Some("cpu"), Grouping::Function, false, 0).ok()?;
+    Some(
+        top.rows
+            .into_iter()
+            .filter(|r| !r.name.ends_with(SPAN_MARK) && !r.name.starts_with('('))
+            .map(|r| FunctionRow {
+                name: r.name,
+                location: r.location,
+                flat: r.flat as f64 / 1e9 / secs,
+                cum: r.cum as f64 / 1e9 / secs,
+            })
+            .collect(),
+    )
+}
+
+/// One thread's memory.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ThreadRow {
+    pub(crate) name: String,
+    /// Bytes in use at the cursor.
+    pub(crate) inuse: i64,
+    /// Bytes allocated per second.
+    pub(crate) alloc: f64,
+    /// Allocations per second.
+    pub(crate) allocs: f64,
+}
+
+/// Memory per thread at `cursor`.
+pub(crate) fn thread_rows(history: &History, cursor: usize) -> Vec<ThreadRow> {
+    let frames = history.table(cursor);
+    let secs = seconds(&frames);
+    let mut rows: Vec<ThreadRow> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let name = |s: &Sample| {
+        s.stack
+            .iter()
+            .find(|f| f.kind == FrameKind::Thread)
+            .map_or_else(|| "(thread)".to_owned(), |f| f.function.to_string())
+    };
+    let mut row = |rows: &mut Vec<ThreadRow>, n: String| -> usize {
+        *at.entry(n.clone()).or_insert_with(|| {
+            rows.push(ThreadRow {
+                name: n,
+                inuse: 0,
+                alloc: 0.0,
+                allocs: 0.0,
+            });
+            rows.len() - 1
+        })
+    };
+    if let Some(p) = merged(&frames, ProfileKind::Threads) {
+        let (space, objects) = (
+            p.sample_type_index("alloc_space"),
+            p.sample_type_index("alloc_objects"),
+        );
+        for s in &p.samples {
+            let i = row(&mut rows, name(s));
+            if let Some(k) = space {
+                rows[i].alloc += s.values[k] as f64 / secs;
+            }
+            if let Some(k) = objects {
+                rows[i].allocs += s.values[k] as f64 / secs;
+            }
+        }
+    }
+    if let Some(p) = frames.last().and_then(|f| f.profile(ProfileKind::Threads)) {
+        if let Some(k) = p.sample_type_index("inuse_space") {
+            for s in &p.samples {
+                let i = row(&mut rows, name(s));
+                rows[i].inuse = s.values[k];
+            }
+        }
+    }
+    rows
+}
+
+/// Long polls per span path in the table's window, most first.
+pub(crate) fn long_polls(history: &History, cursor: usize) -> Vec<(String, i64)> {
+    let mut out: Vec<(String, i64)> = path_rows(history, cursor)
+        .into_iter()
+        .filter(|r| r.long_polls > 0)
+        .map(|r| (r.name, r.long_polls))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// One code stack of a drill-down: its share and its code frames, innermost first.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Stack {
+    /// Value per second in the sample type's unit (CPU: cores; memory: bytes).
+    pub(crate) rate: f64,
+    /// Code frames, innermost first, with `file:line` where known.
+    pub(crate) frames: Vec<String>,
+}
+
+/// The heaviest code stacks of `kind` (sample type `sample_type`) under span path `path` (the
+/// path itself and the paths below it), at most `limit`.
+pub(crate) fn stacks(
+    history: &History,
+    cursor: usize,
+    kind: ProfileKind,
+    sample_type: &str,
+    path: &str,
+    limit: usize,
+) -> Option<Vec<Stack>> {
+    let frames = history.table(cursor);
+    let p = merged(&frames, kind)?;
+    let k = p.sample_type_index(sample_type)?;
+    let secs = seconds(&frames);
+    let below = format!("{path} -> ");
+    // Samples of one code stack differ in labels (heap samples carry their mean size): one
+    // entry per code stack as shown.
+    let mut by_stack: HashMap<Vec<String>, i64> = HashMap::new();
+    for s in &p.samples {
+        let name = path_name(s);
+        if s.values[k] <= 0 || (name != path && !name.starts_with(&below)) {
+            continue;
+        }
+        let code: Vec<String> = s
+            .stack
+            .iter()
+            .rev()
+            .filter(|f| f.kind == FrameKind::Code)
+            .map(|f| f.display_with_location())
+            .collect();
+        if !code.is_empty() {
+            *by_stack.entry(code).or_default() += s.values[k];
+        }
+    }
+    let mut out: Vec<Stack> = by_stack
+        .into_iter()
+        .map(|(frames, v)| Stack {
+            rate: v as f64 / secs,
+            frames,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.rate
+            .partial_cmp(&a.rate)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
+    out.truncate(limit);
+    Some(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+    use tracing_prof_model::{
+        CodeFrame, CpuSource, CpuStack, InFlight, OpenPath, OpenSpan, PathKind, PathProfile,
+        Snapshot, SpanFrame, StackProfile, ThreadNow, ThreadProfile,
+    };
+
+    fn request() -> Vec<SpanFrame> {
+        vec![SpanFrame::new(
+            "app",
+            "request",
+            Some("src/main.rs"),
+            Some(3),
+        )]
+    }
+
+    fn query() -> Vec<SpanFrame> {
+        let mut f = request();
+        f.push(SpanFrame::new(
+            "app",
+            "db_query",
+            Some("src/db.rs"),
+            Some(9),
+        ));
+        f
+    }
+
+    /// Frame `i` of a deterministic service: each second, 100 requests and 50 queries;
+    /// queries take 0.5 cores in `parse_row`, requests 0.25 in `render`; queries allocate
+    /// 1 MiB and keep `i` MiB (a leak), requests allocate 2 MiB and keep none.
+    pub(crate) fn frame(i: u64) -> LiveFrame {
+        let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_000 + s);
+        let mut base = Snapshot::new(t(i), Duration::from_secs(i));
+        let mut end = Snapshot::new(t(i + 1), Duration::from_secs(i + 1));
+        for s in [&mut base, &mut end] {
+            s.cpu = CpuSource::Sampled { hz: 100 };
+            s.sample_rate = 1;
+        }
+        let mut r = PathProfile::new(PathKind::Span, request());
+        r.time.spans = 100;
+        r.time.long_polls = u64::from(i == 1);
+        r.memory.alloc_bytes = 2 << 20;
+        r.memory.alloc_objects = 200;
+        let mut q = PathProfile::new(PathKind::Span, query());
+        q.time.spans = 50;
+        q.memory.alloc_bytes = 1 << 20;
+        q.memory.alloc_objects = 50;
+        q.memory.inuse_bytes = i << 20;
+        end.paths = vec![r, q];
+        if i >= 3 {
+            end.suspected_leaks
+                .push(tracing_prof_model::SuspectedLeak::new(
+                    PathKind::Span,
+                    query(),
+                    Vec::new(),
+                    i << 20,
+                    3 << 20,
+                    3,
+                ));
+        }
+        let code = |f: &str, line: u32| CodeFrame {
+            file: Some("src/db.rs".into()),
+            line: Some(line),
+            ..CodeFrame::named(f)
+        };
+        let mut c1 = CpuStack::new(
+            PathKind::Span,
+            query(),
+            vec![code("app::run_query", 20), code("app::parse_row", 31)],
+        );
+        c1.samples = 50;
+        c1.cpu_ns = 500_000_000;
+        let mut c2 = CpuStack::new(PathKind::Span, request(), vec![code("app::render", 44)]);
+        c2.samples = 25;
+        c2.cpu_ns = 250_000_000;
+        end.cpu_stacks = vec![c1, c2];
+        let mut h = StackProfile::new(PathKind::Span, query(), vec![code("app::load", 12)]);
+        h.samples = 10;
+        h.sampled_bytes = 1 << 20;
+        h.memory.alloc_bytes = 1 << 20;
+        h.memory.alloc_objects = 50;
+        end.stacks = vec![h];
+        let mut w = ThreadProfile::new(1, 7, "worker".into(), true);
+        w.memory.alloc_bytes = 3 << 20;
+        w.memory.alloc_objects = 250;
+        w.memory.inuse_bytes = i << 20;
+        end.threads = vec![w];
+        let mut now = InFlight::default();
+        now.time = Some(end.time);
+        now.threads = vec![ThreadNow::new(
+            7,
+            "worker".into(),
+            query(),
+            Some(Duration::from_millis(2)),
+        )];
+        now.paths = vec![OpenPath::new(
+            request(),
+            3,
+            vec![OpenSpan::new(Duration::from_secs(40), Duration::ZERO)],
+        )];
+        // The frame goes through its wire form, as the endpoint sends it.
+        LiveFrame::decode(&LiveFrame::new(&end.window_since(&base), now, i == 5).encode()).unwrap()
+    }
+
+    pub(crate) fn history(n: u64) -> History {
+        let mut h = History::default();
+        for i in 0..n {
+            h.push(frame(i));
+        }
+        h
+    }
+
+    #[test]
+    fn path_rows_are_rates_over_the_table_window_and_levels_at_the_cursor() {
+        let h = history(12);
+        let mut rows = path_rows(&h, 11);
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["request", "request -> db_query"]);
+        let (r, q) = (&rows[0], &rows[1]);
+        assert_eq!((r.calls, q.calls), (100.0, 50.0));
+        assert_eq!((r.cpu, q.cpu), (Some(0.25), Some(0.5)));
+        assert_eq!((r.alloc, q.alloc), (2097152.0, 1048576.0));
+        assert_eq!((r.inuse, q.inuse), (0, 11 << 20));
+        assert_eq!((r.leak, q.leak), (false, true));
+        assert_eq!(
+            r.long_polls, 0,
+            "the long poll of frame 1 is out of the window"
+        );
+        assert_eq!(q.trend, (0..12).map(|i| i << 20).collect::<Vec<i64>>());
+        let at5 = path_rows(&h, 5);
+        let r5 = at5.iter().find(|r| r.name == "request").unwrap();
+        assert_eq!(r5.long_polls, 1);
+        assert_eq!(long_polls(&h, 5), [("request".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn functions_threads_and_stacks() {
+        let h = history(4);
+        let f = function_rows(&h, 3).unwrap();
+        let top: Vec<(&str, f64, f64)> =
+            f.iter().map(|r| (r.name.as_str(), r.flat, r.cum)).collect();
+        assert_eq!(
+            top,
+            [
+                ("app::parse_row", 0.5, 0.5),
+                ("app::render", 0.25, 0.25),
+                ("app::run_query", 0.0, 0.5)
+            ]
+        );
+        let t = thread_rows(&h, 3);
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            (t[0].inuse, t[0].alloc, t[0].allocs),
+            (3 << 20, 3145728.0, 250.0)
+        );
+        let cpu = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5).unwrap();
+        let rates: Vec<f64> = cpu.iter().map(|s| s.rate).collect();
+        assert_eq!(rates, [5e8, 2.5e8], "query's stack is under request too");
+        assert_eq!(
+            cpu[0].frames,
+            [
+                "app::parse_row (src/db.rs:31)",
+                "app::run_query (src/db.rs:20)"
+            ]
+        );
+        let heap = stacks(
+            &h,
+            3,
+            ProfileKind::Heap,
+            "alloc_space",
+            "request -> db_query",
+            5,
+        );
+        assert_eq!(heap.unwrap()[0].frames, ["app::load (src/db.rs:12)"]);
+        let tick = h.tick(3).unwrap();
+        assert_eq!((tick.inuse, tick.alloc_bytes), (3 << 20, 3 << 20));
+        assert_eq!(tick.cores(), Some(0.75));
+    }
+
+    #[test]
+    fn history_keeps_its_bounds() {
+        let mut h = History::default();
+        let f = frame(1);
+        for _ in 0..(KEPT_FRAMES + 5) {
+            h.push(f.clone());
+        }
+        assert_eq!(h.end(), KEPT_FRAMES + 5);
+        assert!(h.frame(4).is_none() && h.frame(5).is_some());
+        assert!(h.tick(0).is_some());
+        assert_eq!(h.table(KEPT_FRAMES + 4).len(), TABLE_FRAMES);
+        assert_eq!(h.table(2).len(), 0, "frames 0..=2 are gone");
+    }
+}

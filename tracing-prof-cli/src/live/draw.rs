@@ -1,0 +1,733 @@
+//! Drawing `tracing-prof live`: a status line, the view tabs, the view, the keys.
+
+use super::app::{App, Origin, Sort, View, ZOOMS};
+use super::data::{self, PathRow, TABLE_FRAMES};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Borders, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState, Wrap,
+};
+use std::cmp::Ordering;
+use tracing_prof_model::{ProfileKind, units};
+
+/// One row of the view's table: its name (for the filter and Enter), cells, style.
+#[derive(Clone, Debug)]
+pub(crate) struct TableRow {
+    pub(crate) name: String,
+    cells: Vec<String>,
+    style: Style,
+}
+
+/// A table: headers, widths, rows (filtered and sorted), and what to say when it is empty.
+#[derive(Debug)]
+pub(crate) struct ViewTable {
+    headers: Vec<&'static str>,
+    widths: Vec<Constraint>,
+    pub(crate) rows: Vec<TableRow>,
+    empty: String,
+}
+
+fn bytes(b: i64) -> String {
+    units::format_bytes(u64::try_from(b).unwrap_or(0))
+}
+
+fn rate(b: f64) -> String {
+    if b <= 0.0 {
+        "0".into()
+    } else {
+        format!("{}/s", units::format_bytes(b as u64))
+    }
+}
+
+fn cores(c: Option<f64>) -> String {
+    c.map_or_else(|| "-".into(), |c| format!("{:.1}%", c * 100.0))
+}
+
+fn per_second(n: f64) -> String {
+    if n == 0.0 {
+        "0".into()
+    } else if n < 10.0 {
+        format!("{n:.1}")
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// A trend in eight heights, scaled to its largest value.
+pub(crate) fn trend(values: &[i64]) -> String {
+    const BARS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().max().unwrap_or(0);
+    if max <= 0 {
+        return "▁".repeat(values.len());
+    }
+    values
+        .iter()
+        .map(|&v| {
+            let h = (v.max(0) as f64 / max as f64 * 8.0).round() as usize;
+            BARS[h.clamp(1, 8)]
+        })
+        .collect()
+}
+
+fn desc(a: f64, b: f64) -> Ordering {
+    b.partial_cmp(&a).unwrap_or(Ordering::Equal)
+}
+
+fn span_table(app: &App) -> ViewTable {
+    let mut rows: Vec<PathRow> = data::path_rows(&app.history, app.cursor)
+        .into_iter()
+        .filter(|r| app.shows(&r.name))
+        .collect();
+    let sort = app.sort();
+    rows.sort_by(|a, b| {
+        match sort {
+            Sort::InUse => b.inuse.cmp(&a.inuse),
+            Sort::Alloc => desc(a.alloc, b.alloc),
+            Sort::Calls => desc(a.calls, b.calls),
+            Sort::Name => Ordering::Equal,
+            _ => desc(a.cpu.unwrap_or(0.0), b.cpu.unwrap_or(0.0)),
+        }
+        .then_with(|| b.inuse.cmp(&a.inuse))
+        .then_with(|| a.name.cmp(&b.name))
+    });
+    let rows = rows
+        .into_iter()
+        .map(|r| {
+            let mut flags = Vec::new();
+            if r.leak {
+                flags.push("LEAK?".to_owned());
+            }
+            if r.long_polls > 0 {
+                flags.push(format!("{} long polls", r.long_polls));
+            }
+            let style = if r.leak {
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+            } else if r.long_polls > 0 {
+                Style::new().fg(Color::Yellow)
+            } else {
+                Style::new()
+            };
+            TableRow {
+                cells: vec![
+                    r.name.clone(),
+                    per_second(r.calls),
+                    cores(r.cpu),
+                    rate(r.alloc),
+                    bytes(r.inuse),
+                    trend(&r.trend),
+                    flags.join(", "),
+                ],
+                name: r.name,
+                style,
+            }
+        })
+        .collect();
+    ViewTable {
+        headers: vec![
+            "span path",
+            "calls/s",
+            "cpu",
+            "alloc",
+            "in use",
+            "in use trend",
+            "",
+        ],
+        widths: vec![
+            Constraint::Min(24),
+            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Length(12),
+            Constraint::Length(10),
+            Constraint::Length(data::TREND_TICKS as u16),
+            Constraint::Length(20),
+        ],
+        rows,
+        empty: "no span path had anything in this window".into(),
+    }
+}
+
+fn function_table(app: &App) -> ViewTable {
+    let headers = vec!["function", "self cpu", "total cpu", "location"];
+    let widths = vec![
+        Constraint::Min(30),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(32),
+    ];
+    let Some(mut rows) = data::function_rows(&app.history, app.cursor) else {
+        let why = app
+            .history
+            .frame(app.cursor)
+            .and_then(|f| f.notes.iter().find(|n| n.starts_with("CPU")).cloned())
+            .unwrap_or_else(|| "no CPU samples in this window".into());
+        return ViewTable {
+            headers,
+            widths,
+            rows: Vec::new(),
+            empty: format!("{why}; view 1 shows CPU per span path where it is measured"),
+        };
+    };
+    rows.retain(|r| app.shows(&r.name));
+    match app.sort() {
+        Sort::Total => rows.sort_by(|a, b| desc(a.cum, b.cum).then_with(|| desc(a.flat, b.flat))),
+        Sort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+        _ => {} // by self CPU already
+    }
+    ViewTable {
+        headers,
+        widths,
+        rows: rows
+            .into_iter()
+            .map(|r| TableRow {
+                cells: vec![
+                    r.name.clone(),
+                    cores(Some(r.flat)),
+                    cores(Some(r.cum)),
+                    r.location
+                        .as_deref()
+                        .map(short_location)
+                        .unwrap_or_default(),
+                ],
+                name: r.name,
+                style: Style::new(),
+            })
+            .collect(),
+        empty: "no CPU samples in this window".into(),
+    }
+}
+
+/// `file:line` with the file cut to its last two components, as pprof's tables show it.
+fn short_location(location: &str) -> String {
+    let parts: Vec<&str> = location.rsplitn(3, '/').collect();
+    match parts.as_slice() {
+        [last, dir, _] => format!("{dir}/{last}"),
+        _ => location.to_owned(),
+    }
+}
+
+fn thread_table(app: &App) -> ViewTable {
+    let mut rows = data::thread_rows(&app.history, app.cursor);
+    rows.retain(|r| app.shows(&r.name));
+    rows.sort_by(|a, b| match app.sort() {
+        Sort::Alloc => desc(a.alloc, b.alloc).then_with(|| a.name.cmp(&b.name)),
+        Sort::Name => a.name.cmp(&b.name),
+        _ => b.inuse.cmp(&a.inuse).then_with(|| a.name.cmp(&b.name)),
+    });
+    ViewTable {
+        headers: vec!["thread", "in use", "alloc", "allocations/s"],
+        widths: vec![
+            Constraint::Min(30),
+            Constraint::Length(10),
+            Constraint::Length(12),
+            Constraint::Length(14),
+        ],
+        rows: rows
+            .into_iter()
+            .map(|r| TableRow {
+                cells: vec![
+                    r.name.clone(),
+                    bytes(r.inuse),
+                    rate(r.alloc),
+                    per_second(r.allocs),
+                ],
+                name: r.name,
+                style: Style::new(),
+            })
+            .collect(),
+        empty: "no thread allocated in this window".into(),
+    }
+}
+
+/// The table of the current view (views 4 and 5 have none).
+pub(crate) fn table(app: &App) -> Option<ViewTable> {
+    match app.view {
+        View::Spans if app.drill.is_none() => Some(span_table(app)),
+        View::Functions => Some(function_table(app)),
+        View::Threads => Some(thread_table(app)),
+        _ => None,
+    }
+}
+
+/// `HH:MM:SS` of a time, UTC.
+fn clock(t: std::time::SystemTime) -> String {
+    let s = crate::input::utc(t);
+    s.get(11..19).unwrap_or(&s).to_owned()
+}
+
+fn status_line(app: &App) -> Line<'static> {
+    let source = match &app.origin {
+        // The host and port say it; the path is always /debug/pprof/live.
+        Origin::Url(u) => u
+            .split_once("://")
+            .map_or(u.as_str(), |(_, rest)| rest)
+            .trim_end_matches("/debug/pprof/live")
+            .to_owned(),
+        Origin::Recording(f) => format!("recording {f}"),
+    };
+    let mut spans = vec![
+        Span::from(" tracing-prof live ").bold().reversed(),
+        Span::from(format!(" {source} ")),
+    ];
+    if let Some(to) = &app.recording_to {
+        spans.push(Span::from(format!("● rec {to}  ")).red());
+    }
+    let Some(tick) = app.history.tick(app.cursor) else {
+        spans.push(Span::from("waiting for the first frame...").italic());
+        return Line::from(spans);
+    };
+    if tick.paused {
+        spans.push(Span::from(" PROFILER PAUSED ").bold().on_yellow().black());
+    } else {
+        spans.push(Span::from("● profiling").green());
+    }
+    let at = clock(tick.time);
+    match (&app.origin, app.follow) {
+        (Origin::Url(_), true) => spans.push(Span::from(format!("  {at}"))),
+        (Origin::Url(_), false) => spans.push(
+            Span::from(format!("  view held at {at} (p: follow)"))
+                .bold()
+                .cyan(),
+        ),
+        (Origin::Recording(_), _) => {
+            spans.push(Span::from(format!("  at {at} (←→ move)")).bold().cyan());
+        }
+    }
+    spans.push(Span::from(format!(
+        "  cpu {}  in use {}  alloc {}",
+        cores(tick.cores()),
+        bytes(tick.inuse),
+        rate(tick.alloc_bytes as f64 / tick.seconds.max(1e-3)),
+    )));
+    Line::from(spans)
+}
+
+fn tabs_line(app: &App) -> Line<'static> {
+    let mut spans = Vec::new();
+    for (i, v) in View::ALL.iter().enumerate() {
+        let label = format!(" {} {} ", i + 1, v.title());
+        spans.push(if *v == app.view {
+            Span::from(label).bold().reversed()
+        } else {
+            Span::from(label)
+        });
+    }
+    if matches!(app.view, View::Spans | View::Functions | View::Threads) {
+        spans.push(Span::from(format!(
+            "   last {TABLE_FRAMES} s, per second · sort: {}",
+            app.sort().label()
+        )));
+    }
+    if app.editing || !app.filter.is_empty() {
+        let cursor = if app.editing { "_" } else { "" };
+        spans.push(Span::from(format!(" · filter: {}{cursor}", app.filter)).yellow());
+    }
+    Line::from(spans)
+}
+
+fn keys_line(app: &App) -> Line<'static> {
+    let keys = if app.editing {
+        "type to filter · Enter: keep · Esc: clear"
+    } else if app.drill.is_some() {
+        "Esc: back · ←→ time · p pause · q quit"
+    } else {
+        match app.view {
+            View::Spans => {
+                "q quit · 1-5 views · ↑↓ select · Enter stacks · / filter · s sort · p pause · ←→ time"
+            }
+            View::Chart => "q quit · 1-5 views · ←→ pan · +/- zoom · p pause · End: now",
+            View::Now => "q quit · 1-5 views · p pause · ←→ time",
+            _ => "q quit · 1-5 views · ↑↓ select · / filter · s sort · p pause · ←→ time",
+        }
+    };
+    Line::from(Span::from(format!(" {keys}")).dim())
+}
+
+fn draw_table(f: &mut Frame, area: Rect, app: &App, t: ViewTable) {
+    if t.rows.is_empty() {
+        let text = if app.history.tick(app.cursor).is_none() {
+            "waiting for the first frame...".to_owned()
+        } else if app.filter.is_empty() {
+            t.empty
+        } else {
+            format!("nothing matches the filter {:?}", app.filter)
+        };
+        f.render_widget(
+            Paragraph::new(text)
+                .wrap(Wrap { trim: true })
+                .block(Block::new().borders(Borders::TOP)),
+            area,
+        );
+        return;
+    }
+    let header = Row::new(t.headers.iter().map(|h| Cell::from(*h)))
+        .bold()
+        .underlined();
+    let rows = t
+        .rows
+        .into_iter()
+        .map(|r| Row::new(r.cells.into_iter().map(Cell::from)).style(r.style));
+    let table = Table::new(rows, t.widths)
+        .header(header)
+        .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("> ");
+    let mut state = TableState::default().with_selected(Some(app.selected));
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
+    let mut lines = vec![
+        Line::from(format!("{path}: code stacks, last {TABLE_FRAMES} s")).bold(),
+        Line::from(""),
+    ];
+    let mut section =
+        |title: &str, found: Option<Vec<data::Stack>>, show: &dyn Fn(f64) -> String| {
+            lines.push(Line::from(title.to_owned()).underlined());
+            match found {
+                None => lines.push(Line::from("  (not sampled in this service)").dim()),
+                Some(s) if s.is_empty() => lines.push(Line::from("  (none in this window)").dim()),
+                Some(stacks) => {
+                    for s in stacks {
+                        lines.push(Line::from(format!("  {}", show(s.rate))).bold());
+                        for fr in s.frames.iter().take(8) {
+                            lines.push(Line::from(format!("      {fr}")));
+                        }
+                        if s.frames.len() > 8 {
+                            lines.push(
+                                Line::from(format!("      ... {} more", s.frames.len() - 8)).dim(),
+                            );
+                        }
+                    }
+                }
+            }
+            lines.push(Line::from(""));
+        };
+    section(
+        "CPU (sampled), in this span path and below:",
+        data::stacks(&app.history, app.cursor, ProfileKind::Cpu, "cpu", path, 5),
+        &|r| format!("{} of a core", cores(Some(r / 1e9))),
+    );
+    section(
+        "Allocations (sampled), in this span path and below:",
+        data::stacks(
+            &app.history,
+            app.cursor,
+            ProfileKind::Heap,
+            "alloc_space",
+            path,
+            5,
+        ),
+        &|r| rate(r),
+    );
+    f.render_widget(
+        Paragraph::new(lines).block(Block::new().borders(Borders::TOP)),
+        area,
+    );
+}
+
+fn chart(f: &mut Frame, area: Rect, app: &App) {
+    let width = ZOOMS[app.zoom];
+    let to = app.cursor + 1;
+    let from = to.saturating_sub(width);
+    let x = |n: usize| n as f64 - app.cursor as f64;
+    let ticks: Vec<(usize, &data::Tick)> = app.history.ticks(from, to).collect();
+    let memory: Vec<(f64, f64)> = ticks
+        .iter()
+        .map(|(n, t)| (x(*n), t.inuse as f64 / 1048576.0))
+        .collect();
+    let cpu: Vec<(f64, f64)> = ticks
+        .iter()
+        .filter_map(|(n, t)| Some((x(*n), t.cores()? * 100.0)))
+        .collect();
+    let [top, bottom] = Layout::vertical([Constraint::Fill(1); 2]).areas(area);
+    let x_axis = || {
+        Axis::default()
+            .bounds([-(width as f64 - 1.0), 0.0])
+            .labels([format!("-{}s", width - 1), "cursor".to_owned()])
+    };
+    let max = |v: &[(f64, f64)]| v.iter().map(|p| p.1).fold(0.0_f64, f64::max).max(1e-9) * 1.1;
+    let draw =
+        |f: &mut Frame, area: Rect, title: String, unit: &str, points: &[(f64, f64)], color| {
+            let top = max(points);
+            let dataset = Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(color))
+                .data(points);
+            let chart = Chart::new(vec![dataset])
+                .block(Block::bordered().title(title))
+                .x_axis(x_axis())
+                .y_axis(
+                    Axis::default()
+                        .bounds([0.0, top])
+                        .labels([format!("0 {unit}"), format!("{top:.1} {unit}")]),
+                );
+            f.render_widget(chart, area);
+        };
+    let last = |v: &[(f64, f64)]| v.last().map_or(0.0, |p| p.1);
+    draw(
+        f,
+        top,
+        format!(" memory in use: {:.1} MiB, last {width} s ", last(&memory)),
+        "MiB",
+        &memory,
+        Color::Cyan,
+    );
+    if cpu.is_empty() {
+        f.render_widget(
+            Paragraph::new("CPU: nothing measures CPU in this service").block(Block::bordered()),
+            bottom,
+        );
+    } else {
+        draw(
+            f,
+            bottom,
+            format!(" CPU: {:.1}% of a core, last {width} s ", last(&cpu)),
+            "%",
+            &cpu,
+            Color::Green,
+        );
+    }
+}
+
+fn now(f: &mut Frame, area: Rect, app: &App) {
+    let Some(frame) = app.history.frame(app.cursor) else {
+        f.render_widget(Paragraph::new("no frame kept at this time"), area);
+        return;
+    };
+    let nanos = |d: std::time::Duration| {
+        units::format_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    };
+    let inf = &frame.in_flight;
+    let mut lines = vec![
+        Line::from(format!(
+            "Open spans: {} at {} (oldest first)",
+            inf.open(),
+            clock(frame.time)
+        ))
+        .bold(),
+    ];
+    for p in inf
+        .paths
+        .iter()
+        .filter(|p| app.shows(&tracing_prof_model::display_path(&p.frames)))
+    {
+        let ages: Vec<String> = p.oldest.iter().take(3).map(|s| nanos(s.age)).collect();
+        lines.push(Line::from(format!(
+            "  {:>6} open  oldest {:<28} {}",
+            p.open,
+            ages.join(", "),
+            tracing_prof_model::display_path(&p.frames)
+        )));
+    }
+    let polls = data::long_polls(&app.history, app.cursor);
+    lines.push(Line::from(""));
+    lines.push(
+        Line::from(format!(
+            "Long polls on executor threads, last {TABLE_FRAMES} s"
+        ))
+        .bold(),
+    );
+    if polls.is_empty() {
+        lines.push(Line::from("  none").dim());
+    }
+    for (path, n) in polls {
+        lines.push(Line::from(format!("  {n:>6}  {path}")).yellow());
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(format!("Threads: {}", inf.threads.len())).bold());
+    for t in &inf.threads {
+        let path = if t.frames.is_empty() {
+            "(no span)".to_owned()
+        } else {
+            tracing_prof_model::display_path(&t.frames)
+        };
+        let since = t
+            .since
+            .map(|d| format!(" for {}", nanos(d)))
+            .unwrap_or_default();
+        lines.push(Line::from(format!(
+            "  {:>7} {:<20} {path}{since}",
+            t.tid,
+            if t.name.is_empty() { "?" } else { &t.name }
+        )));
+    }
+    for n in &frame.notes {
+        lines.push(Line::from(format!("note: {n}")).dim());
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(Block::new().borders(Borders::TOP)),
+        area,
+    );
+}
+
+/// Draws the whole screen.
+pub(crate) fn draw(f: &mut Frame, app: &App) {
+    let error_height = if app.error.is_some() { 2 } else { 0 };
+    let [status, tabs, body, error, keys] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Fill(1),
+        Constraint::Length(error_height),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    f.render_widget(Paragraph::new(status_line(app)), status);
+    f.render_widget(Paragraph::new(tabs_line(app)), tabs);
+    match (&app.drill, app.view) {
+        (Some(path), View::Spans) => drill(f, body, app, path),
+        (_, View::Chart) => chart(f, body, app),
+        (_, View::Now) => now(f, body, app),
+        _ => {
+            if let Some(t) = table(app) {
+                draw_table(f, body, app, t);
+            }
+        }
+    }
+    if let Some(e) = &app.error {
+        f.render_widget(
+            Paragraph::new(Span::from(format!(" {e}")))
+                .white()
+                .on_red()
+                .wrap(Wrap { trim: true }),
+            error,
+        );
+    }
+    f.render_widget(Paragraph::new(keys_line(app)), keys);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::data::tests::frame;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    fn screen(app: &App) -> String {
+        let mut t = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        t.draw(|f| draw(f, app)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let mut out = String::new();
+        for y in 0..buf.area.height {
+            for x in 0..buf.area.width {
+                out.push_str(buf[(x, y)].symbol());
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    fn app(n: u64) -> App {
+        let mut app = App::new(Origin::Url("http://127.0.0.1:6060".into()));
+        for i in 0..n {
+            app.on_frame(frame(i));
+        }
+        app
+    }
+
+    fn press(app: &mut App, c: KeyCode) {
+        let names: Vec<String> = table(app)
+            .map(|t| t.rows.into_iter().map(|r| r.name).collect())
+            .unwrap_or_default();
+        let selected = names.get(app.selected).cloned();
+        app.on_key(KeyEvent::new(c, KeyModifiers::NONE), names.len(), selected);
+    }
+
+    #[test]
+    fn the_spans_view_ranks_paths_by_cpu_and_marks_the_leak() {
+        let s = screen(&app(12));
+        let lines: Vec<&str> = s.lines().collect();
+        assert!(
+            lines[0].contains("tracing-prof live  127.0.0.1:6060 "),
+            "{s}"
+        );
+        assert!(
+            lines[0].contains("cpu 75.0%  in use 11.0 MiB  alloc 3.0 MiB/s"),
+            "{s}"
+        );
+        assert!(
+            lines[1].contains(" 1 Spans ") && lines[1].contains("sort: cpu"),
+            "{s}"
+        );
+        let query = lines
+            .iter()
+            .position(|l| l.contains("request -> db_query"))
+            .unwrap();
+        let request = lines
+            .iter()
+            .position(|l| l.contains("request ") && !l.contains("db_query") && l.contains("100"))
+            .unwrap();
+        assert!(query < request, "0.5 cores before 0.25:\n{s}");
+        let q = lines[query];
+        for cell in ["50", "50.0%", "1.0 MiB/s", "11.0 MiB", "LEAK?"] {
+            assert!(q.contains(cell), "{cell:?} in {q:?}");
+        }
+        assert!(q.contains("▁▂"), "a rising trend: {q:?}");
+        assert!(lines.last().unwrap().contains("Enter stacks"), "{s}");
+    }
+
+    #[test]
+    fn views_switch_and_a_path_drills_down_to_its_stacks() {
+        let mut app = app(6);
+        press(&mut app, KeyCode::Enter);
+        let s = screen(&app);
+        assert!(s.contains("request -> db_query: code stacks"), "{s}");
+        assert!(s.contains("50.0% of a core"), "{s}");
+        assert!(s.contains("app::parse_row (src/db.rs:31)"), "{s}");
+        assert!(s.contains("app::load (src/db.rs:12)"), "{s}");
+        press(&mut app, KeyCode::Esc);
+        press(&mut app, KeyCode::Char('2'));
+        let s = screen(&app);
+        assert!(
+            s.contains("app::parse_row") && s.contains("src/db.rs:31"),
+            "{s}"
+        );
+        press(&mut app, KeyCode::Char('3'));
+        assert!(screen(&app).contains("thread worker [1]"));
+        press(&mut app, KeyCode::Char('4'));
+        let s = screen(&app);
+        assert!(
+            s.contains("memory in use: 5.0 MiB") && s.contains("CPU: 75.0% of a core"),
+            "{s}"
+        );
+        press(&mut app, KeyCode::Char('5'));
+        let s = screen(&app);
+        assert!(s.contains("Open spans: 3"), "{s}");
+        assert!(s.contains("3 open  oldest 40.00 s"), "{s}");
+        assert!(s.contains("1  request"), "the long poll of frame 1: {s}");
+        assert!(
+            s.contains("PROFILER PAUSED"),
+            "frame 5 was taken paused: {s}"
+        );
+    }
+
+    #[test]
+    fn the_filter_and_an_error_show() {
+        let mut app = app(3);
+        for c in ['/', 'd', 'b'] {
+            press(&mut app, KeyCode::Char(c));
+        }
+        let s = screen(&app);
+        assert!(s.contains("filter: db_"), "{s}");
+        assert!(
+            s.contains("request -> db_query") && !s.contains("  request  "),
+            "{s}"
+        );
+        press(&mut app, KeyCode::Char('x'));
+        assert!(screen(&app).contains("nothing matches the filter \"dbx\""));
+        app.on_error("cannot reach http://127.0.0.1:6060: connection refused".into());
+        assert!(screen(&app).contains("connection refused"));
+        let empty = App::new(Origin::Recording("x.tplive".into()));
+        assert!(screen(&empty).contains("waiting for the first frame"));
+    }
+
+    #[test]
+    fn trends_scale_to_their_largest_value() {
+        assert_eq!(trend(&[0, 4, 8]), "▁▄█");
+        assert_eq!(trend(&[0, 0]), "▁▁");
+        assert_eq!(trend(&[]), "");
+    }
+}
