@@ -110,7 +110,7 @@ pub use sample::{
 #[doc(hidden)]
 pub use sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
 #[doc(hidden)]
-pub use tag::{set_current_span, set_current_tag};
+pub use tag::{set_current_span, set_current_tag, set_stretch_start, stretch_start};
 
 /// Number of distinct tags the counter tables hold (reserved tags included).
 pub const MAX_TAGS: usize = 4096;

@@ -66,6 +66,9 @@ pub(crate) struct ThreadState {
     /// Span instance slots this thread freed last (`free_len` of them), reused first.
     pub(crate) free_slots: [Cell<u16>; crate::instances::LOCAL_FREE],
     pub(crate) free_len: Cell<u8>,
+    /// When the stretch this thread is in began (its last span enter or exit), in
+    /// tracing-prof's monotonic clock, on threads where long polls are watched; 0: none.
+    pub(crate) stretch_start: Cell<u64>,
 }
 
 thread_local! {
@@ -84,6 +87,7 @@ thread_local! {
             recorder: Cell::new(std::ptr::null_mut()),
             free_slots: [const { Cell::new(0) }; crate::instances::LOCAL_FREE],
             free_len: Cell::new(0),
+            stretch_start: Cell::new(0),
         }
     };
 }
@@ -92,6 +96,22 @@ thread_local! {
 #[inline]
 pub fn current_tag() -> Tag {
     Tag(STATE.try_with(|s| s.tag.get()).unwrap_or(0))
+}
+
+/// Records when the calling thread's current stretch began (its last span enter or exit), in
+/// tracing-prof's monotonic clock; 0: the thread is in no span, or is not watched. The span
+/// layer calls this on enter and exit of async runtime workers, so that the CPU sampler can
+/// tell samples taken in a long poll (see [`stretch_start`]). Never allocates, locks or panics.
+#[inline]
+pub fn set_stretch_start(ns: u64) {
+    let _ = STATE.try_with(|s| s.stretch_start.set(ns));
+}
+
+/// What [`set_stretch_start`] last recorded on the calling thread (0: nothing). One
+/// thread-local read: async-signal-safe, as [`current_tag`] is.
+#[inline]
+pub fn stretch_start() -> u64 {
+    STATE.try_with(|s| s.stretch_start.get()).unwrap_or(0)
 }
 
 /// Makes `tag` current on this thread and returns the tag it replaces.

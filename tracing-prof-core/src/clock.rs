@@ -72,6 +72,13 @@ pub trait Clock: Send + Sync + 'static {
     fn splits_cpu(&self) -> bool {
         true
     }
+
+    /// Whether [`Clock::now_ns`] reads tracing-prof's own monotonic clock, as
+    /// [`SystemClock`] does: the CPU sampler's signal handler reads that clock to tell the
+    /// samples taken in long polls. Default: no (a test clock), and then no sample is marked.
+    fn is_monotonic(&self) -> bool {
+        false
+    }
 }
 
 /// `CLOCK_MONOTONIC` for wall time (read from the CPU's time-stamp counter where the kernel
@@ -92,6 +99,10 @@ impl SystemClock {
 impl Clock for SystemClock {
     fn splits_cpu(&self) -> bool {
         self.cpu == CpuClock::Rusage
+    }
+
+    fn is_monotonic(&self) -> bool {
+        true
     }
 
     #[inline]

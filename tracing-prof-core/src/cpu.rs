@@ -62,6 +62,10 @@ impl Store {
     }
 }
 
+/// The bit of a store key's tag that marks samples taken in a long poll (tags are below
+/// `MAX_TAGS`, far under it).
+const LONG_POLL: u32 = 1 << 31;
+
 /// Raw stacks kept before they are symbolized and merged (on the aggregator thread, at the
 /// drain that reaches this many, and at every capture).
 const MAX_RAW: usize = 4096;
@@ -123,7 +127,8 @@ pub(crate) fn drain() {
     let mut guard = store();
     let s = guard.get_or_insert_with(Store::default);
     tracing_prof_cpu::drain(|sample| {
-        let key = (sample.tag, Box::<[u64]>::from(sample.ips));
+        let tag = sample.tag | if sample.long_poll { LONG_POLL } else { 0 };
+        let key = (tag, Box::<[u64]>::from(sample.ips));
         *s.raw.entry(key).or_insert(0) += sample.weight;
     });
     if s.raw.len() >= MAX_RAW {
@@ -154,7 +159,8 @@ fn compact(s: &mut Store) {
                 let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
                 // Tags from the first span path's on are spans: their stacks are cut where the
                 // span was entered.
-                let in_span = tag >= Tag::FIRST_PATH && tag != Tag::OVERFLOW.get();
+                let path = tag & !LONG_POLL;
+                let in_span = path >= Tag::FIRST_PATH && path != Tag::OVERFLOW.get();
                 crate::symbolize::code_stack_from(
                     leaves.get(&(pc as usize)).map(|f| &f[..]),
                     &rest,
@@ -219,22 +225,27 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
     };
     let mut per_tag: HashMap<Tag, u64> = HashMap::new();
     let mut merged: Vec<CpuStack> = Vec::new();
-    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>);
+    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>, bool);
     let mut index: HashMap<Key, usize> = HashMap::new();
-    for (tag, code, n) in counts {
-        let tag = Tag::new(tag);
+    for (key, code, n) in counts {
+        let long_poll = key & LONG_POLL != 0;
+        let tag = Tag::new(key & !LONG_POLL);
         *per_tag.entry(tag).or_insert(0) += n * period_ns;
         let (kind, frames) = path_of(by_tag, tag);
-        let key = (kind, frames.to_vec(), code);
-        let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
-            let code = if code.is_empty() {
-                vec![CodeFrame::named(TABLE_FULL_FRAME)]
-            } else {
-                code.to_vec()
-            };
-            merged.push(CpuStack::new(*kind, frames.clone(), code));
-            merged.len() - 1
-        });
+        let key = (kind, frames.to_vec(), code, long_poll);
+        let i = *index
+            .entry(key)
+            .or_insert_with_key(|(kind, frames, code, long_poll)| {
+                let code = if code.is_empty() {
+                    vec![CodeFrame::named(TABLE_FULL_FRAME)]
+                } else {
+                    code.to_vec()
+                };
+                let mut stack = CpuStack::new(*kind, frames.clone(), code);
+                stack.long_poll = *long_poll;
+                merged.push(stack);
+                merged.len() - 1
+            });
         merged[i].samples += n;
         merged[i].cpu_ns += n * period_ns;
     }
@@ -242,7 +253,7 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
     merged.sort_by(|a, b| {
         b.samples
             .cmp(&a.samples)
-            .then_with(|| (&a.frames, &a.code).cmp(&(&b.frames, &b.code)))
+            .then_with(|| (&a.frames, &a.code, a.long_poll).cmp(&(&b.frames, &b.code, b.long_poll)))
     });
     (merged, per_tag)
 }

@@ -184,6 +184,9 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         if let Some(n) = s.now {
             n.publish(state.tag, since);
         }
+        if s.worker && clock.is_monotonic() {
+            tracing_prof_alloc::set_stretch_start(since);
+        }
     });
 }
 
@@ -217,6 +220,10 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
             set_current_span(e.prev_tag, e.prev_instance);
             if let Some(n) = s.now {
                 n.publish(e.prev_tag, now_ns);
+            }
+            if s.worker && clock.is_monotonic() {
+                // The span below resumes: a new stretch (none outside every span).
+                tracing_prof_alloc::set_stretch_start(if pos > 0 { now_ns } else { 0 });
             }
         } else {
             // Out-of-order exit: the span entered right after this one now restores to what

@@ -52,6 +52,7 @@
     allow(unused)
 )]
 
+mod long_poll;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -96,6 +97,7 @@ mod unsupported;
 )))]
 pub use unsupported::*;
 
+pub use long_poll::watch_long_polls;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Samples per second of CPU time per thread by default: 100, as Go's.
@@ -155,6 +157,8 @@ pub struct RawSample<'a> {
     pub weight: u64,
     /// Whether the stack was deeper than [`MAX_FRAMES`] (its outermost frames are missing).
     pub truncated: bool,
+    /// Whether the thread was in a long poll (see [`watch_long_polls`]).
+    pub long_poll: bool,
     /// Code addresses, innermost first: the interrupted instruction, then return addresses.
     pub ips: &'a [u64],
 }
@@ -256,16 +260,26 @@ pub fn is_running() -> bool {
     hz() > 0
 }
 
-/// The header word of a record: tag, depth, weight (saturating at 16 bits) and the truncated
-/// flag. Never all ones (the ring's wrap marker): depth is at most 128.
+/// The header word of a record: tag, depth, weight (saturating at 16 bits), the truncated flag
+/// and the long-poll flag. Never all ones (the ring's wrap marker): depth is at most 128.
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-pub(crate) fn record_header(tag: u32, depth: usize, weight: u64, truncated: bool) -> u64 {
+pub(crate) fn record_header(
+    tag: u32,
+    depth: usize,
+    weight: u64,
+    truncated: bool,
+    long_poll: bool,
+) -> u64 {
     let depth = depth.min(MAX_FRAMES) as u64;
     let weight = weight.min(u64::from(u16::MAX));
-    u64::from(tag) | depth << 32 | weight << 40 | u64::from(truncated) << 56
+    u64::from(tag)
+        | depth << 32
+        | weight << 40
+        | u64::from(truncated) << 56
+        | u64::from(long_poll) << 57
 }
 
 /// The body length of a record from its header.
@@ -343,6 +357,7 @@ mod api {
                 tag: header as u32,
                 weight: (header >> 40) & 0xffff,
                 truncated: (header >> 56) & 1 == 1,
+                long_poll: (header >> 57) & 1 == 1,
                 ips: body,
             })
         })

@@ -10,11 +10,13 @@
 //! refuse to start rather than replace it; if one replaces ours later, [`still_ours`] says so
 //! and sampling stops.
 //!
-//! In the handler, only: reads of `siginfo_t` and the interrupted registers, two
-//! thread-local reads (this thread's sampler state, the span path tag the layer set), the stack
-//! walk of [`crate::unwind`], stores into this thread's own ring and counters, two
-//! `clock_gettime(CLOCK_MONOTONIC)` reads timing the handler (async-signal-safe; vDSO, no
-//! system call, on a `tsc` clocksource), and `errno` saved and restored. No allocation, no
+//! In the handler, only: reads of `siginfo_t` and the interrupted registers, three
+//! thread-local reads (this thread's sampler state, the span path tag the layer set, when its
+//! stretch began), the stack walk of [`crate::unwind`], stores into this thread's own ring and
+//! counters, two `clock_gettime(CLOCK_MONOTONIC)` reads timing the handler (async-signal-safe;
+//! vDSO, no system call, on a `tsc` clocksource), on an async runtime's worker in a span one
+//! read of the layer's clock (the counter or the same vDSO call: see
+//! [`crate::watch_long_polls`]), and `errno` saved and restored. No allocation, no
 //! lock, no other system call, no `dl_iterate_phdr`, no `_Unwind_Backtrace`. Signals that are not from our timers (a `kill -PROF`, someone's
 //! `setitimer`) are counted and ignored.
 
@@ -143,7 +145,8 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     let mut ips = [0u64; MAX_FRAMES];
     let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
     let walk = unwind::walk(regs, stack, &mut ips, hint);
-    let header = crate::record_header(tag, walk.depth, weight, walk.truncated);
+    let long_poll = crate::long_poll::now();
+    let header = crate::record_header(tag, walk.depth, weight, walk.truncated, long_poll);
     let bump = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     if ts.ring.push(header, &ips[..walk.depth]) {
         bump(&ts.samples, weight);

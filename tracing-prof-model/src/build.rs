@@ -228,16 +228,17 @@ impl Snapshot {
             if s.samples == 0 {
                 continue;
             }
+            let mut labels = vec![Label::str(
+                "span_path",
+                crate::snapshot::display_path(&s.frames),
+            )];
+            if s.long_poll {
+                labels.push(Label::str("long_poll", "true"));
+            }
             out.samples.push(Sample {
                 stack: stack(&s.frames, &s.code),
                 values: vec![int(s.samples), int(s.cpu_ns)],
-                labels: labels_of(
-                    &s.frames,
-                    vec![Label::str(
-                        "span_path",
-                        crate::snapshot::display_path(&s.frames),
-                    )],
-                ),
+                labels: labels_of(&s.frames, labels),
             });
         }
         out

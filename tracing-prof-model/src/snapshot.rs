@@ -381,10 +381,14 @@ pub struct CpuStack {
     pub samples: u64,
     /// CPU time they stand for: `samples` times the sampling period.
     pub cpu_ns: u64,
+    /// Whether these samples were taken in long polls: on an async runtime's worker that had
+    /// entered or left no span for at least the long-poll threshold. The same stack outside
+    /// long polls is another `CpuStack`.
+    pub long_poll: bool,
 }
 
 impl CpuStack {
-    /// A stack with no samples yet.
+    /// A stack with no samples yet, not in a long poll.
     pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: Vec<CodeFrame>) -> Self {
         CpuStack {
             kind,
@@ -392,6 +396,7 @@ impl CpuStack {
             code,
             samples: 0,
             cpu_ns: 0,
+            long_poll: false,
         }
     }
 }
@@ -664,17 +669,17 @@ impl Snapshot {
     }
 
     fn cpu_stacks_since(&self, base: &Snapshot) -> Vec<CpuStack> {
-        type Key<'a> = (PathKind, &'a [SpanFrame], &'a [CodeFrame]);
-        let before: HashMap<Key<'_>, &CpuStack> = base
-            .cpu_stacks
-            .iter()
-            .map(|s| ((s.kind, s.frames.as_slice(), s.code.as_slice()), s))
-            .collect();
+        type Key<'a> = (PathKind, &'a [SpanFrame], &'a [CodeFrame], bool);
+        fn key(s: &CpuStack) -> Key<'_> {
+            (s.kind, s.frames.as_slice(), s.code.as_slice(), s.long_poll)
+        }
+        let before: HashMap<Key<'_>, &CpuStack> =
+            base.cpu_stacks.iter().map(|s| (key(s), s)).collect();
         self.cpu_stacks
             .iter()
             .filter_map(|s| {
                 let mut out = s.clone();
-                if let Some(b) = before.get(&(s.kind, s.frames.as_slice(), s.code.as_slice())) {
+                if let Some(b) = before.get(&key(s)) {
                     out.samples = s.samples.saturating_sub(b.samples);
                     out.cpu_ns = s.cpu_ns.saturating_sub(b.cpu_ns);
                 }

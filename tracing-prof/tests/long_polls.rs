@@ -2,7 +2,9 @@
 //! `std::thread::sleep` inside an async span) is reported as long polls for exactly its span
 //! path, through the API, one event and a label in the `spans` profile; a handler that awaits
 //! as long, the span around the blocking one, and a span that blocks a thread that is not a
-//! worker are not.
+//! worker are not. A handler that blocks its worker computing has its CPU samples marked
+//! `long_poll=true` in the CPU profile, with the function that spun; the same work off the
+//! workers is not marked.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,6 +14,30 @@ use tracing_prof::model::ProfileKind;
 use tracing_subscriber::prelude::*;
 
 static EVENTS: AtomicU64 = AtomicU64::new(0);
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the timespec we own; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Computes for `cpu` of this thread's CPU time, blocking whatever runs on it.
+#[inline(never)]
+fn spin_for(cpu: Duration) -> u64 {
+    let end = thread_cpu() + cpu;
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
 
 /// Counts the profiler's long-poll events.
 struct Events;
@@ -28,6 +54,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
 fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
+        .cpu_sampling(100)
         .build()
         .unwrap();
     tracing_subscriber::registry()
@@ -49,6 +76,9 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
                     async { tokio::time::sleep(Duration::from_millis(50)).await }
                         .instrument(info_span!("polite_handler"))
                         .await;
+                    async { spin_for(Duration::from_millis(80)) }
+                        .instrument(info_span!("spinning_handler"))
+                        .await;
                 }
                 .instrument(info_span!("request")),
             )
@@ -57,18 +87,31 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
         }
     });
     // Not a worker: blocking here blocks no executor.
-    info_span!("main_thread_work").in_scope(|| std::thread::sleep(Duration::from_millis(50)));
+    info_span!("main_thread_work").in_scope(|| {
+        std::thread::sleep(Duration::from_millis(50));
+        spin_for(Duration::from_millis(80));
+    });
 
     let profiler = guard.profiler().clone();
     let long = profiler.long_polls();
-    let rows: Vec<(&str, u64)> = long.iter().map(|l| (l.path.as_str(), l.count)).collect();
-    assert_eq!(rows, [("request -> blocking_handler", 3)], "{long:#?}");
-    assert!(long[0].longest >= Duration::from_millis(50));
-    assert!(long[0].longest < Duration::from_secs(5));
+    let mut rows: Vec<(&str, u64)> = long.iter().map(|l| (l.path.as_str(), l.count)).collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("request -> blocking_handler", 3),
+            ("request -> spinning_handler", 3)
+        ],
+        "{long:#?}"
+    );
+    for l in &long {
+        assert!(l.longest >= Duration::from_millis(50), "{l:?}");
+        assert!(l.longest < Duration::from_secs(5), "{l:?}");
+    }
 
     // In the spans profile, as a label of that path only.
     let spans = profiler.snapshot().profile(ProfileKind::Spans);
-    let labelled: Vec<(String, String)> = spans
+    let mut labelled: Vec<(String, String)> = spans
         .samples
         .iter()
         .filter_map(|s| {
@@ -78,15 +121,53 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
                 .map(|l| (s.span_path(), l.value_text()))
         })
         .collect();
+    labelled.sort();
     assert_eq!(
         labelled,
-        [("request -> blocking_handler".to_owned(), "3".to_owned())]
+        [
+            ("request -> blocking_handler".to_owned(), "3".to_owned()),
+            ("request -> spinning_handler".to_owned(), "3".to_owned())
+        ]
     );
 
-    // One event per path, however many exports see it.
+    // The CPU samples of the spinning polls past 10 ms are marked, in the spinning function:
+    // 3 x 80 ms of CPU at 100 Hz is 24 samples, the first 10 ms of each poll unmarked.
+    let cpu = profiler.snapshot().profile(ProfileKind::Cpu);
+    let samples = |path: &str, marked: bool| -> i64 {
+        cpu.samples
+            .iter()
+            .filter(|s| s.span_path() == path && (s.label("long_poll") == Some("true")) == marked)
+            .map(|s| s.values[0])
+            .sum()
+    };
+    let marked = samples("request -> spinning_handler", true);
+    assert!(
+        marked >= 15,
+        "{marked} marked samples:\n{}",
+        cpu.samples_text(None, 20).unwrap()
+    );
+    assert!(samples("request -> spinning_handler", false) <= 6);
+    for s in cpu
+        .samples
+        .iter()
+        .filter(|s| s.label("long_poll").is_some())
+    {
+        assert_eq!(s.span_path(), "request -> spinning_handler");
+        assert!(
+            s.stack.iter().any(|f| f.function.ends_with("spin_for")),
+            "the spinning function is on the marked stack: {s:?}"
+        );
+    }
+    assert_eq!(samples("main_thread_work", true), 0);
+    assert!(
+        samples("main_thread_work", false) >= 5,
+        "the same work off the workers is sampled, unmarked"
+    );
+
+    // One event per path (two paths), however many exports see them.
     guard.flush(Duration::from_secs(20)).unwrap();
     guard.flush(Duration::from_secs(20)).unwrap();
-    assert_eq!(EVENTS.load(Ordering::Relaxed), 1);
+    assert_eq!(EVENTS.load(Ordering::Relaxed), 2);
     drop(rt);
     drop(guard);
 }

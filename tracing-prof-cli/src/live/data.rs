@@ -373,6 +373,11 @@ pub(crate) fn long_polls(history: &History, cursor: usize) -> Vec<(String, i64)>
     out
 }
 
+/// Whether a CPU sample was taken in a long poll.
+pub(crate) fn in_long_poll(s: &Sample) -> bool {
+    s.label("long_poll") == Some("true")
+}
+
 /// One code stack of a drill-down: its share and its code frames, innermost first.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Stack {
@@ -383,7 +388,7 @@ pub(crate) struct Stack {
 }
 
 /// The heaviest code stacks of `kind` (sample type `sample_type`) under span path `path` (the
-/// path itself and the paths below it), at most `limit`.
+/// path itself and the paths below it) among the samples `keep` keeps, at most `limit`.
 pub(crate) fn stacks(
     history: &History,
     cursor: usize,
@@ -391,6 +396,7 @@ pub(crate) fn stacks(
     sample_type: &str,
     path: &str,
     limit: usize,
+    keep: impl Fn(&Sample) -> bool,
 ) -> Option<Vec<Stack>> {
     let frames = history.table(cursor);
     let p = merged(&frames, kind)?;
@@ -402,7 +408,7 @@ pub(crate) fn stacks(
     let mut by_stack: HashMap<Vec<String>, i64> = HashMap::new();
     for s in &p.samples {
         let name = path_name(s);
-        if s.values[k] <= 0 || (name != path && !name.starts_with(&below)) {
+        if s.values[k] <= 0 || (name != path && !name.starts_with(&below)) || !keep(s) {
             continue;
         }
         let code: Vec<String> = s
@@ -510,6 +516,8 @@ pub(crate) mod tests {
         let mut c2 = CpuStack::new(PathKind::Span, request(), vec![code("app::render", 44)]);
         c2.samples = 25;
         c2.cpu_ns = 250_000_000;
+        // Frame 1's long poll was render's.
+        c2.long_poll = i == 1;
         end.cpu_stacks = vec![c1, c2];
         let mut h = StackProfile::new(PathKind::Span, query(), vec![code("app::load", 12)]);
         h.samples = 10;
@@ -591,7 +599,7 @@ pub(crate) mod tests {
             (t[0].inuse, t[0].alloc, t[0].allocs),
             (3 << 20, 3145728.0, 250.0)
         );
-        let cpu = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5).unwrap();
+        let cpu = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5, |_| true).unwrap();
         let rates: Vec<f64> = cpu.iter().map(|s| s.rate).collect();
         assert_eq!(rates, [5e8, 2.5e8], "query's stack is under request too");
         assert_eq!(
@@ -608,7 +616,12 @@ pub(crate) mod tests {
             "alloc_space",
             "request -> db_query",
             5,
+            |_| true,
         );
+        let blocked = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5, in_long_poll).unwrap();
+        assert_eq!(blocked.len(), 1);
+        assert_eq!(blocked[0].frames, ["app::render (src/db.rs:44)"]);
+        assert_eq!(blocked[0].rate, 2.5e8 / 4.0, "frame 1's of the 4");
         assert_eq!(heap.unwrap()[0].frames, ["app::load (src/db.rs:12)"]);
         let tick = h.tick(3).unwrap();
         assert_eq!((tick.inuse, tick.alloc_bytes), (3 << 20, 3 << 20));

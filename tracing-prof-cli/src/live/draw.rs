@@ -404,21 +404,24 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
             }
             lines.push(Line::from(""));
         };
+    let (h, at) = (&app.history, app.cursor);
+    let cpu = |r: f64| format!("{} of a core", cores(Some(r / 1e9)));
     section(
         "CPU (sampled), in this span path and below:",
-        data::stacks(&app.history, app.cursor, ProfileKind::Cpu, "cpu", path, 5),
-        &|r| format!("{} of a core", cores(Some(r / 1e9))),
+        data::stacks(h, at, ProfileKind::Cpu, "cpu", path, 5, |_| true),
+        &cpu,
     );
+    let blocked = data::stacks(h, at, ProfileKind::Cpu, "cpu", path, 3, data::in_long_poll);
+    if blocked.as_ref().is_some_and(|b| !b.is_empty()) {
+        section(
+            "CPU in long polls (a worker that entered or left no span for the threshold):",
+            blocked,
+            &cpu,
+        );
+    }
     section(
         "Allocations (sampled), in this span path and below:",
-        data::stacks(
-            &app.history,
-            app.cursor,
-            ProfileKind::Heap,
-            "alloc_space",
-            path,
-            5,
-        ),
+        data::stacks(h, at, ProfileKind::Heap, "alloc_space", path, 5, |_| true),
         &|r| rate(r),
     );
     f.render_widget(
@@ -534,7 +537,21 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
         lines.push(Line::from("  none").dim());
     }
     for (path, n) in polls {
-        lines.push(Line::from(format!("  {n:>6}  {path}")).yellow());
+        // The function that blocked most, where CPU samples caught it.
+        let blocker = data::stacks(
+            &app.history,
+            app.cursor,
+            ProfileKind::Cpu,
+            "cpu",
+            &path,
+            1,
+            data::in_long_poll,
+        )
+        .and_then(|s| s.into_iter().next())
+        .and_then(|s| s.frames.into_iter().next())
+        .map(|f| format!("   in {f}"))
+        .unwrap_or_default();
+        lines.push(Line::from(format!("  {n:>6}  {path}{blocker}")).yellow());
     }
     lines.push(Line::from(""));
     lines.push(Line::from(format!("Threads: {}", inf.threads.len())).bold());
@@ -678,6 +695,10 @@ mod tests {
         assert!(s.contains("50.0% of a core"), "{s}");
         assert!(s.contains("app::parse_row (src/db.rs:31)"), "{s}");
         assert!(s.contains("app::load (src/db.rs:12)"), "{s}");
+        assert!(
+            !s.contains("CPU in long polls"),
+            "none under this path: {s}"
+        );
         press(&mut app, KeyCode::Esc);
         press(&mut app, KeyCode::Char('2'));
         let s = screen(&app);
@@ -697,7 +718,10 @@ mod tests {
         let s = screen(&app);
         assert!(s.contains("Open spans: 3"), "{s}");
         assert!(s.contains("3 open  oldest 40.00 s"), "{s}");
-        assert!(s.contains("1  request"), "the long poll of frame 1: {s}");
+        assert!(
+            s.contains("1  request   in app::render (src/db.rs:44)"),
+            "the long poll of frame 1, and what it ran: {s}"
+        );
         assert!(
             s.contains("PROFILER PAUSED"),
             "frame 5 was taken paused: {s}"
