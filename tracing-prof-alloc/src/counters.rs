@@ -38,6 +38,9 @@ pub(crate) struct Slot {
     cpu_ns: AtomicU64,
     cpu_user_ns: AtomicU64,
     cpu_sys_ns: AtomicU64,
+    /// Enter..exit intervals by own length, bucketed as lifetimes are
+    /// ([`crate::LIFETIME_BOUNDS_NS`]).
+    intervals: [AtomicU64; crate::LIFETIME_BUCKETS],
 }
 
 impl Slot {
@@ -54,8 +57,19 @@ impl Slot {
             cpu_ns: AtomicU64::new(0),
             cpu_user_ns: AtomicU64::new(0),
             cpu_sys_ns: AtomicU64::new(0),
+            intervals: [const { AtomicU64::new(0) }; crate::LIFETIME_BUCKETS],
         }
     }
+}
+
+/// The bucket of an interval `ns` long: the first of [`crate::LIFETIME_BOUNDS_NS`] above it, or
+/// the last.
+#[inline]
+fn interval_bucket(ns: u64) -> usize {
+    crate::LIFETIME_BOUNDS_NS
+        .iter()
+        .position(|&bound| ns < bound)
+        .unwrap_or(crate::LIFETIME_BUCKETS - 1)
 }
 
 /// Frees of *other* threads' blocks, by the thread that allocated them (their *origin*), for the
@@ -512,7 +526,8 @@ pub(crate) fn record_resize(ticket: &Ticket, tag: u32, origin: u32, old: usize, 
     }
 }
 
-/// Adds one enter..exit interval of a span of `tag`: busy wall time, CPU time, and the part of
+/// Adds one enter..exit interval of a span of `tag`, counted in its length's bucket: busy wall
+/// time (own: the caller leaves out nested child spans), CPU time, and the part of
 /// the CPU time known to be user and system time (both 0 when the CPU clock does not split).
 ///
 /// Called by the span layer on exit; no allocation, lock or syscall.
@@ -529,6 +544,7 @@ pub fn record_interval(
         w.add(&s.cpu_ns, cpu_ns);
         w.add(&s.cpu_user_ns, cpu_user_ns);
         w.add(&s.cpu_sys_ns, cpu_sys_ns);
+        w.add(&s.intervals[interval_bucket(busy_ns)], 1);
     });
 }
 
@@ -570,6 +586,8 @@ pub struct TagTotals {
     pub cpu_user_ns: u64,
     /// System CPU time over enter..exit intervals, nanoseconds.
     pub cpu_sys_ns: u64,
+    /// Enter..exit intervals by length, bucketed by [`crate::LIFETIME_BOUNDS_NS`].
+    pub intervals: [u64; crate::LIFETIME_BUCKETS],
 }
 
 impl TagTotals {
@@ -623,6 +641,9 @@ pub fn read_totals(out: &mut [TagTotals]) {
             t.cpu_ns += load(&s.cpu_ns);
             t.cpu_user_ns += load(&s.cpu_user_ns);
             t.cpu_sys_ns += load(&s.cpu_sys_ns);
+            for (a, b) in t.intervals.iter_mut().zip(&s.intervals) {
+                *a += load(b);
+            }
         }
     });
 }

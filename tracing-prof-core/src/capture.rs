@@ -171,6 +171,7 @@ fn time_of(t: &TagTotals) -> TimeStats {
     s.cpu_ns = t.cpu_ns;
     s.cpu_user_ns = t.cpu_user_ns;
     s.cpu_sys_ns = t.cpu_sys_ns;
+    s.intervals = t.intervals;
     s
 }
 

@@ -68,6 +68,17 @@ fn busy_idle_wall_and_cpu_are_exact() {
             tracing::info_span!(parent: &root, "exact_spawned").in_scope(|| advance(70, 60, 0));
             root.in_scope(|| advance(1_000, 900, 100));
         }
+        // Intervals of every length: 999 ns, 1 µs, 15 ms, 2 s and 20 s of own time, and one
+        // of 150 ns around a 1 s child (its own length leaves the child out).
+        let polled = tracing::info_span!("exact_polled");
+        for ns in [999, 1_000, 15_000_000, 2_000_000_000, 20_000_000_000] {
+            polled.in_scope(|| advance(ns, 0, 0));
+        }
+        polled.in_scope(|| {
+            advance(100, 0, 0);
+            tracing::info_span!("exact_polled_child").in_scope(|| advance(1_000_000_000, 0, 0));
+            advance(50, 0, 0);
+        });
     });
     let p = tracing_prof_core::capture(std::time::Duration::ZERO);
     let root = p.path(&["exact_root"]).expect("root path");
@@ -102,6 +113,50 @@ fn busy_idle_wall_and_cpu_are_exact() {
         (t.spans, t.wall_ns, t.busy_ns, t.idle_ns, t.cpu_user_ns),
         (2, 140, 140, 0, 120)
     );
+    // Each interval in its length's bucket (<1us, <10us, ..., >=10s), own time.
+    assert_eq!(
+        root.time.intervals,
+        [2, 2, 0, 0, 0, 0, 0, 0, 0],
+        "260 ns and 1 µs, twice"
+    );
+    assert_eq!(child.time.intervals, [2, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let polled = p.path(&["exact_polled"]).expect("polled path").time;
+    assert_eq!(polled.intervals, [2, 1, 0, 0, 0, 1, 0, 1, 1]);
+    let polled_child = p
+        .path(&["exact_polled", "exact_polled_child"])
+        .unwrap()
+        .time;
+    assert_eq!(polled_child.intervals, [0, 0, 0, 0, 0, 0, 0, 1, 0]);
+    // In the spans profile: `intervals` samples labelled by bucket, read back by go tool pprof
+    // as any label (`-sample_index=intervals -tags`).
+    let spans = p.profile(tracing_prof_model::ProfileKind::Spans);
+    let i = spans.sample_type_index("intervals").unwrap();
+    let mut buckets: Vec<(String, i64)> = spans
+        .samples
+        .iter()
+        .filter(|s| s.span_path() == "exact_polled" && s.values[i] > 0)
+        .map(|s| (s.label("interval").unwrap().to_owned(), s.values[i]))
+        .collect();
+    buckets.sort();
+    let expected: Vec<(String, i64)> = [
+        ("<100ms", 1),
+        ("<10s", 1),
+        ("<10us", 1),
+        ("<1us", 2),
+        (">=10s", 1),
+    ]
+    .map(|(b, n)| (b.to_owned(), n))
+    .to_vec();
+    assert_eq!(buckets, expected);
+    assert!(
+        spans
+            .samples
+            .iter()
+            .filter(|s| s.label("interval").is_some())
+            .all(|s| s.values.iter().filter(|&&v| v != 0).count() == 1),
+        "interval samples count intervals only"
+    );
+
     // Cumulative (pprof's cum): root's inclusive time plus the spawned child's.
     let (cum, _) = p.cumulative(root);
     assert_eq!(

@@ -144,6 +144,8 @@ pub fn span_sample_types(cpu: CpuSource) -> Vec<SampleType> {
         t.push(SampleType::new("cpu_user", "nanoseconds"));
         t.push(SampleType::new("cpu_sys", "nanoseconds"));
     }
+    // Counted on samples of their own, one per path and length (label `interval`).
+    t.push(SampleType::new("intervals", "count"));
     t
 }
 
@@ -158,6 +160,7 @@ fn span_values(p: &PathProfile, cpu: CpuSource) -> Vec<i64> {
         v.push(int(t.cpu_user_ns));
         v.push(int(t.cpu_sys_ns));
     }
+    v.push(0); // intervals: on the samples of `interval_samples`
     v
 }
 
@@ -216,6 +219,23 @@ impl Snapshot {
                 values,
                 labels: labels_of(&path.frames, labels),
             });
+        }
+        // The intervals' lengths: per path, a sample for each length bucket, with only
+        // `intervals`, labelled `interval=<10ms` and so on (`-sample_index=intervals -tags`).
+        let n = out.sample_types.len();
+        for path in &self.paths {
+            for (count, name) in path.time.intervals.iter().zip(LIFETIME_BUCKET_NAMES) {
+                if *count == 0 {
+                    continue;
+                }
+                let mut values = vec![0; n];
+                values[n - 1] = int(*count);
+                out.samples.push(Sample {
+                    stack: stack(&path.frames, &[]),
+                    values,
+                    labels: labels_of(&path.frames, vec![Label::str("interval", name)]),
+                });
+            }
         }
         out
     }

@@ -135,6 +135,10 @@ pub struct TimeStats {
     /// Enter-to-exit intervals on an async runtime's worker thread at least as long as the
     /// long-poll threshold: polls that kept the worker from its other tasks.
     pub long_polls: u64,
+    /// Every enter-to-exit interval by its own length (less nested child spans, as
+    /// `busy_ns`), in the buckets of [`LIFETIME_BUCKET_NAMES`] (`<1us` to `>=10s`): how long
+    /// each poll of an async span took.
+    pub intervals: [u64; LIFETIME_BUCKETS],
 }
 
 impl TimeStats {
@@ -148,6 +152,9 @@ impl TimeStats {
         self.cpu_user_ns += o.cpu_user_ns;
         self.cpu_sys_ns += o.cpu_sys_ns;
         self.long_polls += o.long_polls;
+        for (a, b) in self.intervals.iter_mut().zip(&o.intervals) {
+            *a += b;
+        }
     }
 
     /// `self - earlier`, field by field, never below 0.
@@ -162,6 +169,7 @@ impl TimeStats {
             cpu_user_ns: d(self.cpu_user_ns, earlier.cpu_user_ns),
             cpu_sys_ns: d(self.cpu_sys_ns, earlier.cpu_sys_ns),
             long_polls: d(self.long_polls, earlier.long_polls),
+            intervals: std::array::from_fn(|i| d(self.intervals[i], earlier.intervals[i])),
         }
     }
 

@@ -373,6 +373,32 @@ pub(crate) fn long_polls(history: &History, cursor: usize) -> Vec<(String, i64)>
     out
 }
 
+/// The enter-to-exit intervals of span path `path` itself (not the paths below) in the
+/// table's window, per length bucket (`<1us` to `>=10s`, shortest first): the buckets with any.
+pub(crate) fn intervals(history: &History, cursor: usize, path: &str) -> Vec<(String, i64)> {
+    let frames = history.table(cursor);
+    let Some(spans) = merged(&frames, ProfileKind::Spans) else {
+        return Vec::new();
+    };
+    let Some(k) = spans.sample_type_index("intervals") else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, i64)> = tracing_prof_model::LIFETIME_BUCKET_NAMES
+        .iter()
+        .map(|b| ((*b).to_owned(), 0))
+        .collect();
+    for s in spans.samples.iter().filter(|s| path_name(s) == path) {
+        if let Some(row) = s
+            .label("interval")
+            .and_then(|b| out.iter_mut().find(|(name, _)| name == b))
+        {
+            row.1 += s.values[k];
+        }
+    }
+    out.retain(|(_, n)| *n > 0);
+    out
+}
+
 /// Whether a CPU sample was taken in a long poll.
 pub(crate) fn in_long_poll(s: &Sample) -> bool {
     s.label("long_poll") == Some("true")
@@ -481,6 +507,9 @@ pub(crate) mod tests {
         }
         let mut r = PathProfile::new(PathKind::Span, request());
         r.time.spans = 100;
+        // 100 polls a second: 90 under 1 ms, 10 under 10 ms.
+        r.time.intervals[3] = 90;
+        r.time.intervals[4] = 10;
         r.time.long_polls = u64::from(i == 1);
         r.memory.alloc_bytes = 2 << 20;
         r.memory.alloc_objects = 200;
@@ -623,6 +652,11 @@ pub(crate) mod tests {
         assert_eq!(blocked[0].frames, ["app::render (src/db.rs:44)"]);
         assert_eq!(blocked[0].rate, 2.5e8 / 4.0, "frame 1's of the 4");
         assert_eq!(heap.unwrap()[0].frames, ["app::load (src/db.rs:12)"]);
+        assert_eq!(
+            intervals(&h, 3, "request"),
+            [("<1ms".to_owned(), 360), ("<10ms".to_owned(), 40)]
+        );
+        assert!(intervals(&h, 3, "request -> db_query").is_empty());
         let tick = h.tick(3).unwrap();
         assert_eq!((tick.inuse, tick.alloc_bytes), (3 << 20, 3 << 20));
         assert_eq!(tick.cores(), Some(0.75));

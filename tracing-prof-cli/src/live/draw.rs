@@ -382,6 +382,20 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
         Line::from(format!("{path}: code stacks, last {TABLE_FRAMES} s")).bold(),
         Line::from(""),
     ];
+    let (h, at) = (&app.history, app.cursor);
+    let intervals = data::intervals(h, at, path);
+    if !intervals.is_empty() {
+        let total: i64 = intervals.iter().map(|(_, n)| n).sum();
+        lines.push(Line::from("Its enter-to-exit intervals (polls), own time:").underlined());
+        for (bucket, n) in intervals {
+            let width = (n as f64 / total.max(1) as f64 * 40.0).ceil() as usize;
+            lines.push(Line::from(format!(
+                "  {bucket:>7} {n:>9}  {}",
+                "█".repeat(width)
+            )));
+        }
+        lines.push(Line::from(""));
+    }
     let mut section =
         |title: &str, found: Option<Vec<data::Stack>>, show: &dyn Fn(f64) -> String| {
             lines.push(Line::from(title.to_owned()).underlined());
@@ -404,7 +418,6 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
             }
             lines.push(Line::from(""));
         };
-    let (h, at) = (&app.history, app.cursor);
     let cpu = |r: f64| format!("{} of a core", cores(Some(r / 1e9)));
     section(
         "CPU (sampled), in this span path and below:",
