@@ -152,7 +152,9 @@ fn fields(frames: &[SpanFrame]) -> String {
     }
 }
 
-fn path_text(frames: &[SpanFrame]) -> String {
+/// A span path as the open-spans listing shows it: `request -> query {table=users}`, the
+/// opted-in field values of its spans in braces; `(no span)` for no span at all.
+pub fn display_path_with_fields(frames: &[SpanFrame]) -> String {
     if frames.is_empty() {
         "(no span)".to_owned()
     } else {
@@ -315,7 +317,7 @@ impl InFlight {
                     let _ = writeln!(
                         out,
                         "... and {more} younger open spans of {}\n",
-                        path_text(&path.frames)
+                        display_path_with_fields(&path.frames)
                     );
                 }
             } else {
@@ -330,7 +332,7 @@ impl InFlight {
                     "{} open, oldest {}: {}\n{}\n",
                     path.open,
                     ages.join(", "),
-                    path_text(&path.frames),
+                    display_path_with_fields(&path.frames),
                     frames_text(&path.frames)
                 );
             }
@@ -346,7 +348,7 @@ impl InFlight {
                 "thread {} [{}]: {}{since}",
                 t.tid,
                 if t.name.is_empty() { "?" } else { &t.name },
-                path_text(&t.frames)
+                display_path_with_fields(&t.frames)
             );
         }
         out

@@ -46,7 +46,9 @@ mod table;
 pub mod units;
 
 pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
-pub use in_flight::{InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow};
+pub use in_flight::{
+    InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow, display_path_with_fields,
+};
 pub use kind::ProfileKind;
 pub use live::{LiveFrame, RECORDING_MAGIC, Recording, record_frame};
 pub use pprof::DecodeError;

@@ -485,12 +485,9 @@ pub(crate) mod tests {
 
     fn query() -> Vec<SpanFrame> {
         let mut f = request();
-        f.push(SpanFrame::new(
-            "app",
-            "db_query",
-            Some("src/db.rs"),
-            Some(9),
-        ));
+        let mut q = SpanFrame::new("app", "db_query", Some("src/db.rs"), Some(9));
+        q.fields.push(("table".into(), "users".into()));
+        f.push(q);
         f
     }
 

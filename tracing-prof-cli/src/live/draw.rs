@@ -528,14 +528,14 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
     for p in inf
         .paths
         .iter()
-        .filter(|p| app.shows(&tracing_prof_model::display_path(&p.frames)))
+        .filter(|p| app.shows(&tracing_prof_model::display_path_with_fields(&p.frames)))
     {
         let ages: Vec<String> = p.oldest.iter().take(3).map(|s| nanos(s.age)).collect();
         lines.push(Line::from(format!(
             "  {:>6} open  oldest {:<28} {}",
             p.open,
             ages.join(", "),
-            tracing_prof_model::display_path(&p.frames)
+            tracing_prof_model::display_path_with_fields(&p.frames)
         )));
     }
     let polls = data::long_polls(&app.history, app.cursor);
@@ -569,11 +569,7 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
     lines.push(Line::from(""));
     lines.push(Line::from(format!("Threads: {}", inf.threads.len())).bold());
     for t in &inf.threads {
-        let path = if t.frames.is_empty() {
-            "(no span)".to_owned()
-        } else {
-            tracing_prof_model::display_path(&t.frames)
-        };
+        let path = tracing_prof_model::display_path_with_fields(&t.frames);
         let since = t
             .since
             .map(|d| format!(" for {}", nanos(d)))
@@ -730,6 +726,10 @@ mod tests {
         press(&mut app, KeyCode::Char('5'));
         let s = screen(&app);
         assert!(s.contains("Open spans: 3"), "{s}");
+        assert!(
+            s.contains("worker               request -> db_query {table=users} for 2.0 ms"),
+            "each thread's path, with its span fields: {s}"
+        );
         assert!(s.contains("3 open  oldest 40.00 s"), "{s}");
         assert!(
             s.contains("1  request   in app::render (src/db.rs:44)"),
