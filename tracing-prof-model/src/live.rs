@@ -220,41 +220,46 @@ pub struct Recording {
 
 impl Recording {
     /// Reads a recording (see the module docs); a last frame cut short is left out and
-    /// reported in [`Recording::truncated`].
+    /// reported in [`Recording::truncated`]. Every frame is held at once: to read a long
+    /// recording, see [`Recording::for_each_frame`].
     ///
     /// # Errors
     /// When `bytes` do not start with [`RECORDING_MAGIC`], or a whole frame does not decode.
     pub fn decode(bytes: &[u8]) -> Result<Recording, DecodeError> {
+        let mut frames = Vec::new();
+        let truncated = Recording::for_each_frame(bytes, |f| frames.push(f))?;
+        Ok(Recording { frames, truncated })
+    }
+
+    /// Hands the frames of a recording to `f` one at a time, oldest first, and returns whether
+    /// the recording ended mid-frame (that frame left out).
+    ///
+    /// # Errors
+    /// When `bytes` do not start with [`RECORDING_MAGIC`], or a whole frame does not decode
+    /// (the frames before it were handed over).
+    pub fn for_each_frame(bytes: &[u8], mut f: impl FnMut(LiveFrame)) -> Result<bool, DecodeError> {
         let Some(mut rest) = bytes.strip_prefix(RECORDING_MAGIC) else {
             return Err(DecodeError::Invalid(
                 "not a tracing-prof live recording (it does not start with the recording's first line)"
                     .into(),
             ));
         };
-        let mut out = Recording {
-            frames: Vec::new(),
-            truncated: false,
-        };
+        let mut n = 0;
         while !rest.is_empty() {
             let Some((len, tail)) = rest.split_first_chunk::<4>() else {
-                out.truncated = true;
-                break;
+                return Ok(true);
             };
             let len = u32::from_le_bytes(*len) as usize;
             if len > tail.len() {
-                out.truncated = true;
-                break;
+                return Ok(true);
             }
             let (frame, tail) = tail.split_at(len);
-            let n = out.frames.len() + 1;
-            out.frames.push(
-                LiveFrame::decode(frame).map_err(|e| {
-                    DecodeError::Invalid(format!("frame {n} of the recording: {e}"))
-                })?,
-            );
+            n += 1;
+            f(LiveFrame::decode(frame)
+                .map_err(|e| DecodeError::Invalid(format!("frame {n} of the recording: {e}")))?);
             rest = tail;
         }
-        Ok(out)
+        Ok(false)
     }
 }
 

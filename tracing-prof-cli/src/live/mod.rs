@@ -51,13 +51,10 @@ pub(crate) fn run(options: &Options) -> Result<(), String> {
         if options.output.is_some() {
             return Err("-o records a running service; this is a recording already".into());
         }
-        let rec = source::replay(&options.source)?;
         let mut app = App::new(Origin::Recording(options.source.clone()));
-        for f in rec.frames {
-            app.on_frame(f);
-        }
+        let truncated = source::replay(&options.source, |f| app.on_frame(f))?;
         app.follow = false;
-        if rec.truncated {
+        if truncated {
             app.on_error("the recording ends mid-frame (its recorder was stopped); the whole frames before are shown".into());
         }
         (app, None)

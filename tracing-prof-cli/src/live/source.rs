@@ -152,8 +152,9 @@ fn poll_loop(url: &str, seconds: u64, recorder: &mut Option<Recorder>, tx: &Sync
     }
 }
 
-/// Reads a recording whole.
-pub(crate) fn replay(path: &str) -> Result<Recording, String> {
+/// Reads a recording, handing its frames to `f` one at a time (so that an hour of frames is
+/// never held at once); returns whether it ended mid-frame.
+pub(crate) fn replay(path: &str, mut f: impl FnMut(LiveFrame)) -> Result<bool, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
         return Err(format!(
@@ -161,11 +162,17 @@ pub(crate) fn replay(path: &str) -> Result<Recording, String> {
             MAX_INPUT_BYTES >> 20
         ));
     }
-    let rec = Recording::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
-    if rec.frames.is_empty() {
+    let mut frames = 0;
+    let mut count = |frame| {
+        frames += 1;
+        f(frame)
+    };
+    let truncated =
+        Recording::for_each_frame(&bytes, &mut count).map_err(|e| format!("{path}: {e}"))?;
+    if frames == 0 {
         return Err(format!("{path} holds no frame"));
     }
-    Ok(rec)
+    Ok(truncated)
 }
 
 #[cfg(test)]
