@@ -61,6 +61,9 @@ enum Command {
     Query(QueryArgs),
     /// A live terminal view of a running service (`http://HOST:PORT`, its `/debug/pprof`):
     /// CPU and memory by span path, functions, threads, a chart, what runs now. Or a recording.
+    #[command(after_help = "Keys: 1-5 views (spans, functions, threads, chart, now) · ↑↓ select · \
+        Enter: the span path's code stacks, Esc back · / filter · s sort · p hold the view · \
+        ←→ step in time (the chart: pan), End: now · +/- zoom the chart · q quit")]
     Live(LiveArgs),
 }
 
@@ -233,7 +236,8 @@ struct LiveArgs {
     /// The service's endpoint (`http://127.0.0.1:6060`, `host:6060`, `.../debug/pprof`), or a
     /// recording made with `-o` to replay. `TRACING_PROF_HTTP_TOKEN` is sent as its bearer token.
     source: String,
-    /// Also record every frame received to this file, for `tracing-prof live FILE` later.
+    /// Also record every frame received to this file (replaced if it exists), for
+    /// `tracing-prof live FILE` later.
     #[arg(short, long, value_name = "FILE")]
     output: Option<String>,
     /// Seconds per window (the refresh interval).
