@@ -61,9 +61,11 @@ enum Command {
     Query(QueryArgs),
     /// A live terminal view of a running service (`http://HOST:PORT`, its `/debug/pprof`):
     /// CPU and memory by span path, functions, threads, a chart, what runs now. Or a recording.
-    #[command(after_help = "Keys: 1-5 views (spans, functions, threads, chart, now) · ↑↓ select · \
+    #[command(
+        after_help = "Keys: 1-5 views (spans, functions, threads, chart, now) · ↑↓ select · \
         Enter: the span path's code stacks, Esc back · / filter · s sort · p hold the view · \
-        ←→ step in time (the chart: pan), End: now · +/- zoom the chart · q quit")]
+        ←→ step in time (the chart: pan), End: now · +/- zoom the chart · q quit"
+    )]
     Live(LiveArgs),
 }
 

@@ -458,10 +458,17 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
         .filter_map(|(n, t)| Some((x(*n), t.cores()? * 100.0)))
         .collect();
     let [top, bottom] = Layout::vertical([Constraint::Fill(1); 2]).areas(area);
+    // The ends of the time axis as clock times, where there are frames to say them.
+    let end = app.history.tick(app.cursor).map(|t| t.time);
+    let start = end.map(|t| clock(t - std::time::Duration::from_secs(width as u64 - 1)));
+    let (start, end) = (
+        start.unwrap_or_else(|| format!("-{}s", width - 1)),
+        end.map_or_else(|| "now".to_owned(), clock),
+    );
     let x_axis = || {
         Axis::default()
             .bounds([-(width as f64 - 1.0), 0.0])
-            .labels([format!("-{}s", width - 1), "cursor".to_owned()])
+            .labels([start.clone(), end.clone()])
     };
     let max = |v: &[(f64, f64)]| v.iter().map(|p| p.1).fold(0.0_f64, f64::max).max(1e-9) * 1.1;
     let draw =
@@ -722,6 +729,10 @@ mod tests {
         assert!(
             s.contains("memory in use: 5.0 MiB") && s.contains("CPU: 75.0% of a core"),
             "{s}"
+        );
+        assert!(
+            s.contains("00:15:47") && s.contains("00:16:46"),
+            "the time axis in clock time, 59 s apart: {s}"
         );
         press(&mut app, KeyCode::Char('5'));
         let s = screen(&app);
