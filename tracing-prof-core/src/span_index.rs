@@ -313,24 +313,36 @@ fn trim_pages() {
         return;
     };
     let base = entries.as_ptr().cast::<u8>().cast_mut();
+    let per_system_page = system_page_bytes() / PAGE_BYTES;
     // Pages `first..end` are each marked RECLAIMING and were seen with every key free after the
     // mark: no span holds an entry there, and a span created there from now on lets its entry
     // go on seeing the mark (see `insert`). Zeroed entries are free entries, and other threads
-    // reading them meanwhile read 0 either way.
+    // reading them meanwhile read 0 either way. Only whole system pages go back: on a kernel
+    // with 64 KiB pages, `madvise` would round a 4 KiB range up and zero entries beyond it.
     let give_back = |first: usize, end: usize| {
-        // SAFETY: a page-aligned range of our own anonymous mapping (the mapping is aligned, and
-        // a page is PAGE_ENTRIES whole entries) whose contents nobody needs (above).
-        unsafe {
-            libc::madvise(
-                base.add(first * PAGE_BYTES).cast(),
-                (end - first) * PAGE_BYTES,
-                libc::MADV_DONTNEED,
-            )
-        };
-        for f in &flags[first..end] {
-            f.fetch_and(!(RECLAIMING | TOUCHED), Ordering::SeqCst);
+        let (a, b) = whole_system_pages(first, end, per_system_page);
+        if a < b {
+            // SAFETY: a range of our own anonymous mapping aligned to the system's pages (the
+            // mapping is aligned to them; `a` and `b` are multiples of them, in pages of
+            // PAGE_ENTRIES whole entries) whose contents nobody needs (above).
+            unsafe {
+                libc::madvise(
+                    base.add(a * PAGE_BYTES).cast(),
+                    (b - a) * PAGE_BYTES,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            for f in &flags[a..b] {
+                f.fetch_and(!(RECLAIMING | TOUCHED), Ordering::SeqCst);
+            }
+            RESIDENT_PAGES.fetch_sub(b - a, Ordering::Relaxed);
         }
-        RESIDENT_PAGES.fetch_sub(end - first, Ordering::Relaxed);
+        // The rest of the run stays: its marks come off, its pages stay touched.
+        for (p, f) in flags.iter().enumerate().take(end).skip(first) {
+            if !(a..b).contains(&p) {
+                f.fetch_and(!RECLAIMING, Ordering::SeqCst);
+            }
+        }
     };
     let mut run: Option<usize> = None;
     for (p, flag) in flags.iter().enumerate() {
@@ -355,6 +367,31 @@ fn trim_pages() {
     if let Some(first) = run {
         give_back(first, flags.len());
     }
+}
+
+/// The system's page size in bytes (4 KiB on most x86 and arm64 kernels, 16 or 64 KiB on
+/// some arm64 ones), a multiple of [`PAGE_BYTES`]; [`PAGE_BYTES`] if it cannot be read.
+fn system_page_bytes() -> usize {
+    static CACHED: AtomicUsize = AtomicUsize::new(0);
+    let cached = CACHED.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|&n| n >= PAGE_BYTES && n % PAGE_BYTES == 0)
+        .unwrap_or(PAGE_BYTES);
+    CACHED.store(n, Ordering::Relaxed);
+    n
+}
+
+/// The pages of `first..end` (in [`PAGE_BYTES`] pages) that make whole system pages of
+/// `per_system_page` of ours: `a..b`, empty (`a >= b`) when there is none.
+fn whole_system_pages(first: usize, end: usize, per_system_page: usize) -> (usize, usize) {
+    let n = per_system_page.max(1);
+    (first.div_ceil(n) * n, end / n * n)
 }
 
 /// Calls `f(tag, created_ns, busy_ns)` for every span open in the table now. Reads only the
@@ -407,6 +444,18 @@ pub(crate) fn resident_bytes() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whole_system_pages_are_given_back() {
+        // 4 KiB system pages: every run as it is.
+        assert_eq!(whole_system_pages(3, 7, 1), (3, 7));
+        // 64 KiB system pages (16 of ours): the aligned middle of a run, or nothing.
+        assert_eq!(whole_system_pages(3, 40, 16), (16, 32));
+        assert_eq!(whole_system_pages(16, 32, 16), (16, 32));
+        let (a, b) = whole_system_pages(3, 20, 16);
+        assert!(a >= b, "no whole 64 KiB page in 3..20");
+        assert_eq!(system_page_bytes() % PAGE_BYTES, 0);
+    }
 
     /// The tests place entries in chosen places, and `trim` marks pages: one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
