@@ -227,17 +227,21 @@ impl Recording {
     /// When `bytes` do not start with [`RECORDING_MAGIC`], or a whole frame does not decode.
     pub fn decode(bytes: &[u8]) -> Result<Recording, DecodeError> {
         let mut frames = Vec::new();
-        let truncated = Recording::for_each_frame(bytes, |f| frames.push(f))?;
+        let truncated = Recording::for_each_frame(bytes, |_, f| frames.push(f))?;
         Ok(Recording { frames, truncated })
     }
 
-    /// Hands the frames of a recording to `f` one at a time, oldest first, and returns whether
-    /// the recording ended mid-frame (that frame left out).
+    /// Hands the frames of a recording to `f` one at a time, oldest first, each as its bytes
+    /// (as [`LiveFrame::encode`] wrote them) and decoded; returns whether the recording ended
+    /// mid-frame (that frame left out).
     ///
     /// # Errors
     /// When `bytes` do not start with [`RECORDING_MAGIC`], or a whole frame does not decode
     /// (the frames before it were handed over).
-    pub fn for_each_frame(bytes: &[u8], mut f: impl FnMut(LiveFrame)) -> Result<bool, DecodeError> {
+    pub fn for_each_frame(
+        bytes: &[u8],
+        mut f: impl FnMut(&[u8], LiveFrame),
+    ) -> Result<bool, DecodeError> {
         let Some(mut rest) = bytes.strip_prefix(RECORDING_MAGIC) else {
             return Err(DecodeError::Invalid(
                 "not a tracing-prof live recording (it does not start with the recording's first line)"
@@ -255,8 +259,9 @@ impl Recording {
             }
             let (frame, tail) = tail.split_at(len);
             n += 1;
-            f(LiveFrame::decode(frame)
-                .map_err(|e| DecodeError::Invalid(format!("frame {n} of the recording: {e}")))?);
+            let decoded = LiveFrame::decode(frame)
+                .map_err(|e| DecodeError::Invalid(format!("frame {n} of the recording: {e}")))?;
+            f(frame, decoded);
             rest = tail;
         }
         Ok(false)

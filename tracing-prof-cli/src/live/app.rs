@@ -141,12 +141,14 @@ impl App {
     }
 
     /// A frame arrived.
-    pub(crate) fn on_frame(&mut self, frame: LiveFrame) {
-        self.history.push(frame);
+    /// A frame arrived: `bytes` as received, `frame` decoded from them.
+    pub(crate) fn on_frame(&mut self, bytes: Vec<u8>, frame: LiveFrame) {
+        self.history.push(bytes, frame);
         self.error = None;
         if self.follow {
             self.cursor = self.history.end().saturating_sub(1);
         }
+        self.history.focus(self.cursor);
     }
 
     /// A fetch failed: shown until the next frame arrives.
@@ -173,6 +175,7 @@ impl App {
     fn seek(&mut self, n: usize) {
         let last = self.history.end().saturating_sub(1);
         self.cursor = n.clamp(self.history.first(), last);
+        self.history.focus(self.cursor);
         self.follow = self.cursor == last && matches!(self.origin, Origin::Url(_));
     }
 
@@ -277,7 +280,8 @@ mod tests {
     fn keys_switch_views_filter_sort_drill_and_move_in_time() {
         let mut app = App::new(Origin::Url("http://x".into()));
         for i in 0..5 {
-            app.on_frame(frame(i));
+            let (bytes, f) = frame(i);
+            app.on_frame(bytes, f);
         }
         assert_eq!((app.cursor, app.follow), (4, true));
         app.on_key(key(KeyCode::Char('3')), 0, None);
@@ -305,7 +309,8 @@ mod tests {
         app.quit = false;
         app.on_key(key(KeyCode::Char('p')), 2, None);
         assert!(!app.follow);
-        app.on_frame(frame(5));
+        let (bytes, f) = frame(5);
+        app.on_frame(bytes, f);
         assert_eq!(app.cursor, 4, "a paused view stays where it was");
         app.on_key(key(KeyCode::Left), 2, None);
         assert_eq!(app.cursor, 3);

@@ -1,6 +1,10 @@
 //! What the views show, computed from the frames received: per span path, per function, per
 //! thread, and over time. Tables sum the frames of the last [`TABLE_FRAMES`] seconds up to the
 //! cursor and show rates per second; in-use memory is a level, taken from the cursor's frame.
+//!
+//! Frames are kept as they arrived (gzip'd, about 13 KiB each for the example) and decoded only
+//! where the tables look: the last [`TABLE_FRAMES`] and those up to the cursor. Decoded, a
+//! frame of the example takes about 200 KiB.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
@@ -78,11 +82,18 @@ fn path_name(s: &Sample) -> String {
     if p.is_empty() { NO_SPAN.to_owned() } else { p }
 }
 
+/// A frame as it arrived, and decoded while the tables may look at it.
+#[derive(Debug)]
+struct Kept {
+    bytes: Box<[u8]>,
+    frame: Option<LiveFrame>,
+}
+
 /// Frames and ticks received, numbered from 0 in order of arrival.
 #[derive(Debug, Default)]
 pub(crate) struct History {
     ticks: VecDeque<Tick>,
-    frames: VecDeque<LiveFrame>,
+    frames: VecDeque<Kept>,
     /// The number of the first tick kept.
     first_tick: usize,
     /// The number of the first frame kept.
@@ -90,10 +101,15 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Adds the next frame; the oldest go past [`KEPT_FRAMES`] and [`KEPT_TICKS`].
-    pub(crate) fn push(&mut self, frame: LiveFrame) {
+    /// Adds the next frame, `bytes` as it arrived and `frame` decoded from them; the oldest go
+    /// past [`KEPT_FRAMES`] and [`KEPT_TICKS`]. Frames older than the last [`TABLE_FRAMES`]
+    /// are kept as bytes only, unless [`History::focus`] asks for them.
+    pub(crate) fn push(&mut self, bytes: Vec<u8>, frame: LiveFrame) {
         self.ticks.push_back(Tick::of(&frame));
-        self.frames.push_back(frame);
+        self.frames.push_back(Kept {
+            bytes: bytes.into_boxed_slice(),
+            frame: Some(frame),
+        });
         if self.ticks.len() > KEPT_TICKS {
             self.ticks.pop_front();
             self.first_tick += 1;
@@ -102,6 +118,30 @@ impl History {
             self.frames.pop_front();
             self.first_frame += 1;
         }
+        if let Some(k) = self.frames.len().checked_sub(TABLE_FRAMES + 1) {
+            // Left the live edge's table; `focus` decodes it again if the cursor goes there.
+            self.frames[k].frame = None;
+        }
+    }
+
+    /// Decodes the frames the tables at `cursor` use, and only those and the live edge's.
+    pub(crate) fn focus(&mut self, cursor: usize) {
+        let end = self.end();
+        let wanted = |n: usize| n + TABLE_FRAMES > cursor && n <= cursor || n + TABLE_FRAMES >= end;
+        let first = self.first_frame;
+        for (i, k) in self.frames.iter_mut().enumerate() {
+            match (wanted(first + i), k.frame.is_some()) {
+                (true, false) => k.frame = LiveFrame::decode(&k.bytes).ok(),
+                (false, true) => k.frame = None,
+                _ => {}
+            }
+        }
+    }
+
+    /// Frames decoded now.
+    #[cfg(test)]
+    fn decoded(&self) -> usize {
+        self.frames.iter().filter(|k| k.frame.is_some()).count()
     }
 
     /// The number of the next frame (one past the last).
@@ -124,9 +164,12 @@ impl History {
         (from.max(self.first_tick)..to.min(self.end())).filter_map(|n| Some((n, self.tick(n)?)))
     }
 
-    /// Frame `n`, when kept.
+    /// Frame `n`, when kept and decoded (see [`History::focus`]).
     pub(crate) fn frame(&self, n: usize) -> Option<&LiveFrame> {
-        self.frames.get(n.checked_sub(self.first_frame)?)
+        self.frames
+            .get(n.checked_sub(self.first_frame)?)?
+            .frame
+            .as_ref()
     }
 
     /// The kept frames of the [`TABLE_FRAMES`] up to and including `cursor`, oldest first.
@@ -491,10 +534,10 @@ pub(crate) mod tests {
         f
     }
 
-    /// Frame `i` of a deterministic service: each second, 100 requests and 50 queries;
+    /// Frame `i` of a deterministic service, encoded as the endpoint sends it: each second, 100 requests and 50 queries;
     /// queries take 0.5 cores in `parse_row`, requests 0.25 in `render`; queries allocate
     /// 1 MiB and keep `i` MiB (a leak), requests allocate 2 MiB and keep none.
-    pub(crate) fn frame(i: u64) -> LiveFrame {
+    fn frame_bytes(i: u64) -> Vec<u8> {
         let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_000 + s);
         let mut base = Snapshot::new(t(i), Duration::from_secs(i));
         let mut end = Snapshot::new(t(i + 1), Duration::from_secs(i + 1));
@@ -569,21 +612,28 @@ pub(crate) mod tests {
             3,
             vec![OpenSpan::new(Duration::from_secs(40), Duration::ZERO)],
         )];
-        // The frame goes through its wire form, as the endpoint sends it.
-        LiveFrame::decode(&LiveFrame::new(&end.window_since(&base), now, i == 5).encode()).unwrap()
+        LiveFrame::new(&end.window_since(&base), now, i == 5).encode()
+    }
+
+    /// Frame `i` as the endpoint sends it, and decoded from that.
+    pub(crate) fn frame(i: u64) -> (Vec<u8>, LiveFrame) {
+        let bytes = frame_bytes(i);
+        let f = LiveFrame::decode(&bytes).unwrap();
+        (bytes, f)
     }
 
     pub(crate) fn history(n: u64) -> History {
         let mut h = History::default();
         for i in 0..n {
-            h.push(frame(i));
+            let (bytes, f) = frame(i);
+            h.push(bytes, f);
         }
         h
     }
 
     #[test]
     fn path_rows_are_rates_over_the_table_window_and_levels_at_the_cursor() {
-        let h = history(12);
+        let mut h = history(12);
         let mut rows = path_rows(&h, 11);
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
@@ -599,6 +649,7 @@ pub(crate) mod tests {
             "the long poll of frame 1 is out of the window"
         );
         assert_eq!(q.trend, (0..12).map(|i| i << 20).collect::<Vec<i64>>());
+        h.focus(5);
         let at5 = path_rows(&h, 5);
         let r5 = at5.iter().find(|r| r.name == "request").unwrap();
         assert_eq!(r5.long_polls, 1);
@@ -660,16 +711,42 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn history_keeps_its_bounds() {
+    fn history_keeps_its_bounds_and_decodes_only_what_tables_use() {
         let mut h = History::default();
-        let f = frame(1);
+        let (bytes, f) = frame(1);
         for _ in 0..(KEPT_FRAMES + 5) {
-            h.push(f.clone());
+            h.push(bytes.clone(), f.clone());
         }
         assert_eq!(h.end(), KEPT_FRAMES + 5);
-        assert!(h.frame(4).is_none() && h.frame(5).is_some());
+        assert_eq!(h.decoded(), TABLE_FRAMES, "the live edge only");
         assert!(h.tick(0).is_some());
         assert_eq!(h.table(KEPT_FRAMES + 4).len(), TABLE_FRAMES);
-        assert_eq!(h.table(2).len(), 0, "frames 0..=2 are gone");
+        assert!(h.frame(5).is_none(), "kept, not decoded");
+        h.focus(20);
+        assert!(h.frame(4).is_none(), "gone");
+        assert!(h.frame(11).is_some() && h.frame(20).is_some() && h.frame(21).is_none());
+        assert_eq!(h.decoded(), 2 * TABLE_FRAMES);
+        h.focus(KEPT_FRAMES + 4);
+        assert_eq!(h.decoded(), TABLE_FRAMES);
+
+        // Tables in the past read the same numbers as when those frames were new.
+        let mut h = History::default();
+        for i in 0..40 {
+            let (bytes, f) = frame(i);
+            h.push(bytes, f);
+        }
+        let mut past = history(6);
+        past.focus(5);
+        h.focus(5);
+        let sorted = |mut r: Vec<PathRow>| {
+            r.sort_by(|a, b| a.name.cmp(&b.name));
+            r.into_iter()
+                .map(|mut r| {
+                    r.trend.clear();
+                    r
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sorted(path_rows(&h, 5)), sorted(path_rows(&past, 5)));
     }
 }

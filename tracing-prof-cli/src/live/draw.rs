@@ -656,7 +656,8 @@ mod tests {
     fn app(n: u64) -> App {
         let mut app = App::new(Origin::Url("http://127.0.0.1:6060".into()));
         for i in 0..n {
-            app.on_frame(frame(i));
+            let (bytes, f) = frame(i);
+            app.on_frame(bytes, f);
         }
         app
     }

@@ -45,14 +45,14 @@ pub(crate) fn run(options: &Options) -> Result<(), String> {
         }
         let mut app = App::new(Origin::Url(url.clone()));
         app.recording_to = options.output.clone();
-        app.on_frame(first);
+        app.on_frame(bytes, first);
         (app, Some(source::poll(url, options.seconds, recorder)))
     } else {
         if options.output.is_some() {
             return Err("-o records a running service; this is a recording already".into());
         }
         let mut app = App::new(Origin::Recording(options.source.clone()));
-        let truncated = source::replay(&options.source, |f| app.on_frame(f))?;
+        let truncated = source::replay(&options.source, |bytes, f| app.on_frame(bytes, f))?;
         app.follow = false;
         if truncated {
             app.on_error("the recording ends mid-frame (its recorder was stopped); the whole frames before are shown".into());
@@ -92,7 +92,7 @@ fn event_loop(
         }
         while let Some(message) = frames.and_then(|rx| rx.try_recv().ok()) {
             match message {
-                Message::Frame(f) => app.on_frame(*f),
+                Message::Frame(bytes, f) => app.on_frame(bytes, *f),
                 Message::Error(e) => app.on_error(e),
             }
             dirty = true;

@@ -11,7 +11,8 @@ use tracing_prof_model::{LiveFrame, RECORDING_MAGIC, Recording, record_frame};
 /// What the polling thread reports.
 #[derive(Debug)]
 pub(crate) enum Message {
-    Frame(Box<LiveFrame>),
+    /// A frame as it arrived, and decoded.
+    Frame(Vec<u8>, Box<LiveFrame>),
     Error(String),
 }
 
@@ -136,7 +137,7 @@ fn poll_loop(url: &str, seconds: u64, recorder: &mut Option<Recorder>, tx: &Sync
                         }
                     }
                 }
-                Message::Frame(Box::new(frame))
+                Message::Frame(bytes, Box::new(frame))
             }
             Err(e) => {
                 if tx.send(Message::Error(format!("{e}; retrying"))).is_err() {
@@ -154,7 +155,7 @@ fn poll_loop(url: &str, seconds: u64, recorder: &mut Option<Recorder>, tx: &Sync
 
 /// Reads a recording, handing its frames to `f` one at a time (so that an hour of frames is
 /// never held at once); returns whether it ended mid-frame.
-pub(crate) fn replay(path: &str, mut f: impl FnMut(LiveFrame)) -> Result<bool, String> {
+pub(crate) fn replay(path: &str, mut f: impl FnMut(Vec<u8>, LiveFrame)) -> Result<bool, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
         return Err(format!(
@@ -163,9 +164,9 @@ pub(crate) fn replay(path: &str, mut f: impl FnMut(LiveFrame)) -> Result<bool, S
         ));
     }
     let mut frames = 0;
-    let mut count = |frame| {
+    let mut count = |bytes: &[u8], frame| {
         frames += 1;
-        f(frame)
+        f(bytes.to_vec(), frame)
     };
     let truncated =
         Recording::for_each_frame(&bytes, &mut count).map_err(|e| format!("{path}: {e}"))?;
