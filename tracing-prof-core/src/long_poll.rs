@@ -18,12 +18,14 @@ static THRESHOLD_NS: AtomicU64 = AtomicU64::new(0);
 static COUNTS: [AtomicU64; MAX_TAGS] = [const { AtomicU64::new(0) }; MAX_TAGS];
 static LONGEST_NS: [AtomicU64; MAX_TAGS] = [const { AtomicU64::new(0) }; MAX_TAGS];
 
-/// Sets the threshold (`None`: off).
+/// Sets the threshold (`None`: off), for the counters and for the CPU sampler's marks (which
+/// read the layer's clock, `crate::monotonic`).
 pub(crate) fn set_threshold(threshold: Option<Duration>) {
     let ns = threshold.map_or(0, |d| {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
     });
     THRESHOLD_NS.store(ns, Ordering::Relaxed);
+    tracing_prof_cpu::watch_long_polls(ns, crate::monotonic::now_ns);
 }
 
 /// Whether long polls are counted.

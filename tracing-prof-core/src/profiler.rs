@@ -611,12 +611,6 @@ impl ProfilerBuilder {
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();
         crate::long_poll::set_threshold(self.config.long_poll);
-        tracing_prof_cpu::watch_long_polls(
-            self.config.long_poll.map_or(0, |d| {
-                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-            }),
-            crate::monotonic::now_ns,
-        );
         tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
         if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
             return Err(BuildError::Config(ConfigError::Value {

@@ -246,15 +246,8 @@ impl PprofHandler {
                 None => return HttpResponse::text(404, "not found; see /debug/pprof/\n"),
             },
         };
-        if kind == ProfileKind::Cpu && self.profiler.stats().cpu.hz == 0 {
-            let why = self
-                .profiler
-                .cpu_error()
-                .unwrap_or_else(|| "it is turned off (TRACING_PROF_CPU_HZ=0)".into());
-            let msg = format!(
-                "CPU sampling is not running: {why}\n\
-                 /debug/pprof/spans has the time per span path.\n"
-            );
+        if let (ProfileKind::Cpu, Some(why)) = (kind, self.cpu_not_running()) {
+            let msg = format!("{why}\n/debug/pprof/spans has the time per span path.\n");
             return HttpResponse::text(503, msg);
         }
         let profile = match seconds {
@@ -268,6 +261,17 @@ impl PprofHandler {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
         HttpResponse::pprof(kind.name(), profile.profile(kind).encode())
+    }
+
+    /// Why CPU sampling is not running, in words; `None` while it runs.
+    fn cpu_not_running(&self) -> Option<String> {
+        (self.profiler.stats().cpu.hz == 0).then(|| {
+            let why = self
+                .profiler
+                .cpu_error()
+                .unwrap_or_else(|| "it is turned off (TRACING_PROF_CPU_HZ=0)".into());
+            format!("CPU sampling is not running: {why}")
+        })
     }
 
     /// What happens in the next `n` seconds, or `429` when [`MAX_WINDOWS`] windows run already.
@@ -300,16 +304,7 @@ impl PprofHandler {
             self.profiler.in_flight(),
             self.profiler.is_paused(),
         );
-        let stats = self.profiler.stats();
-        if stats.cpu.hz == 0 {
-            let why = self
-                .profiler
-                .cpu_error()
-                .unwrap_or_else(|| "it is turned off (TRACING_PROF_CPU_HZ=0)".into());
-            frame
-                .notes
-                .push(format!("CPU sampling is not running: {why}"));
-        }
+        frame.notes.extend(self.cpu_not_running());
         if window.sample_rate == 0 {
             frame.notes.push(
                 "heap sampling is off (TRACING_PROF_SAMPLE_RATE=0): no code stacks for memory"

@@ -101,7 +101,7 @@ impl LiveFrame {
             .filter(|&k| match k {
                 ProfileKind::Spans | ProfileKind::SpanMemory | ProfileKind::Threads => true,
                 ProfileKind::Cpu => k.is_available(window),
-                ProfileKind::Heap => window.sample_rate > 0,
+                ProfileKind::Heap => k.is_sampled(window),
                 _ => false,
             })
             .map(|k| (k, window.profile(k)))

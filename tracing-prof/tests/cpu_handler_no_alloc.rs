@@ -4,6 +4,7 @@
 //! module; a handler that allocated would show here, since glibc's and jemalloc's allocators
 //! lock.)
 
+mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;
@@ -39,15 +40,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: TaggingAllocator<Counting> = TaggingAllocator::new(Counting);
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use common::thread_cpu_ns;
 
 #[test]
 fn the_handler_makes_no_heap_call() {

@@ -26,15 +26,7 @@ static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std:
 /// CPU time of one unit of work.
 const UNIT: Duration = Duration::from_millis(150);
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use common::thread_cpu_ns;
 
 /// Burns `d` of this thread's CPU time in arithmetic, reading the clock rarely. Each caller
 /// passes its own `salt`, so that the three burners stay three functions (identical ones

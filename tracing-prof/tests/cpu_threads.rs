@@ -2,20 +2,13 @@
 //! what their own CPU clocks say. (A process-wide `setitimer` fails this once several threads
 //! are busy: golang/go#35057.)
 
+mod common;
 use std::hint::black_box;
 use std::time::Duration;
 use tracing_prof::Profiler;
 use tracing_subscriber::prelude::*;
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use common::thread_cpu_ns;
 
 #[inline(never)]
 fn burn(d: Duration) -> u64 {

@@ -6,6 +6,7 @@
 //! `long_poll=true` in the CPU profile, with the function that spun; the same work off the
 //! workers is not marked.
 
+mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tracing::{Instrument, info_span};
@@ -15,23 +16,12 @@ use tracing_subscriber::prelude::*;
 
 static EVENTS: AtomicU64 = AtomicU64::new(0);
 
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the timespec we own; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Computes for `cpu` of this thread's CPU time, blocking whatever runs on it.
 #[inline(never)]
 fn spin_for(cpu: Duration) -> u64 {
-    let end = thread_cpu() + cpu;
+    let end = common::thread_cpu_ns() + cpu.as_nanos() as u64;
     let mut x = 1u64;
-    while thread_cpu() < end {
+    while common::thread_cpu_ns() < end {
         for _ in 0..1000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }

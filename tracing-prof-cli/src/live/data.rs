@@ -456,21 +456,47 @@ pub(crate) struct Stack {
     pub(crate) frames: Vec<String>,
 }
 
-/// The heaviest code stacks of `kind` (sample type `sample_type`) under span path `path` (the
-/// path itself and the paths below it) among the samples `keep` keeps, at most `limit`.
-pub(crate) fn stacks(
-    history: &History,
-    cursor: usize,
-    kind: ProfileKind,
+/// The profiles of one kind over the table's window at a cursor, merged once for every
+/// [`Window::stacks`] asked of them.
+#[derive(Debug)]
+pub(crate) struct Window {
+    profile: Profile,
+    secs: f64,
+}
+
+impl Window {
+    /// The `kind` profiles of the frames the tables at `cursor` sum; `None` when none has one.
+    pub(crate) fn of(history: &History, cursor: usize, kind: ProfileKind) -> Option<Window> {
+        let frames = history.table(cursor);
+        Some(Window {
+            profile: merged(&frames, kind)?,
+            secs: seconds(&frames),
+        })
+    }
+
+    /// The heaviest code stacks (sample type `sample_type`) under span path `path` (the path
+    /// itself and the paths below it) among the samples `keep` keeps, at most `limit`; `None`
+    /// when the profile has no such sample type.
+    pub(crate) fn stacks(
+        &self,
+        sample_type: &str,
+        path: &str,
+        limit: usize,
+        keep: impl Fn(&Sample) -> bool,
+    ) -> Option<Vec<Stack>> {
+        stacks(&self.profile, self.secs, sample_type, path, limit, keep)
+    }
+}
+
+fn stacks(
+    p: &Profile,
+    secs: f64,
     sample_type: &str,
     path: &str,
     limit: usize,
     keep: impl Fn(&Sample) -> bool,
 ) -> Option<Vec<Stack>> {
-    let frames = history.table(cursor);
-    let p = merged(&frames, kind)?;
     let k = p.sample_type_index(sample_type)?;
-    let secs = seconds(&frames);
     let below = format!("{path} -> ");
     // Samples of one code stack differ in labels (heap samples carry their mean size): one
     // entry per code stack as shown.
@@ -676,7 +702,8 @@ pub(crate) mod tests {
             (t[0].inuse, t[0].alloc, t[0].allocs),
             (3 << 20, 3145728.0, 250.0)
         );
-        let cpu = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5, |_| true).unwrap();
+        let cpu_window = Window::of(&h, 3, ProfileKind::Cpu).unwrap();
+        let cpu = cpu_window.stacks("cpu", "request", 5, |_| true).unwrap();
         let rates: Vec<f64> = cpu.iter().map(|s| s.rate).collect();
         assert_eq!(rates, [5e8, 2.5e8], "query's stack is under request too");
         assert_eq!(
@@ -686,16 +713,15 @@ pub(crate) mod tests {
                 "app::run_query (src/db.rs:20)"
             ]
         );
-        let heap = stacks(
-            &h,
-            3,
-            ProfileKind::Heap,
+        let heap = Window::of(&h, 3, ProfileKind::Heap).unwrap().stacks(
             "alloc_space",
             "request -> db_query",
             5,
             |_| true,
         );
-        let blocked = stacks(&h, 3, ProfileKind::Cpu, "cpu", "request", 5, in_long_poll).unwrap();
+        let blocked = cpu_window
+            .stacks("cpu", "request", 5, in_long_poll)
+            .unwrap();
         assert_eq!(blocked.len(), 1);
         assert_eq!(blocked[0].frames, ["app::render (src/db.rs:44)"]);
         assert_eq!(blocked[0].rate, 2.5e8 / 4.0, "frame 1's of the 4");

@@ -419,12 +419,17 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
             lines.push(Line::from(""));
         };
     let cpu = |r: f64| format!("{} of a core", cores(Some(r / 1e9)));
+    let cpu_window = data::Window::of(h, at, ProfileKind::Cpu);
     section(
         "CPU (sampled), in this span path and below:",
-        data::stacks(h, at, ProfileKind::Cpu, "cpu", path, 5, |_| true),
+        cpu_window
+            .as_ref()
+            .and_then(|w| w.stacks("cpu", path, 5, |_| true)),
         &cpu,
     );
-    let blocked = data::stacks(h, at, ProfileKind::Cpu, "cpu", path, 3, data::in_long_poll);
+    let blocked = cpu_window
+        .as_ref()
+        .and_then(|w| w.stacks("cpu", path, 3, data::in_long_poll));
     if blocked.as_ref().is_some_and(|b| !b.is_empty()) {
         section(
             "CPU in long polls (a worker that entered or left no span for the threshold):",
@@ -434,7 +439,8 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
     }
     section(
         "Allocations (sampled), in this span path and below:",
-        data::stacks(h, at, ProfileKind::Heap, "alloc_space", path, 5, |_| true),
+        data::Window::of(h, at, ProfileKind::Heap)
+            .and_then(|w| w.stacks("alloc_space", path, 5, |_| true)),
         &|r| rate(r),
     );
     f.render_widget(
@@ -546,6 +552,7 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
         )));
     }
     let polls = data::long_polls(&app.history, app.cursor);
+    let cpu_window = data::Window::of(&app.history, app.cursor, ProfileKind::Cpu);
     lines.push(Line::from(""));
     lines.push(
         Line::from(format!(
@@ -558,19 +565,13 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
     }
     for (path, n) in polls {
         // The function that blocked most, where CPU samples caught it.
-        let blocker = data::stacks(
-            &app.history,
-            app.cursor,
-            ProfileKind::Cpu,
-            "cpu",
-            &path,
-            1,
-            data::in_long_poll,
-        )
-        .and_then(|s| s.into_iter().next())
-        .and_then(|s| s.frames.into_iter().next())
-        .map(|f| format!("   in {f}"))
-        .unwrap_or_default();
+        let blocker = cpu_window
+            .as_ref()
+            .and_then(|w| w.stacks("cpu", &path, 1, data::in_long_poll))
+            .and_then(|s| s.into_iter().next())
+            .and_then(|s| s.frames.into_iter().next())
+            .map(|f| format!("   in {f}"))
+            .unwrap_or_default();
         lines.push(Line::from(format!("  {n:>6}  {path}{blocker}")).yellow());
     }
     lines.push(Line::from(""));

@@ -1,4 +1,5 @@
-//! Reading profiles back with the real client, `go tool pprof`.
+//! Reading profiles back with the real client, `go tool pprof`; and this thread's CPU clock,
+//! which the CPU tests burn time by.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -8,6 +9,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+
+/// This thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Whether `go` can be run. Under `CI=true` a missing `go` fails the test instead of skipping.
 pub fn have_go() -> bool {
