@@ -1,7 +1,7 @@
 //! CPU profiling by span: three spans burn CPU in the ratio 1:2:3 in `#[inline(never)]`
 //! functions, on plain threads, in an instrumented future on a tokio runtime, and in a future
-//! polled on three different threads in turn. The `cpu` profile shows each function directly
-//! under its span frames in `go tool pprof -traces`, and the sampled CPU per span is within
+//! polled on three different threads in turn. The `cpu` profile shows each function under its
+//! span frame in `go tool pprof -traces`, with the code between them that ran in the span, and the sampled CPU per span is within
 //! 10% of the exact thread-clock measurement of the same run.
 //!
 //! CI runs this file twice: in the normal build (no frame pointers), unwinding with DWARF; and
@@ -167,16 +167,25 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
         );
     }
 
-    // In go tool pprof: each function directly under its span frame, which is under nothing
-    // else (these spans are roots).
+    // In go tool pprof: each function under its span frame, which is under nothing else (these
+    // spans are roots).
     if common::have_go() {
         let file = common::write_profile(&snapshot, ProfileKind::Cpu, "cpu_profile");
         let traces = common::pprof(&["-traces"], &file);
         assert!(traces.contains("Type: cpu"), "{traces}");
-        // Innermost first: the burning function, what called it, and the span frame.
+        // Innermost first: the burning function, what called it (the closure given to
+        // `in_scope`, the instrumented async block: code that ran in the span), and the span
+        // frame.
+        const TEST: &str = "cpu_profile::functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock";
+        let in_scope_closure = format!("{TEST}::{{{{closure}}}}::{{{{closure}}}}::{{{{closure}}}}");
+        let async_block = format!("{TEST}::{{{{closure}}}}");
         for chain in [
-            &["cpu_profile::burn_one", "cpu_profile::cpu_one [span]"][..],
-            &["cpu_profile::burn_two", "cpu_profile::cpu_two [span]"],
+            &[
+                "cpu_profile::burn_one",
+                &in_scope_closure,
+                "cpu_profile::cpu_one [span]",
+            ][..],
+            &["cpu_profile::burn_two", &async_block, "cpu_profile::cpu_two [span]"],
             &[
                 "cpu_profile::burn_three",
                 "cpu_profile::Hopper as core::future::future::Future::poll",

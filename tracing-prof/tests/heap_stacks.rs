@@ -1,5 +1,6 @@
 //! Sampled heap stacks: at rate 1 every allocation is sampled, values are exact, and
-//! `go tool pprof -traces` shows the function that allocated right under the span frames.
+//! `go tool pprof -traces` shows the function that allocated under the span frames, below the
+//! closure that ran in the span.
 
 mod common;
 
@@ -17,6 +18,10 @@ fn build_index(n: usize) -> Vec<Vec<u64>> {
     std::hint::black_box(&index);
     index
 }
+
+/// The closure given to the inner `in_scope`.
+const IN_SCOPE_CLOSURE: &str =
+    "heap_stacks::the_allocating_function_is_under_the_span_frames::{{closure}}::{{closure}}::{{closure}}";
 
 #[test]
 fn the_allocating_function_is_under_the_span_frames() {
@@ -71,10 +76,13 @@ fn the_allocating_function_is_under_the_span_frames() {
         frames[0], "heap_stacks::build_index::{{closure}}",
         "{trace}"
     );
+    // Root: the span frames, the closure given to `in_scope` (code that ran in the span),
+    // then build_index.
     assert_eq!(
-        frames[frames.len() - 3..],
+        frames[frames.len() - 4..],
         [
             "heap_stacks::build_index",
+            IN_SCOPE_CLOSURE,
             "heap_stacks::hs_handler [span]",
             "heap_stacks::hs_request [span]"
         ],
@@ -86,13 +94,14 @@ fn the_allocating_function_is_under_the_span_frames() {
     let stack = [
         "heap_stacks::hs_request [span]",
         "heap_stacks::hs_handler [span]",
+        IN_SCOPE_CLOSURE,
         "heap_stacks::build_index",
     ];
     assert_eq!(raw.value(&stack, "inuse_space"), 2400);
     assert_eq!(raw.value(&stack, "inuse_objects"), 1);
     let inner = |k: &[String]| {
-        k.len() > 3
-            && k[..3] == stack
+        k.len() > 4
+            && k[..4] == stack
             && k.last().unwrap() == "heap_stacks::build_index::{{closure}}"
     };
     assert_eq!(raw.sum("inuse_space", inner), 102_400);

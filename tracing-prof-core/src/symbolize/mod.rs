@@ -22,8 +22,11 @@
 //!   asked for memory;
 //! - at the root, when the stack runs through the place a span was entered by
 //!   `Span::in_scope` or an `Instrumented` future's `poll`, everything from there outwards is
-//!   dropped: those frames are already shown as span frames. Stacks entered with
-//!   `span.enter()` keep their whole code stack, less the runtime's own root frames.
+//!   dropped, and `tracing`'s own frames just inside it: those frames are already shown as
+//!   span frames. Every frame of the code that ran in the span stays: the closure given to
+//!   `in_scope`, the body of an `#[instrument]`ed `async fn`, and every `async fn` it awaits
+//!   (each one a `{{closure}}` frame). Stacks entered with `span.enter()` keep their whole
+//!   code stack, less the runtime's own root frames.
 
 mod dwarf;
 mod elf;
@@ -366,16 +369,28 @@ fn trim_allocator(leaf_first: &mut Vec<CodeFrame>) {
     leaf_first.drain(..leading);
 }
 
-/// Root: cuts at the innermost span entry point and the closure it was given, or drops the
-/// runtime's start-up frames.
+/// Whether a frame, between a span's entry point and the code that runs in the span, is
+/// machinery of `tracing` or of this profiler rather than the application's code: the
+/// instrumented future's projection, `in_scope`'s own closure, a budget's wrapper.
+fn is_span_machinery(f: &CodeFrame) -> bool {
+    let name = &*f.function;
+    let file = f.file.as_deref().unwrap_or("");
+    ["tracing::", "<tracing::", "tracing_core::", "<tracing_core::", "tracing_prof_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || file.contains("/tracing-0.")
+        || file.contains("/tracing/src/")
+        || file.contains("/tracing-core-0.")
+}
+
+/// Root: cuts at the innermost span entry point, less the `tracing` machinery right under it
+/// (every code frame between the entry point and the leaf stays: the bodies of async
+/// functions and of closures are the code that ran in the span); or, outside spans, drops
+/// the runtime's start-up frames.
 fn trim_root(leaf_first: &mut Vec<CodeFrame>, in_span: bool) {
     if in_span && let Some(i) = leaf_first.iter().position(is_span_entry) {
         leaf_first.truncate(i);
-        while leaf_first.len() > 1
-            && leaf_first
-                .last()
-                .is_some_and(|f| f.function.ends_with("{{closure}}"))
-        {
+        while leaf_first.len() > 1 && leaf_first.last().is_some_and(is_span_machinery) {
             leaf_first.pop();
         }
     } else {
@@ -439,9 +454,10 @@ mod tests {
             ),
             f("main", ""),
         ];
+        // The closure given to `in_scope` ran in the span: it stays.
         assert_eq!(
             names(&trim(stack.clone(), true, Leaf::TrimAllocator)),
-            ["app::parse"]
+            ["app::handle::{{closure}}", "app::parse"]
         );
         assert_eq!(
             names(&trim(stack.clone(), false, Leaf::TrimAllocator)),
@@ -469,6 +485,61 @@ mod tests {
             names(&trim(short, true, Leaf::Keep))[..2],
             ["{closure#0}", "app::parse"]
         );
+    }
+
+    /// The stack gdb showed in a real server (mini-redis): every async fn body between the
+    /// instrumented future's `poll` and the leaf stays, in order.
+    #[test]
+    fn async_fn_bodies_under_an_instrumented_future_stay() {
+        let stack = vec![
+            f("send", ""),
+            f(
+                "<tokio::io::util::flush::Flush<A> as core::future::future::Future>::poll",
+                "/cargo/tokio-1.40.0/src/io/util/flush.rs",
+            ),
+            f(
+                "mini_redis::connection::Connection::write_frame::{{closure}}",
+                "/cargo/mini-redis-0.4.1/src/connection.rs",
+            ),
+            f(
+                "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}",
+                "/cargo/mini-redis-0.4.1/src/cmd/set.rs",
+            ),
+            f(
+                "<tracing::instrument::Instrumented<T> as core::future::future::Future>::poll",
+                "/cargo/tracing-0.1.41/src/instrument.rs",
+            ),
+            f(
+                "mini_redis::cmd::set::Set::apply::{{closure}}",
+                "/cargo/mini-redis-0.4.1/src/cmd/set.rs",
+            ),
+            f(
+                "mini_redis::server::Handler::run::{{closure}}::{{closure}}",
+                "/cargo/mini-redis-0.4.1/src/server.rs",
+            ),
+        ];
+        assert_eq!(
+            names(&trim(stack, true, Leaf::Keep)),
+            [
+                "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}",
+                "mini_redis::connection::Connection::write_frame::{{closure}}",
+                "<tokio::io::util::flush::Flush<A> as core::future::future::Future>::poll",
+                "send",
+            ]
+        );
+        // `tracing`'s own frames just inside the entry point are its machinery.
+        let stack = vec![
+            f("app::parse", "/src/app/src/main.rs"),
+            f(
+                "tracing::instrument::_::<impl tracing::instrument::Instrumented<T>>::project",
+                "/cargo/tracing-0.1.41/src/instrument.rs",
+            ),
+            f(
+                "<tracing::instrument::Instrumented<T> as core::future::future::Future>::poll",
+                "/cargo/tracing-0.1.41/src/instrument.rs",
+            ),
+        ];
+        assert_eq!(names(&trim(stack, true, Leaf::Keep)), ["app::parse"]);
     }
 
     #[test]
