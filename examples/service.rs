@@ -266,18 +266,8 @@ fn print_stacks(profile: &Snapshot) {
         return;
     }
     let site = |s: &tracing_prof::core::StackProfile| {
-        let names: Vec<&str> = s.frames.iter().map(|f| &*f.name).collect();
-        let leaf = s.code.last().map_or_else(
-            || "?".to_owned(),
-            |f| match (&f.file, f.line) {
-                (Some(file), Some(line)) => {
-                    let short = file.rsplit('/').take(2).collect::<Vec<_>>();
-                    format!("{} ({}/{}:{line})", f.function, short[1], short[0])
-                }
-                _ => f.function.to_string(),
-            },
-        );
-        format!("{} @ {leaf}", names.join(" -> "))
+        let leaf = s.code.last().map_or_else(|| "?".to_owned(), |f| f.location());
+        format!("{} @ {leaf}", tracing_prof::model::display_path(&s.frames))
     };
     let mut stacks: Vec<_> = profile
         .stacks

@@ -38,6 +38,7 @@ mod folded;
 mod in_flight;
 mod kind;
 mod live;
+mod names;
 pub mod pprof;
 mod profile;
 pub mod series;
@@ -51,6 +52,7 @@ pub use in_flight::{
 };
 pub use kind::ProfileKind;
 pub use live::{LiveFrame, RECORDING_MAGIC, Recording, record_frame};
+pub use names::short_function_name;
 pub use pprof::DecodeError;
 pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 pub use snapshot::{

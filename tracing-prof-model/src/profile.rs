@@ -76,12 +76,15 @@ impl Frame {
     }
 
     /// The name shown in pprof, flame graphs and tables: span frames carry [`SPAN_MARK`]
-    /// (synthetic ones, whose names are in parentheses, need none).
+    /// (synthetic ones, whose names are in parentheses, need none); code frames go by their
+    /// short name ([`short_function_name`](crate::short_function_name)).
     pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
-        if self.kind == FrameKind::Span && !self.function.starts_with('(') {
-            format!("{}{SPAN_MARK}", self.function).into()
-        } else {
-            (*self.function).into()
+        match self.kind {
+            FrameKind::Span if !self.function.starts_with('(') => {
+                format!("{}{SPAN_MARK}", self.function).into()
+            }
+            FrameKind::Code => crate::names::short_function_name(&self.function),
+            _ => (*self.function).into(),
         }
     }
 

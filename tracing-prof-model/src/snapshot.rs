@@ -76,7 +76,9 @@ impl SpanFrame {
 /// One function in a code stack.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CodeFrame {
-    /// Demangled function name without its hash, e.g. `my_app::handler::parse`.
+    /// The demangled function name without its hash, in full (generic arguments included):
+    /// `my_app::handler::parse`, `<alloc::vec::Vec<T,A> as core::clone::Clone>::clone`.
+    /// Viewers show [`CodeFrame::short_name`].
     pub function: Arc<str>,
     /// Source file, when the binary has line tables.
     pub file: Option<Arc<str>>,
@@ -94,9 +96,16 @@ impl CodeFrame {
         }
     }
 
-    /// `function (file:line)` with the file shortened to its last two components, or just the
-    /// function name when the location is unknown.
+    /// The function's short name ([`short_function_name`](crate::short_function_name)): what
+    /// pprof files and tables show.
+    pub fn short_name(&self) -> std::borrow::Cow<'_, str> {
+        crate::names::short_function_name(&self.function)
+    }
+
+    /// `function (file:line)` with the short name and the file shortened to its last two
+    /// components, or just the short name when the location is unknown.
     pub fn location(&self) -> String {
+        let function = self.short_name();
         match (&self.file, self.line) {
             (Some(file), Some(line)) => {
                 let short: Vec<&str> = file.rsplit('/').take(2).collect();
@@ -105,9 +114,9 @@ impl CodeFrame {
                 } else {
                     short[0].to_owned()
                 };
-                format!("{} ({short}:{line})", self.function)
+                format!("{function} ({short}:{line})")
             }
-            _ => self.function.to_string(),
+            _ => function.into_owned(),
         }
     }
 }
@@ -370,7 +379,7 @@ impl StackProfile {
 
     /// `span -> path @ innermost function`.
     pub fn display(&self) -> String {
-        let leaf = self.code.last().map_or("?", |f| &*f.function);
+        let leaf = self.code.last().map_or("?".into(), CodeFrame::short_name);
         format!("{} @ {leaf}", display_path(&self.frames))
     }
 }
@@ -498,7 +507,7 @@ impl SuspectedLeak {
         let path = if code.is_empty() {
             display_path(&frames)
         } else {
-            let leaf = code.last().map_or("?", |f| &*f.function);
+            let leaf = code.last().map_or("?".into(), CodeFrame::short_name);
             format!("{} @ {leaf}", display_path(&frames))
         };
         SuspectedLeak {

@@ -188,7 +188,7 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
             &["cpu_profile::burn_two", &async_block, "cpu_profile::cpu_two [span]"],
             &[
                 "cpu_profile::burn_three",
-                "cpu_profile::Hopper as core::future::future::Future::poll",
+                "<cpu_profile::Hopper as Future>::poll",
                 "cpu_profile::cpu_three [span]",
             ],
         ] {
@@ -209,6 +209,18 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
             });
             assert!(found, "no trace ends with {chain:?}:\n{traces}");
         }
+        // Names survive pprof's shortening of C++-looking names (which removes every `<..>`
+        // group from a name equal to its system name): no empty path segment anywhere, in the
+        // trait impls of core, alloc and tokio that these stacks run through.
+        let all = common::pprof(&["-top", "-nodecount=100000"], &file);
+        for line in traces.lines().chain(all.lines()) {
+            assert!(
+                !line.contains("::::") && !line.trim_start().starts_with("::"),
+                "a name pprof shortened to nothing: {line}"
+            );
+        }
+        assert!(all.contains(" as "), "no trait method in the profile:\n{all}");
+
         // The span path label: -tagfocus picks one span's samples.
         let top = common::pprof(&["-top", "-tagfocus=span_path=cpu_three"], &file);
         assert!(top.contains("cpu_profile::burn_three"), "{top}");

@@ -65,29 +65,16 @@ fn snapshot() -> &'static Snapshot {
     })
 }
 
-/// A name as pprof shows it: without `<...>` groups (its C++ template simplification).
-fn simplified(name: &str) -> String {
-    let mut out = String::new();
-    let mut depth = 0;
-    for c in name.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth > 0 => depth -= 1,
-            c if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Per stack (display names as pprof shows them, root first), the sum of each value.
+/// Per stack (display names, root first), the sum of each value. pprof shows names as
+/// written: it shortens a name only when it equals the function's system name, and ours
+/// differ wherever shortening would change them (see `tracing_prof::model::short_function_name`).
 fn by_stack(p: &Profile) -> BTreeMap<Vec<String>, Vec<i64>> {
     let mut out: BTreeMap<Vec<String>, Vec<i64>> = BTreeMap::new();
     for s in &p.samples {
         let key: Vec<String> = s
             .stack
             .iter()
-            .map(|f| simplified(&f.display_name()))
+            .map(|f| f.display_name().into_owned())
             .collect();
         let e = out.entry(key).or_insert_with(|| vec![0; s.values.len()]);
         for (a, b) in e.iter_mut().zip(&s.values) {

@@ -14,13 +14,16 @@ use tracing_prof_model::CodeFrame;
 
 type R = EndianSlice<'static, RunTimeEndian>;
 
-/// `name` demangled, without the hash, qualified paths unwrapped for pprof (see
-/// `unwrap_qualified_path`).
+/// `name` demangled, without the hash; a C symbol without its version (`clock_gettime` for
+/// `clock_gettime@@GLIBC_2.17`, as a separate debug file's symbol table names it).
 pub(super) fn demangle(name: &[u8]) -> String {
     let s = String::from_utf8_lossy(name);
     match rustc_demangle::try_demangle(&s) {
-        Ok(d) => super::unwrap_qualified_path(&format!("{d:#}")),
-        Err(_) => s.into_owned(),
+        Ok(d) => format!("{d:#}"),
+        Err(_) => match s.split_once('@') {
+            Some((plain, _)) if !plain.is_empty() => plain.to_owned(),
+            _ => s.into_owned(),
+        },
     }
 }
 

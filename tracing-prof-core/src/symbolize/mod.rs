@@ -271,28 +271,6 @@ fn is_span_entry(f: &CodeFrame) -> bool {
             && (name == "poll" || name.starts_with("poll<")))
 }
 
-/// `<Vec<T> as Trait>::f` becomes `Vec<T> as Trait::f`: pprof's viewers drop every `<...>` group
-/// from names (C++ templates), which would leave `::f`.
-fn unwrap_qualified_path(name: &str) -> String {
-    if !name.starts_with('<') {
-        return name.to_owned();
-    }
-    let mut depth = 0usize;
-    for (i, c) in name.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => {
-                depth -= 1;
-                if depth == 0 {
-                    return format!("{}{}", &name[1..i], &name[i + 1..]);
-                }
-            }
-            _ => {}
-        }
-    }
-    name.to_owned()
-}
-
 /// What to do with the innermost frames of a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Leaf {
@@ -542,16 +520,6 @@ mod tests {
         assert_eq!(names(&trim(stack, true, Leaf::Keep)), ["app::parse"]);
     }
 
-    #[test]
-    fn qualified_paths_survive_pprof_name_shortening() {
-        assert_eq!(
-            unwrap_qualified_path("<alloc::vec::Vec<T> as core::Foo<I>>::from_iter"),
-            "alloc::vec::Vec<T> as core::Foo<I>::from_iter"
-        );
-        assert_eq!(unwrap_qualified_path("app::main"), "app::main");
-        assert_eq!(unwrap_qualified_path("<broken"), "<broken");
-    }
-
     #[inline(never)]
     fn probe_target() -> u64 {
         std::hint::black_box(7)
@@ -624,7 +592,7 @@ mod tests {
                 .collect();
             let mut theirs = Vec::new();
             backtrace::resolve(ip as *mut std::ffi::c_void, |s| {
-                let name = s.name().map(|n| unwrap_qualified_path(&format!("{n:#}")));
+                let name = s.name().map(|n| format!("{n:#}"));
                 let file = s.filename().map(|p| p.to_string_lossy().into_owned());
                 theirs.push((name, file, s.lineno()));
             });

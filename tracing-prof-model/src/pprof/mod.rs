@@ -155,11 +155,21 @@ impl Tables {
             Some(&id) => id,
             None => {
                 let name_index = self.strings.get(&name);
+                // The full name as the system name; pprof shortens a name that equals its
+                // system name as if it were C++ (see `crate::names`), so a name with brackets
+                // that needs no shortening goes without one.
+                let system_name = if f.kind == FrameKind::Code && *f.function != *name {
+                    self.strings.get(&f.function)
+                } else if name.contains(['<', '(']) {
+                    0
+                } else {
+                    name_index
+                };
                 let filename = f.file.as_deref().map_or(0, |file| self.strings.get(file));
                 self.out_functions.push(proto::Function {
                     id: next_fn,
                     name: name_index,
-                    system_name: name_index,
+                    system_name,
                     filename,
                     start_line: 0,
                 });
@@ -309,7 +319,21 @@ impl Profile {
         }
         let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>)> = HashMap::new();
         for f in &p.function {
-            let name: Arc<str> = Arc::from(string(f.name, "a function name")?);
+            // Our files name a Rust function by its short name and keep the full one as the
+            // system name (see `crate::names`): the full one is the frame's.
+            let short = string(f.name, "a function name")?;
+            let system = string(f.system_name, "a function system name")?;
+            let name: Arc<str> = Arc::from(
+                if short.is_empty()
+                    || (!system.is_empty()
+                        && system != short
+                        && crate::names::short_function_name(system) == short)
+                {
+                    system
+                } else {
+                    short
+                },
+            );
             let file = opt_string(f.filename, "a function file")?.map(Arc::from);
             if f.id == 0 || functions.insert(f.id, (name, file)).is_some() {
                 return Err(invalid(format!("function id {} is zero or repeated", f.id)));
