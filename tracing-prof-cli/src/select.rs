@@ -17,10 +17,7 @@ fn regex(pattern: &str, flag: &str) -> Result<Regex, CliError> {
 
 /// The span path of a sample as `--span` compares it: the span names joined by ` -> `.
 fn under(sample: &Sample, path: &[&str]) -> bool {
-    let names: Vec<&str> = sample
-        .span_frames()
-        .map(|f| f.function.rsplit("::").next().unwrap_or(&f.function))
-        .collect();
+    let names: Vec<&str> = sample.span_frames().map(|f| f.span_name()).collect();
     names.len() >= path.len() && names.iter().zip(path).all(|(a, b)| a == b)
 }
 

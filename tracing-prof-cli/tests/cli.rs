@@ -102,6 +102,32 @@ fn outputs_match_the_expected_files() {
             &["top", "--by", "span", "-t", "wall_busy", "ours/spans.pb.gz"],
         ),
         ("top_lifetimes", &["top", "ours/lifetimes.pb.gz"]),
+        // Two `#[instrument] fn apply` in two modules under one parent (from
+        // `tracing-prof/tests/same_name_spans.rs`): two rows, named by their modules.
+        (
+            "top_same_name_cpu_by_span",
+            &["top", "--by", "span", "same_name/cpu.pb.gz"],
+        ),
+        (
+            "top_same_name_memory_by_span",
+            &[
+                "top",
+                "--by",
+                "span",
+                "-t",
+                "inuse_space",
+                "same_name/span_memory.pb.gz",
+            ],
+        ),
+        (
+            "top_same_name_under_one",
+            &[
+                "top",
+                "--span",
+                "run -> same_name_spans::set::apply",
+                "same_name/cpu.pb.gz",
+            ],
+        ),
         ("top_threads", &["top", "ours/threads.pb.gz"]),
         ("top_go_heap", &["top", "go/heap.pb.gz"]),
         ("top_go_cpu", &["top", "--cum", "go/cpu.pb.gz"]),

@@ -178,8 +178,8 @@ impl Budget {
                 );
                 let allocs = a.alloc_objects.saturating_sub(b.alloc_objects);
                 let bytes = a.alloc_bytes.saturating_sub(b.alloc_bytes);
-                let names: Vec<&str> = frames[root.len() - 1..].iter().map(|f| &*f.name).collect();
-                (allocs > 0 || bytes > 0).then(|| (names.join(" -> "), allocs, bytes))
+                let path = tracing_prof_model::display_path(&frames[root.len() - 1..]);
+                (allocs > 0 || bytes > 0).then_some((path, allocs, bytes))
             })
             .collect();
         by_path.sort_by(|x, y| y.2.cmp(&x.2).then_with(|| x.0.cmp(&y.0)));

@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tracing_core::Metadata;
 use tracing_prof_alloc::{MAX_TAGS, Tag};
 use tracing_prof_model::{NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, SpanFrame};
@@ -50,8 +50,10 @@ type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
 #[derive(Debug)]
 struct Entry {
     parent: u32,
-    /// The span's callsite as a frame (its label values included).
-    frame: SpanFrame,
+    /// The span's callsite, a key of `Table::frames`.
+    callsite: usize,
+    /// Its label values.
+    fields: Vec<(Arc<str>, Arc<str>)>,
 }
 
 #[derive(Default)]
@@ -61,11 +63,47 @@ struct Table {
     entries: Vec<Entry>,
     /// One frame per callsite, shared by every path through it.
     frames: HashMap<usize, SpanFrame, BuildHasherDefault<KeyHasher>>,
+    /// The callsites of each span name.
+    by_name: HashMap<Arc<str>, Vec<usize>>,
 }
 
-/// The frame of a span callsite.
-fn frame_of(m: &'static Metadata<'static>) -> SpanFrame {
-    SpanFrame::new(m.target(), m.name(), m.file(), m.line())
+impl Table {
+    /// The frame of the callsite `metadata` at `callsite`, added if new. A callsite whose
+    /// name another callsite has already goes by `target::name` in span paths, and so does
+    /// that other one from now on (see [`path_name`]).
+    fn callsite(&mut self, callsite: usize, metadata: &'static Metadata<'static>) {
+        if self.frames.contains_key(&callsite) {
+            return;
+        }
+        let frame = SpanFrame::new(
+            metadata.target(),
+            metadata.name(),
+            metadata.file(),
+            metadata.line(),
+        );
+        let same_name = self.by_name.entry(frame.name.clone()).or_default();
+        same_name.push(callsite);
+        self.frames.insert(callsite, frame);
+        if same_name.len() > 1 {
+            let group: Vec<SpanFrame> = same_name.iter().map(|c| self.frames[c].clone()).collect();
+            for c in same_name.iter() {
+                let f = self.frames.get_mut(c).expect("a callsite of the group");
+                f.path_name = path_name(f, &group);
+            }
+        }
+    }
+}
+
+/// The name `frame` goes by in span paths when the callsites of `group` share its name:
+/// `target::name`, and ` (file:line)` after it where the target is shared too.
+fn path_name(frame: &SpanFrame, group: &[SpanFrame]) -> Arc<str> {
+    let qualified = frame.qualified_name();
+    if group.iter().filter(|o| o.target == frame.target).count() < 2 {
+        return Arc::from(qualified);
+    }
+    let file = frame.file.as_deref().map_or("?", |f| f.rsplit('/').next().unwrap_or(f));
+    let line = frame.line.unwrap_or(0);
+    Arc::from(format!("{qualified} ({file}:{line})"))
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -149,15 +187,11 @@ fn intern_slow(key: Key, metadata: &'static Metadata<'static>) -> Tag {
             Some(&raw) => Tag::new(raw),
             None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
                 let raw = Tag::FIRST_PATH + table.entries.len() as u32;
-                let mut frame = table
-                    .frames
-                    .entry(key.1)
-                    .or_insert_with(|| frame_of(metadata))
-                    .clone();
-                frame.fields = crate::labels::pairs(key.2);
+                table.callsite(key.1, metadata);
                 table.entries.push(Entry {
                     parent: parent.get(),
-                    frame,
+                    callsite: key.1,
+                    fields: crate::labels::pairs(key.2),
                 });
                 table.by_key.insert(key, raw);
                 Tag::new(raw)
@@ -188,7 +222,9 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<SpanFrame>)> {
         let mut frames = Vec::new();
         while raw >= Tag::FIRST_PATH {
             let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
-            frames.push(e.frame.clone());
+            let mut frame = table.frames[&e.callsite].clone();
+            frame.fields = e.fields.clone();
+            frames.push(frame);
             raw = e.parent;
         }
         if raw == Tag::OVERFLOW.get() {
@@ -207,7 +243,8 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<SpanFrame>)> {
         .collect()
 }
 
-/// The span names of the path of `tag`, joined by ` -> ` (or its synthetic frame's name).
+/// The path names of the path of `tag` (see [`SpanFrame::path_name`]), joined by ` -> ` (or
+/// its synthetic frame's name).
 pub(crate) fn display(tag: Tag) -> String {
     match tag {
         Tag::NO_SPAN => return NO_SPAN_FRAME.to_owned(),
@@ -225,9 +262,9 @@ pub(crate) fn display(tag: Tag) -> String {
         let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
             break;
         };
-        names.push(&*e.frame.name);
+        names.push(&*table.frames[&e.callsite].path_name);
         raw = e.parent;
     }
     names.reverse();
-    names.join(" -> ")
+    names.join(tracing_prof_model::PATH_SEPARATOR)
 }

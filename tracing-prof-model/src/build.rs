@@ -66,7 +66,9 @@ fn memory_values(m: &MemoryStats) -> Vec<i64> {
 
 /// The frame of a span callsite.
 pub(crate) fn span_frame(f: &SpanFrame) -> Frame {
-    Frame::new(FrameKind::Span, f.qualified_name(), f.file.clone(), f.line)
+    let mut frame = Frame::new(FrameKind::Span, f.qualified_name(), f.file.clone(), f.line);
+    frame.path_name = Some(f.path_name.clone());
+    frame
 }
 
 /// The frame of a code function.

@@ -126,7 +126,9 @@ fn span_frames(s: &Sample) -> Vec<SpanFrame> {
         .span_frames()
         .map(|f| {
             let (target, name) = f.function.rsplit_once("::").unwrap_or(("", &f.function));
-            SpanFrame::new(target, name, f.file.as_deref(), f.line)
+            let mut frame = SpanFrame::new(target, name, f.file.as_deref(), f.line);
+            frame.path_name = Arc::from(f.span_name());
+            frame
         })
         .collect();
     if let Some(last) = frames.last_mut() {

@@ -59,7 +59,7 @@ pub use snapshot::{
     Binary, CodeFrame, CpuSource, CpuStack, LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes,
     MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile, Snapshot,
     SpanFrame, StackProfile, SuspectedLeak, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
-    display_path,
+    PATH_SEPARATOR, display_path,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
 

@@ -52,6 +52,10 @@ pub struct Frame {
     pub line: Option<u32>,
     /// Code address, when the file had one.
     pub address: Option<u64>,
+    /// For span frames, the name the span goes by in span paths
+    /// ([`SpanFrame::path_name`](crate::SpanFrame::path_name)), when the profile says it (ours
+    /// keep it as the function's system name); see [`Frame::span_name`].
+    pub path_name: Option<Arc<str>>,
 }
 
 /// The mark that span frames carry after their name in pprof files and flame graphs, so that a
@@ -72,7 +76,19 @@ impl Frame {
             file,
             line,
             address: None,
+            path_name: None,
         }
+    }
+
+    /// The name a span frame goes by in span paths: its path name when known, else the last
+    /// `::` segment of its function (`app::render` → `render`).
+    pub fn span_name(&self) -> &str {
+        self.path_name.as_deref().unwrap_or_else(|| {
+            self.function
+                .rsplit("::")
+                .next()
+                .unwrap_or(&self.function)
+        })
     }
 
     /// The name shown in pprof, flame graphs and tables: span frames carry [`SPAN_MARK`]
@@ -186,14 +202,11 @@ impl Sample {
         self.stack.iter().filter(|f| f.kind == FrameKind::Span)
     }
 
-    /// The span path: span frame names (without targets) joined by ` -> `; empty when the
+    /// The span path: the span frames' [`Frame::span_name`]s joined by ` -> `; empty when the
     /// stack has no span frame.
     pub fn span_path(&self) -> String {
-        let names: Vec<&str> = self
-            .span_frames()
-            .map(|f| f.function.rsplit("::").next().unwrap_or(&f.function))
-            .collect();
-        names.join(" -> ")
+        let names: Vec<&str> = self.span_frames().map(Frame::span_name).collect();
+        names.join(crate::PATH_SEPARATOR)
     }
 
     /// The innermost code frame, if any.

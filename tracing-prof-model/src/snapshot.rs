@@ -25,12 +25,20 @@ pub const LIFETIME_BUCKET_NAMES: [&str; LIFETIME_BUCKETS] = [
 ];
 
 /// One span callsite in a span path.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Two frames are equal when they stand for the same callsite with the same field values:
+/// [`SpanFrame::path_name`] is how the callsite is shown, not what it is.
+#[derive(Clone, Debug)]
 pub struct SpanFrame {
     /// The span's target, usually its module path; empty for synthetic frames.
     pub target: Arc<str>,
     /// The span's name.
     pub name: Arc<str>,
+    /// The name this callsite goes by in span paths (`request -> render`): its
+    /// [`name`](Self::name), or, where another callsite of the program has the same name,
+    /// `target::name` (with ` (file:line)` where the target is the same too). The profiler
+    /// sets it; [`SpanFrame::new`] makes it the name.
+    pub path_name: Arc<str>,
     /// Source file of the callsite, when known.
     pub file: Option<Arc<str>>,
     /// Source line of the callsite, when known.
@@ -42,11 +50,61 @@ pub struct SpanFrame {
 }
 
 impl SpanFrame {
-    /// The frame of a callsite, with no field labels.
+    /// The fields that say which callsite and values this is (all but the path name).
+    #[allow(clippy::type_complexity, reason = "a tuple of the fields, for comparisons")]
+    fn identity(
+        &self,
+    ) -> (
+        &str,
+        &str,
+        Option<&str>,
+        Option<u32>,
+        &[(Arc<str>, Arc<str>)],
+    ) {
+        (
+            &self.target,
+            &self.name,
+            self.file.as_deref(),
+            self.line,
+            &self.fields,
+        )
+    }
+}
+
+impl PartialEq for SpanFrame {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for SpanFrame {}
+
+impl std::hash::Hash for SpanFrame {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl PartialOrd for SpanFrame {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SpanFrame {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
+    }
+}
+
+impl SpanFrame {
+    /// The frame of a callsite, with no field labels, going by its name in span paths.
     pub fn new(target: &str, name: &str, file: Option<&str>, line: Option<u32>) -> Self {
+        let name: Arc<str> = Arc::from(name);
         SpanFrame {
             target: Arc::from(target),
-            name: Arc::from(name),
+            path_name: name.clone(),
+            name,
             file: file.map(Arc::from),
             line,
             fields: Vec::new(),
@@ -264,12 +322,12 @@ impl PathProfile {
         }
     }
 
-    /// The span names from the root, joined by ` -> `.
+    /// The span path names from the root, joined by ` -> ` (see [`SpanFrame::path_name`]).
     pub fn display_path(&self) -> String {
         display_path(&self.frames)
     }
 
-    /// Whether the path's span names, root first, are `names`.
+    /// Whether the path's span names (or path names), root first, are `names`.
     pub fn is(&self, names: &[&str]) -> bool {
         names_are(&self.frames, names)
     }
@@ -279,14 +337,22 @@ impl PathProfile {
     }
 }
 
-/// The span names of `frames`, root first, joined by ` -> `.
+/// The path names of `frames` (see [`SpanFrame::path_name`]), root first, joined by ` -> `.
 pub fn display_path(frames: &[SpanFrame]) -> String {
-    let names: Vec<&str> = frames.iter().map(|f| &*f.name).collect();
-    names.join(" -> ")
+    let names: Vec<&str> = frames.iter().map(|f| &*f.path_name).collect();
+    names.join(PATH_SEPARATOR)
 }
 
+/// What joins the span names of a path: `request -> render`.
+pub const PATH_SEPARATOR: &str = " -> ";
+
+/// Whether each frame is named `names[i]`, by its name or its path name.
 fn names_are(frames: &[SpanFrame], names: &[&str]) -> bool {
-    frames.len() == names.len() && frames.iter().zip(names).all(|(f, n)| &*f.name == *n)
+    frames.len() == names.len()
+        && frames
+            .iter()
+            .zip(names)
+            .all(|(f, n)| &*f.name == *n || &*f.path_name == *n)
 }
 
 /// Frees of sampled allocations by lifetime, estimated like [`StackProfile::memory`].

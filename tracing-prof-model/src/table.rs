@@ -108,10 +108,7 @@ impl Profile {
                 }
                 Grouping::SpanPath => {
                     let spans: Vec<&Frame> = s.span_frames().collect();
-                    let names: Vec<&str> = spans
-                        .iter()
-                        .map(|f| f.function.rsplit("::").next().unwrap_or(&f.function))
-                        .collect();
+                    let names: Vec<&str> = spans.iter().map(|f| f.span_name()).collect();
                     if names.is_empty() {
                         let r = row(&mut rows, "(no span path)".to_owned(), None);
                         rows[r].flat += v;
@@ -121,7 +118,7 @@ impl Profile {
                     for depth in 1..=names.len() {
                         let r = row(
                             &mut rows,
-                            names[..depth].join(" -> "),
+                            names[..depth].join(crate::PATH_SEPARATOR),
                             Some(spans[depth - 1]),
                         );
                         rows[r].cum += v;

@@ -160,6 +160,9 @@ impl Tables {
                 // that needs no shortening goes without one.
                 let system_name = if f.kind == FrameKind::Code && *f.function != *name {
                     self.strings.get(&f.function)
+                } else if let (FrameKind::Span, Some(path_name)) = (f.kind, &f.path_name) {
+                    // A span frame's system name is the name it goes by in span paths.
+                    self.strings.get(path_name)
                 } else if name.contains(['<', '(']) {
                     0
                 } else {
@@ -317,7 +320,7 @@ impl Profile {
                 return Err(invalid(format!("mapping id {} is zero or repeated", m.id)));
             }
         }
-        let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>)> = HashMap::new();
+        let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>, &str)> = HashMap::new();
         for f in &p.function {
             // Our files name a Rust function by its short name and keep the full one as the
             // system name (see `crate::names`): the full one is the frame's.
@@ -335,7 +338,7 @@ impl Profile {
                 },
             );
             let file = opt_string(f.filename, "a function file")?.map(Arc::from);
-            if f.id == 0 || functions.insert(f.id, (name, file)).is_some() {
+            if f.id == 0 || functions.insert(f.id, (name, file, system)).is_some() {
                 return Err(invalid(format!("function id {} is zero or repeated", f.id)));
             }
         }
@@ -358,17 +361,21 @@ impl Profile {
             let address = (l.address != 0).then_some(l.address);
             let mut frames = Vec::with_capacity(l.line.len().max(1));
             for line in l.line.iter().rev() {
-                let (name, file) = functions.get(&line.function_id).ok_or_else(|| {
-                    invalid(format!(
-                        "location {} refers to unknown function {}",
-                        l.id, line.function_id
-                    ))
-                })?;
-                let name = match kind {
-                    FrameKind::Span => name
-                        .strip_suffix(SPAN_MARK)
-                        .map_or_else(|| name.clone(), Arc::from),
-                    _ => name.clone(),
+                let (name, file, system) =
+                    functions.get(&line.function_id).ok_or_else(|| {
+                        invalid(format!(
+                            "location {} refers to unknown function {}",
+                            l.id, line.function_id
+                        ))
+                    })?;
+                let (name, path_name) = match kind {
+                    // Ours keep the span's path name as the system name.
+                    FrameKind::Span => (
+                        name.strip_suffix(SPAN_MARK)
+                            .map_or_else(|| name.clone(), Arc::from),
+                        (!system.is_empty() && *system != &**name).then(|| Arc::from(*system)),
+                    ),
+                    _ => (name.clone(), None),
                 };
                 frames.push(Frame {
                     kind,
@@ -376,6 +383,7 @@ impl Profile {
                     file: file.clone(),
                     line: u32::try_from(line.line).ok().filter(|&n| n > 0),
                     address,
+                    path_name,
                 });
             }
             if frames.is_empty() {
@@ -385,6 +393,7 @@ impl Profile {
                     file: None,
                     line: None,
                     address,
+                    path_name: None,
                 });
             }
             if l.id == 0 || locations.insert(l.id, frames).is_some() {
