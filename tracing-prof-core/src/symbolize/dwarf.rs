@@ -95,11 +95,13 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
     out
 }
 
-/// The symbol table's function at `a`, at `place`.
+/// The symbol table's function at `a`, at `place`; `module+0xADDR` where it has none.
 fn symbol_frame(module: &Module, a: u64, place: Place) -> CodeFrame {
     let function = match module.function(a) {
         Some((_, name)) => demangle(name),
-        None => format!("0x{:x}", a.wrapping_add(module.bias)),
+        // Code of a module without a symbol for it (a stripped library's own functions):
+        // the module and the offset, as `addr2line` would be given them.
+        None => format!("{}+0x{a:x}", module.file_name),
     };
     CodeFrame {
         function: Arc::from(function),

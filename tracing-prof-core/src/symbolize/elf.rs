@@ -87,6 +87,8 @@ pub(super) struct UnitRange {
 
 /// One loaded module.
 pub(super) struct Module {
+    /// The file's name without its folder (`libc.so.6`), naming code it has no symbol for.
+    pub(super) file_name: String,
     /// Loaded address minus the module's own address.
     pub(super) bias: u64,
     /// Its code, in loaded addresses.
@@ -219,6 +221,7 @@ fn parse(
         }
     }
     let module = Module {
+        file_name: path.rsplit('/').next().unwrap_or(path).to_owned(),
         bias,
         text,
         mapping,
@@ -300,16 +303,14 @@ pub(super) fn loaded_modules(known: &[Arc<Module>]) -> Vec<Arc<Module>> {
                 return Some(m.clone());
             }
             if r.name.starts_with("linux-vdso") || r.name.starts_with("linux-gate") {
-                // Mapped from the kernel: read it in memory, from its first segment on.
-                let start = r.segments.iter().map(|s| s.0).min()?;
-                let end = r.segments.iter().map(|s| s.1).max()?;
-                // SAFETY: the vDSO's loaded segments are mapped readable for the life of the
-                // process; its ELF header starts its first segment.
+                // Mapped from the kernel, whole: its section headers (and so its symbol table)
+                // lie past the end of its one loaded segment, within the pages of the mapping.
+                let start = r.bias + r.segments.iter().map(|s| s.0).min()?;
+                let end = vdso_mapping_end(start)?;
+                // SAFETY: `start..end` is the vDSO's mapping as /proc/self/maps lists it: the
+                // kernel maps it readable for the life of the process, ELF header first.
                 let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        (r.bias + start) as *const u8,
-                        (end - start) as usize,
-                    )
+                    std::slice::from_raw_parts(start as *const u8, (end - start) as usize)
                 };
                 return Some(Arc::new(parse(r.bias, text, &r.name, None, bytes)));
             }
@@ -323,6 +324,22 @@ pub(super) fn loaded_modules(known: &[Arc<Module>]) -> Vec<Arc<Module>> {
             Some(Arc::new(parse(r.bias, text, &path, mapping, bytes)))
         })
         .collect()
+}
+
+/// The end of the `[vdso]` mapping that starts at `start`, as `/proc/self/maps` lists it.
+fn vdso_mapping_end(start: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter(|l| l.ends_with("[vdso]"))
+        .find_map(|l| {
+            let (range, _) = l.split_once(' ')?;
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            (a == start && b > a).then_some(b)
+        })
 }
 
 /// Where distributions put a stripped file's symbols: by GNU build id

@@ -622,3 +622,40 @@ mod tests {
         assert!(inlined >= 2, "no inlined frames compared");
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod vdso_tests {
+    use super::*;
+
+    /// The vDSO's `clock_gettime`, found as glibc's `dlsym` finds it.
+    fn vdso_clock_gettime() -> Option<usize> {
+        // SAFETY: dlopen with RTLD_NOLOAD only looks up an already loaded object; the names
+        // are NUL-terminated literals.
+        let handle = unsafe {
+            libc::dlopen(
+                c"linux-vdso.so.1".as_ptr(),
+                libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+            )
+        };
+        if handle.is_null() {
+            return None;
+        }
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let sym = unsafe { libc::dlsym(handle, c"__vdso_clock_gettime".as_ptr()) };
+        (!sym.is_null()).then_some(sym as usize)
+    }
+
+    /// Samples that land in the vDSO (a `clock_gettime` on the fast path) are named.
+    #[test]
+    fn names_functions_of_the_vdso() {
+        let Some(addr) = vdso_clock_gettime() else {
+            eprintln!("SKIPPED: no vDSO clock_gettime here");
+            return;
+        };
+        let frames = code_stack(&[addr + 8], false, Leaf::Keep);
+        assert!(
+            frames.iter().any(|f| f.function.contains("clock_gettime")),
+            "{frames:?} at 0x{addr:x}"
+        );
+    }
+}
