@@ -199,8 +199,11 @@ fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
     let mut merged: Vec<AllocationSite> = Vec::new();
     // One symbolization batch for every site.
     crate::symbolize::prepare(recorder.sites().flat_map(|s| s.0.iter().copied()));
+    // Inside the budget's span: stacks are cut where `Budget::measure` entered it.
+    let span = tracing_prof_model::SpanFrame::synthetic("budget");
     for (ips, allocations, bytes) in recorder.sites() {
-        let stack = crate::symbolize::code_stack(ips, true, crate::symbolize::Leaf::TrimAllocator);
+        let stack =
+            crate::symbolize::code_stack(ips, Some(&span), crate::symbolize::Leaf::TrimAllocator);
         if let Some(s) = merged.iter_mut().find(|s| s.stack == stack) {
             s.allocations += allocations;
             s.bytes += bytes;

@@ -95,6 +95,9 @@ pub fn capture(duration: Duration) -> Snapshot {
     .unwrap_or_default();
     let mut snapshot = Snapshot::new(SystemTime::now(), duration);
     snapshot.binary = crate::binary::current();
+    if !cpu_stacks.is_empty() || !stacks.is_empty() {
+        snapshot.symbols = symbolize::program_symbols();
+    }
     snapshot.paths = paths;
     snapshot.overflowed_spans = crate::span_path::overflowed_spans();
     snapshot.cpu = cpu;
@@ -113,12 +116,19 @@ pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) 
         .map_or((PathKind::Overflow, &[][..]), |(k, f)| (*k, f.as_slice()))
 }
 
-/// The code stack of `ips`, or the table-full frame for a bucket without one.
-pub(crate) fn code_of(ips: &[usize], kind: PathKind, leaf: symbolize::Leaf) -> Vec<CodeFrame> {
+/// The code stack of `ips` sampled in the path `frames` of `kind`, or the table-full frame for
+/// a bucket without one.
+pub(crate) fn code_of(
+    ips: &[usize],
+    kind: PathKind,
+    frames: &[SpanFrame],
+    leaf: symbolize::Leaf,
+) -> Vec<CodeFrame> {
     if ips.is_empty() {
         vec![CodeFrame::named(TABLE_FULL_FRAME)]
     } else {
-        symbolize::code_stack(ips, kind == PathKind::Span, leaf)
+        let span = frames.last().filter(|_| kind == PathKind::Span);
+        symbolize::code_stack(ips, span, leaf)
     }
 }
 
@@ -133,7 +143,7 @@ fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile>
     let mut estimates: Vec<[f64; 2]> = Vec::new();
     for b in buckets {
         let (kind, frames) = path_of(by_tag, b.tag);
-        let code = code_of(&b.ips, kind, symbolize::Leaf::TrimAllocator);
+        let code = code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator);
         let key = (kind, frames.to_vec(), code);
         let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
             merged.push(StackProfile::new(*kind, frames.clone(), code.clone()));

@@ -152,19 +152,21 @@ fn compact(s: &mut Store) {
         raw.keys()
             .flat_map(|(_, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
     );
+    // The innermost span of each path: stacks are cut where it was entered.
+    let mut spans: HashMap<u32, Option<SpanFrame>> = HashMap::new();
     for ((tag, ips), n) in raw {
         let code: Box<[u32]> = match ips.split_first() {
             None => Box::from([]),
             Some((&pc, rest)) => {
                 let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
-                // Tags from the first span path's on are spans: their stacks are cut where the
-                // span was entered.
                 let path = tag & !LONG_POLL;
-                let in_span = path >= Tag::FIRST_PATH && path != Tag::OVERFLOW.get();
+                let span = spans
+                    .entry(path)
+                    .or_insert_with(|| crate::span_path::innermost(Tag::new(path)));
                 crate::symbolize::code_stack_from(
                     leaves.get(&(pc as usize)).map(|f| &f[..]),
                     &rest,
-                    in_span,
+                    span.as_ref(),
                     crate::symbolize::Leaf::Keep,
                 )
                 .iter()

@@ -826,7 +826,7 @@ impl Aggregator {
                     refused: g.refused,
                     stack: crate::symbolize::code_stack(
                         &g.ips,
-                        g.tag.get() >= Tag::FIRST_PATH,
+                        crate::span_path::innermost(g.tag).as_ref(),
                         crate::symbolize::Leaf::TrimAllocator,
                     ),
                 };

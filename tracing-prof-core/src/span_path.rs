@@ -207,6 +207,19 @@ fn intern_slow(key: Key, metadata: &'static Metadata<'static>) -> Tag {
     tag
 }
 
+/// The innermost span of the path of `tag`: its callsite's frame, with no field values; a
+/// synthetic frame for paths beyond the cap; `None` for tags that are no span path.
+pub(crate) fn innermost(tag: Tag) -> Option<SpanFrame> {
+    if tag == Tag::OVERFLOW {
+        return Some(SpanFrame::synthetic(OVERFLOW_FRAME));
+    }
+    let i = tag.get().checked_sub(Tag::FIRST_PATH)? as usize;
+    let guard = table();
+    let table = guard.as_ref()?;
+    let e = table.entries.get(i)?;
+    table.frames.get(&e.callsite).cloned()
+}
+
 /// Spans that were mapped to [`Tag::OVERFLOW`] because the cap was reached.
 pub(crate) fn overflowed_spans() -> u64 {
     OVERFLOWED.load(Ordering::Relaxed)

@@ -21,7 +21,7 @@ use crate::kind::ProfileKind;
 use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
 use crate::snapshot::{
     CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats, PathProfile, Snapshot, SpanFrame,
-    TABLE_FULL_FRAME,
+    Symbols, TABLE_FULL_FRAME,
 };
 
 /// Sample types of the memory kinds, in Go's order and with Go's names.
@@ -408,6 +408,17 @@ impl Snapshot {
             code.first()
                 .is_some_and(|f| &*f.function == TABLE_FULL_FRAME)
         };
+        if kind.is_sampled(self) {
+            match self.symbols {
+                Symbols::SymbolTable => out.push(
+                    "tracing-prof: the program has no debug information: code frames are named from its symbol table, without inlined functions, files and lines (set debug = \"line-tables-only\" or more in the Cargo profile you build with)".to_owned(),
+                ),
+                Symbols::Stripped => out.push(
+                    "tracing-prof: the program is stripped (no symbol table, no debug information): code frames are addresses (build without strip, and with debug = \"line-tables-only\" for files and lines)".to_owned(),
+                ),
+                _ => {}
+            }
+        }
         match kind {
             ProfileKind::Heap | ProfileKind::Allocs if kind.is_sampled(self) => {
                 if let Some(full) = self.stacks.iter().find(|s| table_full(&s.code)) {

@@ -58,7 +58,7 @@ pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sampl
 pub use snapshot::{
     Binary, CodeFrame, CpuSource, CpuStack, LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes,
     MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile, Snapshot,
-    SpanFrame, StackProfile, SuspectedLeak, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
+    SpanFrame, StackProfile, SuspectedLeak, Symbols, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
     PATH_SEPARATOR, display_path,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};

@@ -598,6 +598,22 @@ pub struct Binary {
     pub build_id: Option<String>,
 }
 
+/// What a program says about its own code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Symbols {
+    /// Not looked at.
+    #[default]
+    Unknown,
+    /// DWARF debug information: names, inlined functions, files and lines.
+    DebugInfo,
+    /// A symbol table but no debug information (`cargo build --release` without `debug`):
+    /// function names, no inlined functions, no files or lines.
+    SymbolTable,
+    /// Neither (a stripped binary): code frames are addresses.
+    Stripped,
+}
+
 impl Binary {
     /// A binary at `path` with an optional build id.
     pub fn new(path: impl Into<String>, build_id: Option<String>) -> Self {
@@ -630,6 +646,9 @@ pub struct Snapshot {
     pub window: bool,
     /// The program, when known.
     pub binary: Option<Binary>,
+    /// What the program says about its own code: how its code frames could be named (known
+    /// once code stacks were symbolized).
+    pub symbols: Symbols,
     /// Every path with something to report, in a stable order.
     pub paths: Vec<PathProfile>,
     /// Spans that were counted under [`OVERFLOW_FRAME`] because the path cap was reached.
@@ -658,6 +677,7 @@ impl Snapshot {
             duration,
             window: false,
             binary: None,
+            symbols: Symbols::Unknown,
             paths: Vec::new(),
             overflowed_spans: 0,
             suspected_leaks: Vec::new(),
@@ -716,6 +736,7 @@ impl Snapshot {
             duration: self.duration.saturating_sub(base.duration),
             window: true,
             binary: self.binary.clone(),
+            symbols: self.symbols,
             paths,
             overflowed_spans: self.overflowed_spans.saturating_sub(base.overflowed_spans),
             suspected_leaks: self.suspected_leaks.clone(),

@@ -145,6 +145,23 @@ impl Module {
         })
     }
 
+    /// What this module says about its own code.
+    pub(super) fn symbols(&self) -> tracing_prof_model::Symbols {
+        use object::Object;
+        use tracing_prof_model::Symbols;
+        if self
+            .object
+            .as_ref()
+            .is_some_and(|o| o.section_by_name(".debug_info").is_some())
+        {
+            Symbols::DebugInfo
+        } else if self.functions.is_empty() {
+            Symbols::Stripped
+        } else {
+            Symbols::SymbolTable
+        }
+    }
+
     /// Hands back the file pages read so far.
     pub(super) fn release(&self) {
         for m in self.mapping.iter().chain(&self.debug_file) {

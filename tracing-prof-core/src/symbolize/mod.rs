@@ -33,7 +33,7 @@ mod elf;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
-use tracing_prof_model::CodeFrame;
+use tracing_prof_model::{CodeFrame, SpanFrame, Symbols};
 
 /// Addresses whose frames are kept; past it the cache starts afresh.
 pub(crate) const MAX_CACHED: usize = 1 << 17;
@@ -109,6 +109,24 @@ pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
         // Not under the cache's lock: locks are taken in the order `fork` lists them.
         *NAMES.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
+}
+
+/// What the main program says about its own code (read with the loaded modules, the first
+/// time anything is symbolized). Says once on stderr when it is stripped: then every code
+/// frame is an address.
+pub(crate) fn program_symbols() -> Symbols {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let modules = modules_for(&[]);
+    let symbols = modules.first().map_or(Symbols::Unknown, |m| m.symbols());
+    if symbols == Symbols::Stripped {
+        SAID.call_once(|| {
+            eprintln!(
+                "tracing-prof: {} is stripped (no symbol table, no debug information): code frames in CPU and heap profiles are addresses; build it without strip, and with debug = \"line-tables-only\" or more for files and lines",
+                crate::binary::current().map_or_else(|| "the program".to_owned(), |b| b.name().to_owned())
+            );
+        });
+    }
+    symbols
 }
 
 /// This module's locks, taken in order, for `fork` (see `crate::fork`).
@@ -197,9 +215,29 @@ fn unknown(ip: usize) -> CodeFrame {
     CodeFrame::named(&format!("0x{ip:x}"))
 }
 
-/// Leaf frames that belong to the allocator machinery or to the containers of `core`/`alloc`,
-/// by function name (for frames without line tables)...
-const LEAF_NAMES: &[&str] = &[
+/// A kind of frame, known by its function's name, by its source file, or (for frames without
+/// a file: a build without debug information) by the path its file would have told.
+struct FrameClass {
+    names: &'static [&'static str],
+    files: &'static [&'static str],
+    paths_without_file: &'static [&'static str],
+}
+
+impl FrameClass {
+    fn has(&self, f: &CodeFrame) -> bool {
+        self.names.iter().any(|n| f.function.starts_with(n))
+            || match f.file.as_deref() {
+                Some(file) => self.files.iter().any(|p| file.contains(p)),
+                None => self
+                    .paths_without_file
+                    .iter()
+                    .any(|p| f.function.starts_with(p)),
+            }
+    }
+}
+
+/// The allocator's own frames, by name.
+const ALLOCATOR_NAMES: &[&str] = &[
     "tracing_prof_alloc::",
     "<tracing_prof_alloc::",
     "__rust_alloc",
@@ -210,43 +248,62 @@ const LEAF_NAMES: &[&str] = &[
     "_Unwind_",
 ];
 
-/// ... and by source file.
-const LEAF_FILES: &[&str] = &[
-    "/tracing-prof-alloc/src/",
-    "/library/alloc/",
-    "/library/core/",
-    "/library/std/src/alloc.rs",
-    "/hashbrown-",
-];
+/// The allocator machinery at the leaf of a heap sample.
+const ALLOCATOR: FrameClass = FrameClass {
+    names: ALLOCATOR_NAMES,
+    files: &["/tracing-prof-alloc/src/"],
+    paths_without_file: &[],
+};
 
-/// Root frames of the runtime, thread start-up and the test harness, by name...
-const ROOT_NAMES: &[&str] = &[
-    "main",
-    "_start",
-    "__libc_start",
-    "start_thread",
-    "clone",
-    "0x",
-];
+/// The allocator, and the containers of `core`/`alloc` (and hashbrown) that called it.
+const CONTAINERS: FrameClass = FrameClass {
+    names: ALLOCATOR_NAMES,
+    files: &[
+        "/tracing-prof-alloc/src/",
+        "/library/alloc/",
+        "/library/core/",
+        "/library/std/src/alloc.rs",
+        "/hashbrown-",
+    ],
+    paths_without_file: &[
+        "alloc::",
+        "<alloc::",
+        "core::",
+        "<core::",
+        "std::alloc::",
+        "hashbrown::",
+        "<hashbrown::",
+    ],
+};
 
-/// ... and by source file.
-const ROOT_FILES: &[&str] = &[
-    "/library/std/src/rt.rs",
-    "/library/std/src/sys/",
-    "/library/std/src/panicking.rs",
-    "/library/std/src/panic.rs",
-    "/library/std/src/thread/",
-    "/library/core/",
-    "/library/alloc/src/boxed.rs",
-    "/library/test/src/",
-];
-
-fn matches(f: &CodeFrame, names: &[&str], files: &[&str]) -> bool {
-    names.iter().any(|n| f.function.starts_with(n))
-        || f.file
-            .as_deref()
-            .is_some_and(|file| files.iter().any(|p| file.contains(p)))
-}
+/// Root frames of the runtime, thread start-up and the test harness.
+const ROOT: FrameClass = FrameClass {
+    names: &["main", "_start", "__libc_start", "start_thread", "clone", "0x"],
+    files: &[
+        "/library/std/src/rt.rs",
+        "/library/std/src/sys/",
+        "/library/std/src/panicking.rs",
+        "/library/std/src/panic.rs",
+        "/library/std/src/thread/",
+        "/library/core/",
+        "/library/alloc/src/boxed.rs",
+        "/library/test/src/",
+    ],
+    paths_without_file: &[
+        "std::rt::",
+        "std::sys::",
+        "std::panicking::",
+        "std::panic::",
+        "std::thread::",
+        "<std::thread::",
+        "core::",
+        "<core::",
+        "alloc::boxed::",
+        "<alloc::boxed::",
+        "test::",
+        "<test::",
+    ],
+};
 
 /// Whether a frame is where Rust's runtime starts the program or a thread: everything further
 /// out is start-up code.
@@ -281,9 +338,10 @@ pub(crate) enum Leaf {
 }
 
 /// The code stack of `ips` (innermost first, as they were captured), root first and trimmed
-/// as the module docs say. `in_span`: whether the sample was taken inside a span.
-pub(crate) fn code_stack(ips: &[usize], in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
-    code_stack_from(None, ips, in_span, leaf)
+/// as the module docs say. `span`: the innermost span entered when the sample was taken (a
+/// synthetic frame when only that one was, `None` outside spans).
+pub(crate) fn code_stack(ips: &[usize], span: Option<&SpanFrame>, leaf: Leaf) -> Vec<CodeFrame> {
+    code_stack_from(None, ips, span, leaf)
 }
 
 /// [`code_stack`] of a CPU sample: `first` is the interrupted instruction's frames (from
@@ -291,7 +349,7 @@ pub(crate) fn code_stack(ips: &[usize], in_span: bool, leaf: Leaf) -> Vec<CodeFr
 pub(crate) fn code_stack_from(
     first: Option<&[CodeFrame]>,
     ips: &[usize],
-    in_span: bool,
+    span: Option<&SpanFrame>,
     leaf: Leaf,
 ) -> Vec<CodeFrame> {
     prepare(ips.iter().copied());
@@ -308,15 +366,15 @@ pub(crate) fn code_stack_from(
         }
         v
     };
-    trim(leaf_first, in_span, leaf)
+    trim(leaf_first, span, leaf)
 }
 
 /// Trims a leaf-first stack and returns it root first.
-fn trim(mut leaf_first: Vec<CodeFrame>, in_span: bool, leaf: Leaf) -> Vec<CodeFrame> {
+fn trim(mut leaf_first: Vec<CodeFrame>, span: Option<&SpanFrame>, leaf: Leaf) -> Vec<CodeFrame> {
     if leaf == Leaf::TrimAllocator {
         trim_allocator(&mut leaf_first);
     }
-    trim_root(&mut leaf_first, in_span);
+    trim_root(&mut leaf_first, span);
     leaf_first.reverse();
     leaf_first
 }
@@ -328,9 +386,9 @@ fn trim_allocator(leaf_first: &mut Vec<CodeFrame>) {
     // that the innermost frame is the code that asked for memory (its file and line say where).
     let mut allocator = 0;
     for (i, f) in leaf_first.iter().enumerate() {
-        if matches(f, LEAF_NAMES, &LEAF_FILES[..1]) {
+        if ALLOCATOR.has(f) {
             allocator = i + 1;
-        } else if !matches(f, LEAF_NAMES, LEAF_FILES)
+        } else if !CONTAINERS.has(f)
             && !f
                 .file
                 .as_deref()
@@ -342,7 +400,7 @@ fn trim_allocator(leaf_first: &mut Vec<CodeFrame>) {
     leaf_first.drain(..allocator);
     let leading = leaf_first
         .iter()
-        .position(|f| !matches(f, LEAF_NAMES, LEAF_FILES))
+        .position(|f| !CONTAINERS.has(f))
         .unwrap_or(leaf_first.len());
     leaf_first.drain(..leading);
 }
@@ -361,16 +419,48 @@ fn is_span_machinery(f: &CodeFrame) -> bool {
         || file.contains("/tracing-core-0.")
 }
 
+/// Whether `f` is the function that `#[instrument]` made `span` for: a function of the span's
+/// module named like the span, or its body (`target::name`, `target::Type::name`,
+/// `target::name::{{closure}}`, as tracing-attributes names a span after its function and
+/// targets it at its module).
+fn is_instrumented_function(f: &CodeFrame, span: &SpanFrame) -> bool {
+    if span.is_synthetic() || span.target.is_empty() {
+        return false;
+    }
+    let mut name = &*f.function;
+    while let Some(outer) = name.strip_suffix("::{{closure}}") {
+        name = outer;
+    }
+    name.strip_prefix(&*span.target)
+        .and_then(|rest| rest.strip_prefix("::"))
+        .is_some_and(|rest| rest == &*span.name || rest.ends_with(&format!("::{}", span.name)))
+}
+
 /// Root: cuts at the innermost span entry point, less the `tracing` machinery right under it
 /// (every code frame between the entry point and the leaf stays: the bodies of async
-/// functions and of closures are the code that ran in the span); or, outside spans, drops
-/// the runtime's start-up frames.
-fn trim_root(leaf_first: &mut Vec<CodeFrame>, in_span: bool) {
-    if in_span && let Some(i) = leaf_first.iter().position(is_span_entry) {
+/// functions and of closures are the code that ran in the span). Where no entry point is on
+/// the stack (`span.enter()`, or a build without debug information that inlined it), cuts
+/// above the function `#[instrument]` made the span for, when it is there: what called it ran
+/// before the span was entered. Outside spans, drops the runtime's start-up frames.
+fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
+    let entry = span.and_then(|_| leaf_first.iter().position(is_span_entry));
+    if let Some(i) = entry {
         leaf_first.truncate(i);
         while leaf_first.len() > 1 && leaf_first.last().is_some_and(is_span_machinery) {
             leaf_first.pop();
         }
+    } else if let Some(i) =
+        span.and_then(|s| leaf_first.iter().position(|f| is_instrumented_function(f, s)))
+    {
+        // Its outer frames too (an async fn's body is under the function's own frame).
+        let mut end = i + 1;
+        while leaf_first
+            .get(end)
+            .is_some_and(|f| is_instrumented_function(f, span.expect("a span")))
+        {
+            end += 1;
+        }
+        leaf_first.truncate(end);
     } else {
         // Everything from where Rust's runtime starts the program or the thread is start-up.
         if let Some(i) = leaf_first.iter().position(is_runtime_start)
@@ -381,7 +471,7 @@ fn trim_root(leaf_first: &mut Vec<CodeFrame>, in_span: bool) {
         while leaf_first.len() > 1
             && leaf_first
                 .last()
-                .is_some_and(|f| matches(f, ROOT_NAMES, ROOT_FILES))
+                .is_some_and(|f| ROOT.has(f))
         {
             leaf_first.pop();
         }
@@ -405,6 +495,11 @@ mod tests {
     }
 
     const STD: &str = "/rustc/abc/library";
+
+    /// A span whose callsite says nothing of the stack.
+    fn span() -> SpanFrame {
+        SpanFrame::synthetic("a span")
+    }
 
     #[test]
     fn trims_allocator_leaves_and_cuts_at_the_span_entry() {
@@ -434,11 +529,11 @@ mod tests {
         ];
         // The closure given to `in_scope` ran in the span: it stays.
         assert_eq!(
-            names(&trim(stack.clone(), true, Leaf::TrimAllocator)),
+            names(&trim(stack.clone(), Some(&span()), Leaf::TrimAllocator)),
             ["app::handle::{{closure}}", "app::parse"]
         );
         assert_eq!(
-            names(&trim(stack.clone(), false, Leaf::TrimAllocator)),
+            names(&trim(stack.clone(), None, Leaf::TrimAllocator)),
             [
                 "app::main",
                 "app::handle",
@@ -455,12 +550,12 @@ mod tests {
         );
         short[4] = f("{closure#0}", "/src/app/src/main.rs");
         assert_eq!(
-            names(&trim(short.clone(), true, Leaf::TrimAllocator)),
+            names(&trim(short.clone(), Some(&span()), Leaf::TrimAllocator)),
             ["{closure#0}", "app::parse"]
         );
         // CPU samples keep the leaf frames, whatever they are.
         assert_eq!(
-            names(&trim(short, true, Leaf::Keep))[..2],
+            names(&trim(short, Some(&span()), Leaf::Keep))[..2],
             ["{closure#0}", "app::parse"]
         );
     }
@@ -497,7 +592,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            names(&trim(stack, true, Leaf::Keep)),
+            names(&trim(stack, Some(&span()), Leaf::Keep)),
             [
                 "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}",
                 "mini_redis::connection::Connection::write_frame::{{closure}}",
@@ -517,7 +612,52 @@ mod tests {
                 "/cargo/tracing-0.1.41/src/instrument.rs",
             ),
         ];
-        assert_eq!(names(&trim(stack, true, Leaf::Keep)), ["app::parse"]);
+        assert_eq!(names(&trim(stack, Some(&span()), Leaf::Keep)), ["app::parse"]);
+    }
+
+    /// Without an entry point on the stack (`span.enter()` in a sync `#[instrument] fn`, or an
+    /// `Instrumented::poll` inlined away in a build without debug information), the stack is
+    /// cut above the function the span was made for.
+    #[test]
+    fn without_an_entry_point_the_instrumented_function_is_the_root() {
+        let handler = SpanFrame::new("app", "handler", Some("/src/app/src/main.rs"), Some(9));
+        let stack = vec![
+            f("app::build_table", ""),
+            f("app::handler::{{closure}}::{{closure}}", ""),
+            f("tokio::runtime::scheduler::current_thread::Context::enter", ""),
+            f("tokio::runtime::runtime::Runtime::block_on", ""),
+            f("app::main", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&handler), Leaf::Keep)),
+            ["app::handler::{{closure}}::{{closure}}", "app::build_table"]
+        );
+        let stack = vec![
+            f("app::build_table", ""),
+            f("app::handler", ""),
+            f("app::main", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack.clone(), Some(&handler), Leaf::Keep)),
+            ["app::handler", "app::build_table"]
+        );
+        // A span named otherwise keeps the whole stack (less the runtime's roots).
+        let other = SpanFrame::new("app", "request", None, None);
+        assert_eq!(
+            names(&trim(stack, Some(&other), Leaf::Keep)),
+            ["app::main", "app::handler", "app::build_table"]
+        );
+        // A method: the span is named after it, targeted at its module.
+        let apply = SpanFrame::new("mini_redis::cmd::set", "apply", None, None);
+        let stack = vec![
+            f("send", ""),
+            f("mini_redis::cmd::set::Set::apply::{{closure}}", ""),
+            f("mini_redis::server::Handler::run::{{closure}}", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&apply), Leaf::Keep)),
+            ["mini_redis::cmd::set::Set::apply::{{closure}}", "send"]
+        );
     }
 
     #[inline(never)]
@@ -529,7 +669,7 @@ mod tests {
     fn resolves_a_function_with_its_file_and_line() {
         // As a return address: the symbolizer looks up `ip - 1`.
         let ip = probe_target as *const () as usize + 1;
-        let frames = code_stack(&[ip], false, Leaf::Keep);
+        let frames = code_stack(&[ip], None, Leaf::Keep);
         assert!(
             frames.iter().any(|f| f.function.ends_with("probe_target")
                 && f.file
@@ -539,7 +679,7 @@ mod tests {
             "{frames:?}"
         );
         // An address outside every module is named by its value.
-        assert_eq!(&*code_stack(&[0x10], false, Leaf::Keep)[0].function, "0x10");
+        assert_eq!(&*code_stack(&[0x10], None, Leaf::Keep)[0].function, "0x10");
     }
 
     /// Deep enough to hold inlined frames: the outer ones are `#[inline(always)]`.
@@ -652,7 +792,7 @@ mod vdso_tests {
             eprintln!("SKIPPED: no vDSO clock_gettime here");
             return;
         };
-        let frames = code_stack(&[addr + 8], false, Leaf::Keep);
+        let frames = code_stack(&[addr + 8], None, Leaf::Keep);
         assert!(
             frames.iter().any(|f| f.function.contains("clock_gettime")),
             "{frames:?} at 0x{addr:x}"
