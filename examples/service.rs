@@ -228,10 +228,8 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
 /// The functions that used the most CPU, from the CPU samples under span frames, and what
 /// sampling cost.
 fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::SamplerStats) {
-    let tracing_prof::model::CpuSource::Sampled { hz } = profile.cpu else {
-        return;
-    };
-    if stats.handler_runs == 0 {
+    let hz = profile.cpu_sampling_hz;
+    if hz == 0 || stats.handler_runs == 0 {
         return;
     }
     let top = profile.profile(tracing_prof::ProfileKind::Cpu).top(

@@ -102,6 +102,7 @@ pub fn capture(duration: Duration) -> Snapshot {
     snapshot.overflowed_spans = crate::span_path::overflowed_spans();
     snapshot.cpu = cpu;
     snapshot.cpu_stacks = cpu_stacks;
+    snapshot.cpu_sampling_hz = crate::cpu::sampled_hz();
     snapshot.sample_rate = tracing_prof_alloc::sample_rate();
     snapshot.temporary_threshold = tracing_prof_alloc::temporary_threshold();
     snapshot.stacks = stacks;

@@ -199,6 +199,11 @@ pub(crate) fn source(exact: CpuSource) -> CpuSource {
     }
 }
 
+/// The rate the store's counts were sampled at (0: no sampling ran).
+pub(crate) fn sampled_hz() -> u32 {
+    RAN_HZ.load(Ordering::Relaxed)
+}
+
 /// The sampling period the store's counts stand for (0: no sampling ran).
 pub(crate) fn period_ns() -> u64 {
     match RAN_HZ.load(Ordering::Relaxed) {

@@ -13,9 +13,10 @@
 //! The sampled kinds are Go's profiles exactly: `heap` has period type `space/bytes`, period =
 //! the sampling rate and a numeric label `bytes` (the mean sampled size); `cpu` has period type
 //! `cpu/nanoseconds` and period = 1e9 / Hz. Stacks are span frames, root first, then code frames.
-//! A cumulative snapshot gives profiles without a duration (their counters run since the
-//! process started) whose time is when they were collected; a window gives its start and its
-//! length, as Go's CPU profiles do.
+//! A window gives its start and its length, as Go's CPU profiles do; so does the `cpu` kind
+//! of a cumulative snapshot (from the profiler's start). The other kinds of a cumulative
+//! snapshot have no duration (their counters run since the process started), and their time
+//! is when they were collected, as Go's heap profiles have it.
 
 use crate::kind::ProfileKind;
 use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
@@ -124,9 +125,9 @@ impl ProfileKind {
     }
 
     /// Whether `snapshot` has anything for this kind at all (the `cpu` kind needs CPU
-    /// sampling).
+    /// sampling, whichever way per-span CPU time is measured).
     pub fn is_available(self, snapshot: &Snapshot) -> bool {
-        self != ProfileKind::Cpu || matches!(snapshot.cpu, CpuSource::Sampled { .. })
+        self != ProfileKind::Cpu || snapshot.cpu_sampling_hz > 0
     }
 }
 
@@ -191,14 +192,16 @@ impl Snapshot {
             }
             .to_owned(),
         );
-        // As Go's profiles: a window's time is when it started (its duration follows); a
-        // cumulative profile's is when it was collected.
-        out.time = Some(if self.window {
+        // As Go's profiles: a window's time is when it started, and its duration follows; so
+        // are a CPU profile's (cumulative ones cover the time since the profiler started); a
+        // cumulative heap profile's time is when it was collected, with no duration.
+        let spans_time = self.window || kind == ProfileKind::Cpu;
+        out.time = Some(if spans_time {
             self.time.checked_sub(self.duration).unwrap_or(self.time)
         } else {
             self.time
         });
-        out.duration = self.window.then_some(self.duration);
+        out.duration = spans_time.then_some(self.duration);
         out.binary = self.binary.clone();
         out.comments.extend(self.comments(kind));
         out
@@ -443,7 +446,8 @@ impl Snapshot {
                         full.samples
                     ));
                 }
-                if let CpuSource::Sampled { hz } = self.cpu {
+                if self.cpu_sampling_hz > 0 {
+                    let hz = self.cpu_sampling_hz;
                     out.push(format!(
                         "tracing-prof: sampled: {hz} samples per second of CPU time on each thread; each stands for {} ns",
                         self.cpu_period_ns()

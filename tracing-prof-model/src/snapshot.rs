@@ -657,8 +657,12 @@ pub struct Snapshot {
     pub suspected_leaks: Vec<SuspectedLeak>,
     /// How [`TimeStats::cpu_ns`] was measured.
     pub cpu: CpuSource,
-    /// Sampled CPU stacks under their span paths (empty unless [`CpuSource::Sampled`]).
+    /// Sampled CPU stacks under their span paths (empty while CPU sampling is off).
     pub cpu_stacks: Vec<CpuStack>,
+    /// The rate `cpu_stacks` were sampled at, per second of CPU time per thread (0: CPU
+    /// sampling off). It runs whichever way [`Snapshot::cpu`] says per-span CPU time was
+    /// measured.
+    pub cpu_sampling_hz: u32,
     /// Mean bytes between heap samples (0: sampling off, `stacks` empty).
     pub sample_rate: u64,
     /// Frees sooner than this after allocation count as temporary in [`Lifetimes`].
@@ -683,6 +687,7 @@ impl Snapshot {
             suspected_leaks: Vec::new(),
             cpu: CpuSource::Off,
             cpu_stacks: Vec::new(),
+            cpu_sampling_hz: 0,
             sample_rate: 0,
             temporary_threshold: Duration::from_millis(1),
             stacks: Vec::new(),
@@ -690,11 +695,11 @@ impl Snapshot {
         }
     }
 
-    /// The CPU sampling period in nanoseconds (0 unless CPU time is sampled).
+    /// The CPU sampling period in nanoseconds (0 while CPU sampling is off).
     pub fn cpu_period_ns(&self) -> u64 {
-        match self.cpu {
-            CpuSource::Sampled { hz } if hz > 0 => 1_000_000_000 / u64::from(hz),
-            _ => 0,
+        match self.cpu_sampling_hz {
+            0 => 0,
+            hz => 1_000_000_000 / u64::from(hz),
         }
     }
 
@@ -742,6 +747,7 @@ impl Snapshot {
             suspected_leaks: self.suspected_leaks.clone(),
             cpu: self.cpu,
             cpu_stacks: self.cpu_stacks_since(base),
+            cpu_sampling_hz: self.cpu_sampling_hz,
             sample_rate: self.sample_rate,
             temporary_threshold: self.temporary_threshold,
             stacks: self.stacks_since(base),

@@ -569,6 +569,7 @@ pub(crate) mod tests {
         let mut end = Snapshot::new(t(i + 1), Duration::from_secs(i + 1));
         for s in [&mut base, &mut end] {
             s.cpu = CpuSource::Sampled { hz: 100 };
+            s.cpu_sampling_hz = 100;
             s.sample_rate = 1;
         }
         let mut r = PathProfile::new(PathKind::Span, request());
