@@ -1,9 +1,9 @@
 //! The example workload's exported totals equal, to the byte, what an independent counting
 //! allocator saw the program request.
 //!
-//! The counter wraps the tagging allocator from outside and counts every request: `alloc` and
-//! `alloc_zeroed` as one object of their size, `realloc` growth as its extra bytes (the default
-//! resize semantics). Both sides leave out the profiler's own allocations.
+//! The counter wraps the tagging allocator from outside and counts every request: `alloc`,
+//! `alloc_zeroed` and `realloc` as one object of their (new) size, as heap profilers count them
+//! (and the default resize mode does). Both sides leave out the profiler's own allocations.
 
 #[path = "../../tracing-prof/tests/common/mod.rs"]
 mod common;
@@ -53,8 +53,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         // SAFETY: same contract as ours.
         let q = unsafe { self.0.realloc(p, l, new) };
-        if !q.is_null() && new > l.size() {
-            count(0, (new - l.size()) as u64);
+        if !q.is_null() {
+            count(1, new as u64);
         }
         q
     }

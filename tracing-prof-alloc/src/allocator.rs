@@ -13,16 +13,16 @@ use std::alloc::{GlobalAlloc, Layout};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReallocMode {
-    /// One long-lived allocation whose size changes (the default). The block keeps the tag of the
-    /// span that first allocated it; growth adds to that tag's `alloc_bytes`, shrinking adds to
-    /// its `free_bytes`; object counts are unchanged. `alloc_space` then counts the bytes a block
-    /// grew by, not every intermediate copy.
+    /// The block stays with the span that first allocated it (the default): its in-use memory
+    /// keeps that tag. Each realloc counts, under that tag, as an allocation of the new size and
+    /// a free of the old one, as heap profilers count `realloc` (jemalloc's, heaptrack, dhat)
+    /// and as the heap sampler does, so the exact counters and the sampled `alloc_space` and
+    /// `alloc_objects` measure the same thing: a `Vec` grown by doubling to 1 MiB allocated
+    /// about 2 MiB in all.
     #[default]
     Resize,
-    /// A free of the old block and an allocation of the new one: the old size is credited to the
-    /// old tag, the new size charged to the span current at the realloc, and the block is retagged.
-    /// `alloc_objects` then counts every growth step, like a heap profiler that hooks `realloc`
-    /// as malloc + free.
+    /// A free of the old block and an allocation of the new one, the new block charged to the
+    /// span current at the realloc: the block is retagged, and its in-use memory moves there.
     FreeAndAlloc,
 }
 

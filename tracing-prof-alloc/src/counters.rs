@@ -504,19 +504,19 @@ fn cross_free(table: *const ThreadTable, origin: u32, bytes: usize) {
 
 const _: () = assert!(MAX_ORIGINS.is_power_of_two());
 
-/// A block of `tag` from `origin` changed size in place (realloc in resize mode): the object
-/// count is kept.
+/// A block of `tag` from `origin` was reallocated and keeps its tag (realloc in resize mode):
+/// an allocation of the new size and a free of the old one, as heap profilers (and the heap
+/// sampler) count a realloc; in-use changes by the difference.
 ///
 /// The calling thread's table and origin come from the realloc's `ticket`.
 #[inline]
 pub(crate) fn record_resize(ticket: &Ticket, tag: u32, origin: u32, old: usize, new: usize) {
     let (table, me) = (ticket.table, ticket.origin);
     with_slot_in(table, tag, |s, w| {
-        if new >= old {
-            w.add(&s.alloc_bytes, (new - old) as u64);
-        } else {
-            w.add(&s.free_bytes, (old - new) as u64);
-        }
+        w.add(&s.alloc_objects, 1);
+        w.add(&s.alloc_bytes, new as u64);
+        w.add(&s.free_objects, 1);
+        w.add(&s.free_bytes, old as u64);
     });
     // Per-thread view: a resize of another thread's block is a cross-thread change of its
     // size: growth counts against the cross frees (wrapping), a shrink as a cross free.

@@ -121,8 +121,8 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
                 // SAFETY: valid layouts; each realloc gets the block's current layout.
                 unsafe {
                     let p = alloc(l10);
-                    let p = realloc(p, l10, 1000); // grow: +990
-                    let p = realloc(p, Layout::from_size_align(1000, 1).unwrap(), 100); // shrink: -900
+                    let p = realloc(p, l10, 1000); // grow: 1000 allocated, 10 freed
+                    let p = realloc(p, Layout::from_size_align(1000, 1).unwrap(), 100); // shrink: 100 allocated, 1000 freed
                     g1 = (p as usize, Layout::from_size_align(100, 1).unwrap());
                     g2 = alloc(Layout::from_size_align(64, 8).unwrap());
                 }
@@ -219,9 +219,11 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
         m(&["em_root", "em_child"]),
         [14, 48 + 64 + 5000 + 1000 + 2560, 3, 48 + 5000 + 1000]
     );
+    // Each realloc an allocation of the new size (and a free of the old): 10, 10 -> 1000,
+    // 1000 -> 100, 64, 64 -> 640.
     assert_eq!(
         m(&["em_root", "em_child", "em_grand"]),
-        [2, 10 + 990 + 64 + 576, 2, 100 + 640]
+        [5, 10 + 1000 + 100 + 64 + 640, 2, 100 + 640]
     );
     assert_eq!(m(&["em_async"]), [40, 20 * 160, 20, 20 * 128]);
     assert_eq!(m(&["em_hop"]), [2, 2000, 2, 2000]);
