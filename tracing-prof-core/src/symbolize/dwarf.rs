@@ -163,10 +163,17 @@ fn resolve_unit(
             for (depth, &s) in chain.iter().enumerate().rev() {
                 let scope = &scopes[s];
                 let name = if depth == 0 {
-                    // The outermost is a real function: the symbol table names it best.
-                    module
-                        .function(a)
-                        .map(|(_, n)| demangle(n))
+                    // The outermost is a real function. Its debug information names it by
+                    // its linkage name, qualified; the symbol table may name another function
+                    // folded into the same code (`<&UnixStream as Write>::write` for
+                    // `<&TcpStream as Write>::write`: the linker keeps one copy of identical
+                    // functions under both names). Without a qualified name here (a
+                    // `line-tables-only` build), the symbol table names it.
+                    scope
+                        .name
+                        .clone()
+                        .filter(|n| n.contains("::"))
+                        .or_else(|| module.function(a).map(|(_, n)| demangle(n)))
                         .or_else(|| scope.name.clone())
                 } else {
                     scope.name.clone()

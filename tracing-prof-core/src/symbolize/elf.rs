@@ -145,6 +145,15 @@ impl Module {
         })
     }
 
+    /// Names the symbol-table function at `start` `name` (tests: the alias a linker may list
+    /// first for folded functions).
+    #[cfg(test)]
+    pub(super) fn rename_function(&mut self, start: u64, name: &'static [u8]) {
+        for f in self.functions.iter_mut().filter(|f| f.start == start) {
+            f.name = name;
+        }
+    }
+
     /// What this module says about its own code.
     pub(super) fn symbols(&self) -> tracing_prof_model::Symbols {
         use object::Object;

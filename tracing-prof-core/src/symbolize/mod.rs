@@ -764,6 +764,102 @@ mod tests {
 }
 
 #[cfg(all(test, target_os = "linux"))]
+mod alias_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// The load addresses the symbol table gives each of `names` (demangled, without hash),
+    /// and every name at those addresses.
+    fn symbols_at(names: &[&str]) -> Vec<(usize, Vec<String>)> {
+        use object::{Object, ObjectSymbol};
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let demangled = |s: &object::Symbol<'_, '_>| {
+            s.name()
+                .ok()
+                .and_then(|n| rustc_demangle::try_demangle(n).ok())
+                .map(|d| format!("{d:#}"))
+        };
+        let text: Vec<(u64, String)> = file
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| Some((s.address(), demangled(&s)?)))
+            .collect();
+        // The program's load bias, from a function of this test.
+        let here = symbols_at as *const () as usize;
+        let mine = text
+            .iter()
+            .find(|(_, n)| n.ends_with("alias_tests::symbols_at"))
+            .map(|(a, _)| *a)
+            .expect("this test's own symbol");
+        let bias = here.wrapping_sub(mine as usize);
+        text.iter()
+            .filter(|(_, n)| names.contains(&n.as_str()))
+            .map(|&(a, _)| {
+                let all = text.iter().filter(|(b, _)| *b == a).map(|(_, n)| n.clone());
+                ((a as usize).wrapping_add(bias), all.collect())
+            })
+            .collect()
+    }
+
+    /// Code shared by two functions is named as its debug information names it (as
+    /// backtrace-rs, addr2line and perf do), not by whichever alias the symbol table lists
+    /// first: a real server's every TCP send read `<&UnixStream as Write>::write`, the linker
+    /// having kept one copy of that identical function under both names and listed that one
+    /// first.
+    #[test]
+    fn folded_functions_are_named_by_their_debug_information() {
+        const TCP_WRITE: &str = "<&std::net::tcp::TcpStream as std::io::Write>::write";
+        const UNIX_WRITE: &str = "<&std::os::unix::net::stream::UnixStream as std::io::Write>::write";
+        // A real TCP write, so that the function is in this binary.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (&stream).write_all(b"x").unwrap();
+        let (addr, names) = symbols_at(&[TCP_WRITE])
+            .into_iter()
+            .next()
+            .expect("TcpStream's write in this binary");
+        // backtrace-rs, from the debug information.
+        let mut theirs = Vec::new();
+        backtrace::resolve((addr + 1) as *mut std::ffi::c_void, |s| {
+            theirs.push(s.name().map(|n| format!("{n:#}")));
+        });
+        assert_eq!(theirs.last().cloned().flatten().as_deref(), Some(TCP_WRITE));
+        // The symbol table lists the other alias first (as the real server's did).
+        let mut modules = elf::loaded_modules(&[]);
+        let m = modules
+            .iter_mut()
+            .find(|m| m.text.contains(&(addr as u64)))
+            .expect("the program");
+        let m = Arc::get_mut(m).expect("a module of our own");
+        let svma = (addr as u64).wrapping_sub(m.bias);
+        let unix: &'static str = mangled_name(UNIX_WRITE).unwrap_or_else(|| {
+            panic!("{UNIX_WRITE} is no alias here: {names:?} (the test needs one)")
+        });
+        m.rename_function(svma, unix.as_bytes());
+        let frames = dwarf::resolve(m, &[svma + 1]);
+        assert_eq!(
+            frames[&(svma + 1)].first().map(|f| &*f.function),
+            Some(TCP_WRITE),
+            "aliases {names:?}"
+        );
+    }
+
+    /// The mangled symbol of the function `demangled`, kept for the life of the test.
+    fn mangled_name(demangled: &str) -> Option<&'static str> {
+        use object::{Object, ObjectSymbol};
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let name = file.symbols().find_map(|s| {
+            let n = s.name().ok()?;
+            let d = rustc_demangle::try_demangle(n).ok()?;
+            (format!("{d:#}") == demangled).then(|| n.to_owned())
+        })?;
+        Some(Box::leak(name.into_boxed_str()))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
 mod vdso_tests {
     use super::*;
 
