@@ -68,7 +68,10 @@ fn memory_values(m: &MemoryStats) -> Vec<i64> {
 /// The frame of a span callsite.
 pub(crate) fn span_frame(f: &SpanFrame) -> Frame {
     let mut frame = Frame::new(FrameKind::Span, f.qualified_name(), f.file.clone(), f.line);
-    frame.path_name = Some(f.path_name.clone());
+    // A synthetic frame (`(no span)`) goes by its own name.
+    if !f.is_synthetic() {
+        frame.path_name = Some(f.path_name.clone());
+    }
     frame
 }
 

@@ -30,6 +30,11 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (u16, Vec<u8>) {
     (status, answer[head_end + 4..].to_vec())
 }
 
+/// The stuck request's span path name, and the young requests': another callsite of the same
+/// name in the same module.
+const STUCK: &str = "in_flight::request (in_flight.rs:57)";
+const YOUNG: &str = "in_flight::request (in_flight.rs:71)";
+
 #[test]
 fn a_stuck_request_comes_first_with_its_age() {
     let (layer, guard) = Profiler::builder()
@@ -74,12 +79,13 @@ fn a_stuck_request_comes_first_with_its_age() {
         .iter()
         .map(|p| (tracing_prof::model::display_path(&p.frames), p.open))
         .collect();
+    // Three callsites share the name `request` in one module: each goes by its line.
     assert_eq!(
         rows,
         [
-            ("request".to_owned(), 1),
-            ("request -> query".to_owned(), 1),
-            ("request".to_owned(), 8)
+            (STUCK.to_owned(), 1),
+            (format!("{STUCK} -> query"), 1),
+            (YOUNG.to_owned(), 8)
         ],
         "{now:#?}"
     );
@@ -124,13 +130,13 @@ fn a_stuck_request_comes_first_with_its_age() {
     let text = String::from_utf8(body).unwrap();
     let first = text.lines().nth(2).unwrap();
     assert!(
-        first.starts_with("1 open, oldest 5.") && first.ends_with(": request"),
+        first.starts_with("1 open, oldest 5.") && first.ends_with(&format!(": {STUCK}")),
         "{text}"
     );
     assert!(text.contains("\n8 open, oldest 1."), "{text}");
     assert!(text.starts_with("open spans: total 10\n"), "{text}");
     assert!(
-        text.contains("[stuck-worker]: request -> query for 5."),
+        text.contains(&format!("[stuck-worker]: {STUCK} -> query for 5.")),
         "{text}"
     );
     let (_, body) = get(server.local_addr(), "/debug/pprof/goroutine?debug=2");

@@ -22,6 +22,10 @@ fn sum_where(p: &Profile, ty: &str, key: &str, value: &str) -> i64 {
         .sum()
 }
 
+/// Two callsites of `lbl_request` in this module: each goes by its line in span paths.
+const LABELED: &str = "span_labels::lbl_request (span_labels.rs:42)";
+const LATE: &str = "span_labels::lbl_request (span_labels.rs:51)";
+
 #[test]
 fn span_fields_become_bounded_labels() {
     let (layer, guard) = tracing_prof::Profiler::builder()
@@ -65,13 +69,13 @@ fn span_fields_become_bounded_labels() {
     let unlabeled: i64 = memory
         .samples
         .iter()
-        .filter(|s| s.span_path() == "lbl_request" && s.label("route").is_none())
+        .filter(|s| s.span_path() == LATE && s.label("route").is_none())
         .map(|s| s.values[memory.sample_type_index("alloc_space").unwrap()])
         .sum();
     assert_eq!(unlabeled, 77);
     // The child path carries the label too.
     assert!(memory.samples.iter().any(|s| {
-        s.span_path() == "lbl_request -> lbl_parse" && s.label("route") == Some("/b")
+        s.span_path() == format!("{LABELED} -> lbl_parse") && s.label("route") == Some("/b")
     }));
     // The spans kind and the sampled heap kind (every allocation sampled here) alike.
     let spans = snapshot.profile(ProfileKind::Spans);
