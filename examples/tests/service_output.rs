@@ -73,3 +73,42 @@ fn the_commands_it_prints_open_whole_profiles() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's `main() -> Result<(), Box<dyn Error>>` with a bad setting: Rust prints the
+/// returned error with `Debug`, which must read as the message (it printed
+/// `Error: Config(Env { name: "TRACING_PROF_INTERVAL", ... })`). A misspelled variable is
+/// said on stderr, with the setting it resembles, and the service runs.
+#[test]
+fn errors_and_misspelled_settings_read_as_sentences() {
+    let out = Command::new(example())
+        .env("SERVICE_REQUESTS", "100")
+        .env("TRACING_PROF_INTERVAL", "bogus")
+        .output()
+        .expect("run the example");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Error: environment variable TRACING_PROF_INTERVAL=\"bogus\" is invalid:"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Config(") && !stderr.contains("Env {"), "{stderr}");
+
+    let dir = std::env::temp_dir().join(format!("tracing-prof-misspelled-{}", std::process::id()));
+    let out = Command::new(example())
+        .env("SERVICE_REQUESTS", "100")
+        .env("TRACING_PROF_DIR", &dir)
+        .env("TRACING_PROF_INTERVALL", "1s")
+        .output()
+        .expect("run the example");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("tracing-prof: TRACING_PROF_INTERVALL is not a tracing-prof setting (did you mean TRACING_PROF_INTERVAL?); it is ignored")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -131,8 +131,97 @@ impl ToggleSignal {
     }
 }
 
+/// Every `TRACING_PROF_*` setting of tracing-prof: those [`Config::apply_env`] reads, then
+/// the exporters' (files, `/debug/pprof`, Pyroscope). [`Config::apply_env`] says on stderr,
+/// once, which other `TRACING_PROF_*` variables are set (misspellings, with the setting each
+/// resembles).
+pub const ENV_VARS: &[&str] = &[
+    "TRACING_PROF_INTERVAL",
+    "TRACING_PROF_MAX_SPAN_PATHS",
+    "TRACING_PROF_CPU_TIME",
+    "TRACING_PROF_CPU_CLOCK",
+    "TRACING_PROF_CPU_HZ",
+    "TRACING_PROF_CPU_UNWIND",
+    "TRACING_PROF_SAMPLE_RATE",
+    "TRACING_PROF_TEMPORARY",
+    "TRACING_PROF_SHUTDOWN_TIMEOUT",
+    "TRACING_PROF_GIANT_BYTES",
+    "TRACING_PROF_GIANT_REFUSE",
+    "TRACING_PROF_LABEL_FIELDS",
+    "TRACING_PROF_LABEL_VALUES",
+    "TRACING_PROF_LEAK_LEVEL",
+    "TRACING_PROF_LEAK_MIN_BYTES",
+    "TRACING_PROF_LEAK_SNAPSHOTS",
+    "TRACING_PROF_LONG_POLL",
+    "TRACING_PROF_TOGGLE_SIGNAL",
+    // The exporters' (`tracing-prof-export`).
+    "TRACING_PROF_DIR",
+    "TRACING_PROF_DELTAS",
+    "TRACING_PROF_FLAMEGRAPHS",
+    "TRACING_PROF_KEEP_FILES",
+    "TRACING_PROF_HTTP_ADDR",
+    "TRACING_PROF_HTTP_TOKEN",
+    "TRACING_PROF_HTTP_ALLOW_PUBLIC",
+    "TRACING_PROF_PYROSCOPE_API",
+    "TRACING_PROF_PYROSCOPE_TIMEOUT",
+];
+
+/// Warnings for the `TRACING_PROF_*` names among `names` that are no setting, each with the
+/// setting it most resembles, if one is close.
+pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut names: Vec<String> = names
+        .filter(|n| n.starts_with("TRACING_PROF_") && !ENV_VARS.contains(&n.as_str()))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let closest = ENV_VARS
+                .iter()
+                .map(|k| (edit_distance(&name, k), *k))
+                .min()
+                .filter(|(d, _)| *d <= 3);
+            match closest {
+                Some((_, k)) => format!(
+                    "{name} is not a tracing-prof setting (did you mean {k}?); it is ignored"
+                ),
+                None => format!("{name} is not a tracing-prof setting; it is ignored"),
+            }
+        })
+        .collect()
+}
+
+/// Says [`unknown_variables`] of the environment on stderr, once per process.
+fn warn_unknown_variables() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        for warning in unknown_variables(names) {
+            eprintln!("tracing-prof: {warning}");
+        }
+    });
+}
+
+/// Levenshtein distance.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
 /// An invalid setting.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// An environment variable is set to something that does not parse.
@@ -153,6 +242,14 @@ pub enum ConfigError {
         /// What was expected.
         reason: String,
     },
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// The core settings. Build one with [`Config::default`] and adjust, or [`Config::from_env`].
@@ -232,8 +329,10 @@ impl Config {
     }
 
     /// Overrides the fields whose `TRACING_PROF_*` variable is set. A bad value is an error
-    /// naming the variable; nothing falls back silently.
+    /// naming the variable; nothing falls back silently. A `TRACING_PROF_*` variable that is
+    /// no setting is said on stderr, once (see [`ENV_VARS`]).
     pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        warn_unknown_variables();
         if let Some(d) = env_var(ENV_INTERVAL, parse_duration)? {
             self.interval = d;
         }
@@ -516,6 +615,45 @@ pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every variable this file reads is in [`ENV_VARS`], so the facade's warning about unknown
+    /// variables never names a real one.
+    #[test]
+    fn every_variable_read_here_is_listed() {
+        let all = include_str!("config.rs");
+        let source = &all[..all.find("#[cfg(test)]").unwrap()];
+        let source = source.replace("\"TRACING_PROF_\"", ""); // the prefix itself
+        let mut read: Vec<&str> = source
+            .match_indices("\"TRACING_PROF_")
+            .map(|(i, _)| {
+                let rest = &source[i + 1..];
+                &rest[..rest.find('"').unwrap()]
+            })
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        for name in &read {
+            assert!(ENV_VARS.contains(name), "{name} is not in ENV_VARS");
+        }
+    }
+
+    #[test]
+    fn unknown_variables_are_named_with_the_closest_setting() {
+        let names = [
+            "TRACING_PROF_INTERVALL",
+            "TRACING_PROF_DIR",
+            "PATH",
+            "TRACING_PROF_COLOUR",
+        ]
+        .map(String::from);
+        assert_eq!(
+            unknown_variables(names.into_iter()),
+            [
+                "TRACING_PROF_COLOUR is not a tracing-prof setting; it is ignored",
+                "TRACING_PROF_INTERVALL is not a tracing-prof setting (did you mean TRACING_PROF_INTERVAL?); it is ignored",
+            ]
+        );
+    }
 
     #[test]
     fn toggle_signals_parse_by_name() {

@@ -101,7 +101,7 @@ impl fmt::Debug for SinkCounters {
 }
 
 /// Why the profiler could not start.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
     /// A setting is invalid.
@@ -116,6 +116,14 @@ pub enum BuildError {
     /// each other's: drop the first guard, or use its [`Profiler`] handle.
     #[error("a tracing-prof profiler is already running in this process")]
     AlreadyRunning,
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Set while a profiler runs: from `build` until its aggregator thread has finished.

@@ -51,7 +51,7 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 const STAMP_LEN: usize = 23;
 
 /// A file export that failed; says what was being done to which path.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
     /// A flame graph could not be drawn.
@@ -75,6 +75,14 @@ pub enum FileError {
         #[source]
         source: std::io::Error,
     },
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// A [`Sink`] that writes one gzip'd pprof file per kind, named

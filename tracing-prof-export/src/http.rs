@@ -436,7 +436,7 @@ fn text_table(snapshot: &Snapshot, kind: ProfileKind) -> String {
 }
 
 /// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpError {
     /// The address could not be bound.
@@ -454,6 +454,14 @@ pub enum HttpError {
     /// An environment variable is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// A standalone `/debug/pprof` server; stops when dropped.

@@ -18,3 +18,35 @@ pub use files::{FileError, FileExporter};
 pub use http::{HttpServer, PprofHandler};
 pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
 pub use tracing_prof_model::ProfileKind;
+
+#[cfg(test)]
+mod tests {
+    /// Every variable the exporters read is a known setting (`config::ENV_VARS`), so the
+    /// warning about unknown variables never names one of them.
+    #[test]
+    fn every_variable_read_is_listed() {
+        let mut read: Vec<&str> = [
+            include_str!("files.rs"),
+            include_str!("http.rs"),
+            include_str!("pyroscope.rs"),
+        ]
+        .into_iter()
+        .flat_map(|source| {
+            source.match_indices("\"TRACING_PROF_").map(move |(i, _)| {
+                let rest = &source[i + 1..];
+                &rest[..rest.find('"').unwrap()]
+            })
+        })
+        .collect();
+        read.retain(|n| *n != "TRACING_PROF_"); // this test's own pattern
+        read.sort_unstable();
+        read.dedup();
+        assert!(!read.is_empty());
+        for name in &read {
+            assert!(
+                tracing_prof_core::config::ENV_VARS.contains(name),
+                "{name} is not in tracing_prof_core::config::ENV_VARS"
+            );
+        }
+    }
+}

@@ -156,7 +156,7 @@ fn redact_url(url: &str) -> String {
 }
 
 /// A configuration that cannot work.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum PyroscopeError {
     /// An environment variable is invalid.
@@ -168,6 +168,14 @@ pub enum PyroscopeError {
     /// The sender thread could not be spawned.
     #[error("cannot spawn the tracing-prof Pyroscope thread: {0}")]
     Spawn(#[source] std::io::Error),
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for PyroscopeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl PyroscopeConfig {

@@ -23,7 +23,7 @@
 //! #[global_allocator]
 //! static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //!     // 2. Settings from TRACING_PROF_* (defaults otherwise), files into ./profiles, and
 //!     //    Pyroscope / `/debug/pprof` when PYROSCOPE_SERVER_ADDRESS / TRACING_PROF_HTTP_ADDR say so.
 //!     let (layer, guard) = tracing_prof::init_from_env()?;
@@ -69,7 +69,7 @@ pub use tracing_prof_export::{
 pub use tracing_prof_model::{Profile, ProfileKind, Snapshot};
 
 /// Why the profiler could not be set up from the environment.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A `TRACING_PROF_*` variable is invalid.
@@ -86,11 +86,21 @@ pub enum Error {
     Http(#[from] tracing_prof_export::http::HttpError),
 }
 
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// A [`ProfilerBuilder`] set up from the environment: the `TRACING_PROF_*` settings, a
 /// [`FileExporter`] writing to `TRACING_PROF_DIR` (default `./profiles`), and a
 /// [`PyroscopeExporter`] when `PYROSCOPE_SERVER_ADDRESS` is set.
 ///
-/// A variable set to an invalid value is an error naming it.
+/// A variable set to an invalid value is an error naming it. A `TRACING_PROF_*` variable that
+/// is no setting (a misspelling) is said on stderr, with the setting it most resembles, and
+/// otherwise ignored (see `core::config::ENV_VARS`).
 pub fn from_env() -> Result<ProfilerBuilder, Error> {
     let mut builder = Profiler::builder()
         .from_env()?
