@@ -53,8 +53,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     tracing_subscriber::registry().with(layer).init();
     let profiler = guard.profiler().clone();
     let http = HttpServer::from_env(&profiler)?;
-    if let Some(http) = &http {
-        println!("serving http://{}/debug/pprof/", http.local_addr());
+    if let Some(addr) = http.as_ref().and_then(HttpServer::local_addr) {
+        println!("serving http://{addr}/debug/pprof/");
     }
 
     let started = Instant::now();

@@ -480,7 +480,7 @@ fn reads_a_running_debug_pprof_endpoint() {
     let handler = tracing_prof::export::http::PprofHandler::new(guard.profiler().clone())
         .bearer_token("s3cret");
     let server = tracing_prof::export::HttpServer::start(handler, "127.0.0.1:0").unwrap();
-    let url = format!("http://{}/debug/pprof/spans", server.local_addr());
+    let url = format!("http://{}/debug/pprof/spans", server.local_addr().unwrap());
     let (success, _, stderr) = run(&["top", &url]);
     assert!(!success && stderr.contains("HTTP 401"), "{stderr}");
     let out = tracing_prof()

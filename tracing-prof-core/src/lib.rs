@@ -63,7 +63,7 @@ pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use profiler::{
     BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
-    ProfilerBuilder, ProfilerGuard, Sink, SinkError, SinkStats, Stats,
+    ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
 pub use tracing_prof_cpu::SamplerStats;

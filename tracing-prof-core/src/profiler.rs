@@ -83,6 +83,31 @@ pub struct SinkStats {
     pub delivery: Option<Delivery>,
 }
 
+/// The state of a service the profiler runs beside its sinks, such as the `/debug/pprof`
+/// server; see [`Profiler::set_service_status`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServiceStatus {
+    /// What it is (`/debug/pprof server`).
+    pub name: String,
+    /// Whether it works (`false`: it could not start and is trying again).
+    pub up: bool,
+    /// What it is doing, or why it is not: `listening on 127.0.0.1:6060`, or the error and
+    /// when it will try again.
+    pub detail: String,
+}
+
+impl ServiceStatus {
+    /// `name` in the state `up`, said by `detail`.
+    pub fn new(name: impl Into<String>, up: bool, detail: impl Into<String>) -> Self {
+        ServiceStatus {
+            name: name.into(),
+            up,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// The profiler's side of one sink's counters.
 struct SinkCounters {
     name: String,
@@ -186,6 +211,9 @@ pub struct Stats {
     pub cpu: tracing_prof_cpu::SamplerStats,
     /// Whether profiling is paused (see [`Profiler::pause`]).
     pub paused: bool,
+    /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying
+    /// again); [`Profiler::services`] says which and why.
+    pub services_down: usize,
 }
 
 #[derive(Debug)]
@@ -202,6 +230,8 @@ struct Shared {
     cpu_error: ForkSafe<Option<String>>,
     /// Per sink, in the order they were added.
     sinks: Vec<SinkCounters>,
+    /// The services beside the sinks, by name, in the order they first reported.
+    services: ForkSafe<Vec<ServiceStatus>>,
     /// Whether profiling is paused; changed under `toggle`.
     paused: AtomicBool,
     /// Serializes pause and resume.
@@ -349,7 +379,27 @@ impl Profiler {
             spans_outside_table: crate::span_index::spans_outside(),
             cpu: tracing_prof_cpu::stats(),
             paused: self.is_paused(),
+            services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
         }
+    }
+
+    /// Records the state of a service run beside the profiler (the `/debug/pprof` server
+    /// does), replacing the last one of the same name; [`Profiler::services`] and
+    /// [`Stats::services_down`] read it, and the `/debug/pprof/` index shows it.
+    pub fn set_service_status(&self, status: ServiceStatus) {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let mut services = self.shared.services.lock();
+        match services.iter_mut().find(|s| s.name == status.name) {
+            Some(s) => *s = status,
+            None => services.push(status),
+        }
+    }
+
+    /// The services run beside the profiler, as they last said (see
+    /// [`Profiler::set_service_status`]).
+    pub fn services(&self) -> Vec<ServiceStatus> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared.services.lock().clone()
     }
 
     /// Pauses profiling: no heap sampling, no CPU sampling, no exports (so no files and no
@@ -634,6 +684,7 @@ impl ProfilerBuilder {
             giants: ForkSafe::new(std::collections::VecDeque::new()),
             giants_missed: AtomicU64::new(0),
             cpu_error: ForkSafe::new(None),
+            services: ForkSafe::new(Vec::new()),
             sinks: self
                 .sinks
                 .iter()

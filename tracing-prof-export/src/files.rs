@@ -77,6 +77,17 @@ pub enum FileError {
     },
 }
 
+impl FileError {
+    /// Whether it failed for want of space (a full disk, a quota reached): a condition of the
+    /// moment rather than a setting.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, FileError::Io { source, .. } if matches!(
+            source.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ))
+    }
+}
+
 // `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
 // message, not the variant's structure, is what the user must read.
 impl std::fmt::Debug for FileError {
@@ -141,18 +152,29 @@ impl FileExporter {
 
     /// [`DEFAULT_DIR`] and [`DEFAULT_KEEP_FILES`], overridden by `TRACING_PROF_DIR` and
     /// `TRACING_PROF_KEEP_FILES` when set. The directory is [checked](Self::check): one that
-    /// cannot be created or written to is an error naming the variable.
+    /// cannot be created or written to is an error naming the variable, unless the disk is
+    /// full (said on stderr; the exports try again every interval).
     pub fn from_env() -> Result<Self, ConfigError> {
         let set = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?;
         let mut exporter = FileExporter::new(set.clone().unwrap_or_else(|| DEFAULT_DIR.into()));
-        exporter.check().map_err(|e| ConfigError::Env {
-            name: ENV_DIR,
-            value: exporter.dir.display().to_string(),
-            reason: match set {
-                Some(_) => e.to_string(),
-                None => format!("{e} (the default: {ENV_DIR} is unset)"),
-            },
-        })?;
+        match exporter.check() {
+            Ok(()) => {}
+            // A full disk is a condition of the moment, not a setting: the service starts, and
+            // each export tries again (and reports its failures once).
+            Err(e) if e.is_out_of_space() => {
+                eprintln!("tracing-prof: {e}; exports will try again every interval");
+            }
+            Err(e) => {
+                return Err(ConfigError::Env {
+                    name: ENV_DIR,
+                    value: exporter.dir.display().to_string(),
+                    reason: match set {
+                        Some(_) => e.to_string(),
+                        None => format!("{e} (the default: {ENV_DIR} is unset)"),
+                    },
+                });
+            }
+        }
         if let Some(keep) = env_var(ENV_KEEP_FILES, |s| {
             s.parse::<usize>()
                 .map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
@@ -466,6 +488,21 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    /// ENOSPC and EDQUOT, as the OS reports them, are a full disk; a read-only mount or a
+    /// permission is a setting.
+    #[test]
+    fn a_full_disk_is_known_from_a_setting() {
+        let err = |errno| FileError::Io {
+            action: "write a profile in",
+            path: PathBuf::from("/x"),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert!(err(libc::ENOSPC).is_out_of_space());
+        assert!(err(libc::EDQUOT).is_out_of_space());
+        assert!(!err(libc::EROFS).is_out_of_space());
+        assert!(!err(libc::EACCES).is_out_of_space());
+    }
 
     #[test]
     fn timestamps() {

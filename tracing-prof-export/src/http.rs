@@ -31,11 +31,11 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tracing_prof_core::Profiler;
+use tracing_prof_core::{Profiler, ServiceStatus};
 use tracing_prof_core::config::{ConfigError, env_var};
 use tracing_prof_model::{LiveFrame, ProfileKind, Snapshot, units};
 
@@ -69,6 +69,14 @@ pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
 pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
 /// `1` to serve on a non-loopback address without a token (refused otherwise).
 pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
+/// `1` makes a `/debug/pprof` server that cannot listen an error at start; by default the
+/// service runs without it and the server tries again every [`BIND_RETRY`].
+pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
+/// How often a server from [`HttpServer::from_env`] that could not listen tries again: 5 s.
+pub const BIND_RETRY: Duration = Duration::from_secs(5);
+/// The name a server from [`HttpServer::from_env`] reports its state under
+/// ([`Profiler::services`](tracing_prof_core::Profiler::services)).
+pub const SERVICE_NAME: &str = "/debug/pprof server";
 
 /// An answer, for whichever server carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,7 +223,7 @@ impl PprofHandler {
             }
         }
         let kind = match path.trim_end_matches('/') {
-            "/debug/pprof" => return index(self.profiler.is_paused()),
+            "/debug/pprof" => return index(&self.profiler),
             "/debug/pprof/goroutine" => return self.goroutine(debug, every),
             "/debug/pprof/cmdline" => return cmdline(),
             "/debug/pprof/live" => return self.live(seconds.unwrap_or(1)),
@@ -363,13 +371,52 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn index(paused: bool) -> HttpResponse {
+/// `s` with the characters HTML gives a meaning escaped.
+fn html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// What the profiler's sinks and services are doing: exports, failures, the last error.
+fn health(profiler: &Profiler) -> String {
+    let mut out = String::from("<table>\n");
+    for s in profiler.sink_stats() {
+        let state = match &s.last_error {
+            Some(e) => format!("<b>failing</b>: {}", html(e)),
+            None => "ok".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{} exports, {} failed</td><td>{state}</td></tr>",
+            html(&s.name),
+            s.exports,
+            s.export_errors
+        );
+    }
+    for s in profiler.services() {
+        let state = if s.up { "ok" } else { "<b>down</b>" };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{state}</td><td>{}</td></tr>",
+            html(&s.name),
+            html(&s.detail)
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+fn index(profiler: &Profiler) -> HttpResponse {
+    let paused = profiler.is_paused();
     let state = if paused {
         "<p><b>Profiling is paused</b> (no heap or CPU sampling, no exports; exact counters \
          keep counting).</p>\n"
     } else {
         "<p>Profiling is running.</p>\n"
     };
+    let state = format!("{state}{}", health(profiler));
     let body = "<table>\n\
         <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, by code stack under span path, sampled (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, as heap (alloc_space by default)</td></tr>\n\
@@ -467,13 +514,16 @@ impl std::fmt::Debug for HttpError {
 /// A standalone `/debug/pprof` server; stops when dropped.
 #[derive(Debug)]
 pub struct HttpServer {
-    addr: SocketAddr,
+    /// The address listened on, once listening.
+    addr: Arc<OnceLock<SocketAddr>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl HttpServer {
-    /// Serves `handler` on `addr` (e.g. `"127.0.0.1:6060"`; port 0 picks a free port).
+    /// Serves `handler` on `addr` (e.g. `"127.0.0.1:6060"`; port 0 picks a free port). An
+    /// address that cannot be listened on is an error ([`HttpServer::from_env`] tries again
+    /// in the background instead).
     pub fn start(
         handler: PprofHandler,
         addr: impl ToSocketAddrs + std::fmt::Display,
@@ -482,27 +532,64 @@ impl HttpServer {
             addr: addr.to_string(),
             source,
         })?;
-        let local = listener.local_addr().map_err(|source| HttpError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
+        HttpServer::spawn(handler, Ok(listener), String::new(), None)
+    }
+
+    /// The server's thread: serves `listener`, or, when binding failed, tries `addr` again
+    /// every [`BIND_RETRY`] until it can (reporting to `profiler`), then serves.
+    fn spawn(
+        handler: PprofHandler,
+        listener: std::io::Result<TcpListener>,
+        addr: String,
+        profiler: Option<Profiler>,
+    ) -> Result<HttpServer, HttpError> {
+        let bound = Arc::new(OnceLock::new());
         let stop = Arc::new(AtomicBool::new(false));
+        let listener = match listener {
+            Ok(l) => {
+                let local = l.local_addr().map_err(|source| HttpError::Bind {
+                    addr: addr.clone(),
+                    source,
+                })?;
+                let _ = bound.set(local);
+                Some(l)
+            }
+            Err(_) => None,
+        };
         let thread = {
-            let stop = Arc::clone(&stop);
+            let (bound, stop) = (Arc::clone(&bound), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("tracing-prof-http".into())
-                .spawn(move || accept_loop(&listener, &handler, &stop))
+                .spawn(move || {
+                    tracing_prof_core::mark_profiler_thread();
+                    let listener = match listener {
+                        Some(l) => l,
+                        None => match bind_again(&addr, &stop, profiler.as_ref()) {
+                            Some(l) => l,
+                            None => return, // stopped before it could listen
+                        },
+                    };
+                    if let Ok(local) = listener.local_addr() {
+                        let _ = bound.set(local);
+                    }
+                    accept_loop(&listener, &handler, &stop);
+                })
                 .map_err(HttpError::Spawn)?
         };
         Ok(HttpServer {
-            addr: local,
+            addr: bound,
             stop,
             thread: Some(thread),
         })
     }
 
     /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
-    /// [`DEFAULT_HTTP_ADDR`]), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is set.
+    /// [`DEFAULT_HTTP_ADDR`]), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is
+    /// set. A bad setting is an error. An address that cannot be listened on now (a port
+    /// another process holds) is not: it is said once on stderr, the server tries again every
+    /// [`BIND_RETRY`] in the background, and its state is in
+    /// [`Profiler::services`](tracing_prof_core::Profiler::services) and on the index page of
+    /// any other `/debug/pprof` mount; `TRACING_PROF_HTTP_REQUIRED=1` makes it an error.
     pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
         let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else {
             return Ok(None);
@@ -516,6 +603,8 @@ impl HttpServer {
         let token = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))?;
         let public =
             env_var(ENV_HTTP_ALLOW_PUBLIC, tracing_prof_core::config::parse_bool)?.unwrap_or(false);
+        let required =
+            env_var(ENV_HTTP_REQUIRED, tracing_prof_core::config::parse_bool)?.unwrap_or(false);
         let resolved: Vec<SocketAddr> = addr
             .to_socket_addrs()
             .map_err(|e| ConfigError::Env {
@@ -539,30 +628,98 @@ impl HttpServer {
         if let Some(token) = token {
             handler = handler.bearer_token(token);
         }
-        HttpServer::start(handler, addr.as_str())
-            .map(Some)
-            .map_err(|e| match e {
-                HttpError::Bind { source, .. } => ConfigError::Env {
+        let listener = TcpListener::bind(addr.as_str());
+        match &listener {
+            Ok(l) => profiler.set_service_status(ServiceStatus::new(
+                SERVICE_NAME,
+                true,
+                format!(
+                    "listening on {}",
+                    l.local_addr().map_or(addr.clone(), |a| a.to_string())
+                ),
+            )),
+            Err(source) if required => {
+                return Err(ConfigError::Env {
                     name: ENV_HTTP_ADDR,
                     value: addr.clone(),
-                    reason: format!("cannot listen there: {source}"),
+                    reason: format!("cannot listen there: {source} ({ENV_HTTP_REQUIRED} is set)"),
                 }
-                .into(),
-                other => other,
-            })
+                .into());
+            }
+            Err(source) => {
+                let why = cannot_listen(&addr, source);
+                eprintln!(
+                    "tracing-prof: {why}; the service runs without /debug/pprof until it can \
+                     ({ENV_HTTP_REQUIRED}=1 makes this an error at start)"
+                );
+                profiler.set_service_status(ServiceStatus::new(SERVICE_NAME, false, why));
+            }
+        }
+        HttpServer::spawn(handler, listener, addr, Some(profiler.clone())).map(Some)
     }
 
-    /// The address actually listened on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// The address listened on; `None` while a server from [`HttpServer::from_env`] is still
+    /// trying to listen.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addr.get().copied()
+    }
+}
+
+/// The reason a server could not listen on `addr`, and when it tries again.
+fn cannot_listen(addr: &str, source: &std::io::Error) -> String {
+    format!(
+        "cannot listen on {addr} for /debug/pprof: {source}; trying again every {} s",
+        BIND_RETRY.as_secs()
+    )
+}
+
+/// Tries to listen on `addr` every [`BIND_RETRY`] until it can (`Some`) or `stop` is set
+/// (`None`). Says on stderr, once per distinct error and once when it listens at last.
+fn bind_again(addr: &str, stop: &AtomicBool, profiler: Option<&Profiler>) -> Option<TcpListener> {
+    let mut said = String::new();
+    loop {
+        let deadline = Instant::now() + BIND_RETRY;
+        while Instant::now() < deadline {
+            if stop.load(Ordering::SeqCst) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        match TcpListener::bind(addr) {
+            Ok(l) => {
+                let at = l.local_addr().map_or(addr.to_owned(), |a| a.to_string());
+                eprintln!("tracing-prof: /debug/pprof listening on {at} now");
+                if let Some(p) = profiler {
+                    p.set_service_status(ServiceStatus::new(
+                        SERVICE_NAME,
+                        true,
+                        format!("listening on {at}"),
+                    ));
+                }
+                return Some(l);
+            }
+            Err(e) => {
+                let why = cannot_listen(addr, &e);
+                if why != said && !said.is_empty() {
+                    eprintln!("tracing-prof: {why}");
+                }
+                if let Some(p) = profiler {
+                    p.set_service_status(ServiceStatus::new(SERVICE_NAME, false, why.clone()));
+                }
+                said = why;
+            }
+        }
     }
 }
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        // Wake the blocking accept with a connection of our own (a server still trying to
+        // listen sees the flag within 50 ms).
+        if let Some(addr) = self.addr.get() {
+            let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

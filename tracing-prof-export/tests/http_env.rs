@@ -1,14 +1,21 @@
 //! `/debug/pprof` from the environment refuses what would expose it: an empty token (a
 //! template whose secret went missing), a public address without a token; and names the
-//! variable when the address is bad. (Its own process: environment variables are global.)
+//! variable when the address is bad. A port another process holds is no reason to stop the
+//! service: the server tries again in the background, and says where it stands. (Its own
+//! process: environment variables are global.)
 
 use tracing_prof_export::HttpServer;
 
-fn try_start(vars: &[(&str, &str)]) -> Result<Option<HttpServer>, String> {
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+use tracing_prof_export::PprofHandler;
+
+fn set_env(vars: &[(&str, &str)]) {
     for v in [
         "TRACING_PROF_HTTP_ADDR",
         "TRACING_PROF_HTTP_TOKEN",
         "TRACING_PROF_HTTP_ALLOW_PUBLIC",
+        "TRACING_PROF_HTTP_REQUIRED",
     ] {
         // SAFETY: this test binary has one test, which alone touches the environment.
         unsafe { std::env::remove_var(v) };
@@ -17,8 +24,71 @@ fn try_start(vars: &[(&str, &str)]) -> Result<Option<HttpServer>, String> {
         // SAFETY: as above.
         unsafe { std::env::set_var(k, v) };
     }
+}
+
+fn try_start(vars: &[(&str, &str)]) -> Result<Option<HttpServer>, String> {
+    set_env(vars);
     let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
     HttpServer::from_env(guard.profiler()).map_err(|e| e.to_string())
+}
+
+/// `GET path` on `addr`: the status line and the body.
+fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// A port another process holds: the service starts without the server, which listens once
+/// the port is free, and says so in `services()`, `stats()` and the index page meanwhile.
+fn a_taken_port_is_tried_again() {
+    let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = blocker.local_addr().unwrap();
+    let taken = addr.to_string();
+    set_env(&[("TRACING_PROF_HTTP_ADDR", &taken), ("TRACING_PROF_HTTP_REQUIRED", "1")]);
+    let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
+    let e = HttpServer::from_env(guard.profiler()).unwrap_err().to_string();
+    assert!(
+        e.contains("TRACING_PROF_HTTP_ADDR") && e.contains("TRACING_PROF_HTTP_REQUIRED"),
+        "{e}"
+    );
+    set_env(&[("TRACING_PROF_HTTP_ADDR", &taken)]);
+    let profiler = guard.profiler().clone();
+    let server = HttpServer::from_env(&profiler)
+        .expect("a taken port is no error at start")
+        .expect("a server");
+    assert_eq!(server.local_addr(), None);
+    assert_eq!(profiler.stats().services_down, 1);
+    let down = &profiler.services()[0];
+    assert!(
+        !down.up && down.detail.contains(&taken) && down.detail.contains("in use"),
+        "{down:?}"
+    );
+    // Another mount of the endpoint (the application's own router) shows it on the index.
+    let index = PprofHandler::new(profiler.clone()).handle("GET", "/debug/pprof/", None);
+    let page = String::from_utf8(index.body).unwrap();
+    assert!(
+        page.contains("/debug/pprof server") && page.contains("<b>down</b>"),
+        "{page}"
+    );
+    drop(blocker);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while server.local_addr().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.local_addr(), Some(addr), "it did not listen once free");
+    assert_eq!(profiler.stats().services_down, 0);
+    let (status, page) = get(addr, "/debug/pprof/");
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        page.contains(&format!("listening on {taken}")) && !page.contains("<b>down</b>"),
+        "{page}"
+    );
+    drop(server);
+    drop(guard);
 }
 
 #[test]
@@ -62,4 +132,5 @@ fn the_endpoint_is_never_exposed_by_accident() {
         .is_some()
     );
     assert!(try_start(&[]).unwrap().is_none());
+    a_taken_port_is_tried_again();
 }

@@ -113,7 +113,7 @@ pub fn from_env() -> Result<ProfilerBuilder, Error> {
 
 /// Everything the environment asks for, started: [`from_env`]'s profiler, and a
 /// `/debug/pprof` server when `TRACING_PROF_HTTP_ADDR` is set, attached to the guard (its
-/// address: `guard.attached::<HttpServer>().map(HttpServer::local_addr)`). Keep the guard
+/// address: `guard.attached::<HttpServer>().and_then(HttpServer::local_addr)`). Keep the guard
 /// alive; dropping it stops the server, then writes and pushes the final profiles.
 pub fn init_from_env() -> Result<(ProfileLayer, ProfilerGuard), Error> {
     let (layer, mut guard) = from_env()?.build()?;
