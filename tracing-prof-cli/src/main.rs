@@ -421,10 +421,25 @@ fn run(command: Command) -> Result<(), CliError> {
             eprintln!("wrote {}", a.output.display());
         }
         Command::Sqlite(a) => {
-            let mut db = sqlite::Db::open(&a.output)?;
-            for i in &a.inputs {
-                let loaded = input::load(i)?;
-                let id = db.add(&loaded)?;
+            // Every input read before the database is touched: a bad file leaves nothing
+            // behind, and the rest go in in one transaction.
+            let loaded = a
+                .inputs
+                .iter()
+                .map(|i| input::load(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let existed = a.output.exists();
+            let ids = sqlite::Db::open(&a.output).and_then(|mut db| db.add_all(&loaded));
+            let ids = match ids {
+                Ok(ids) => ids,
+                Err(e) => {
+                    if !existed {
+                        let _ = std::fs::remove_file(&a.output);
+                    }
+                    return Err(e.into());
+                }
+            };
+            for (loaded, id) in loaded.iter().zip(ids) {
                 eprintln!(
                     "{}: profile {id}, {} samples",
                     loaded.name,

@@ -1,20 +1,32 @@
 //! Profiles in SQLite, to query with SQL, as rsprof does.
 //!
-//! The schema (created when the database is new; `tracing-prof sqlite` appends):
+//! A directory of our files holds, per kind, cumulative captures (each counting from the
+//! profiler's start: summing two counts the first part twice), maybe window captures
+//! (`-delta` files, `?seconds=` answers), and `KIND.latest.pb.gz`, a second name of the newest
+//! capture. The database knows which is which, and its views make the natural query right:
 //!
 //! ```sql
-//! profiles(id, source, kind, time_ns, duration_ns, period, period_type, period_unit,
-//!          default_sample_type, binary, build_id, comments)
+//! profiles(id, source, kind, pid, scope, time_ns, duration_ns, end_ns, period, period_type,
+//!          period_unit, default_sample_type, binary, build_id, comments, digest, duplicate_of)
+//!     -- scope: 'cumulative' or 'window'; end_ns: the instant it describes (time + duration);
+//!     -- duplicate_of: the profile loaded earlier with the same content (a `latest` file)
 //! sample_types(profile_id, idx, name, unit)
 //! frames(id, kind, function, file, line)           -- kind: 'span', 'code' or 'thread'
 //! samples(id, profile_id, span_path, leaf, stack)  -- stack: root;...;leaf, as folded stacks
 //! sample_values(sample_id, sample_type, value)     -- one row per sample and sample type
 //! sample_frames(sample_id, depth, frame_id)        -- depth 0 is the root
 //! labels(sample_id, key, str, num, unit)
+//!
+//! captures   -- profiles less duplicates
+//! newest     -- per kind and process, the newest cumulative capture
+//! totals(profile_id, kind, source, pid, sample_id, span_path, leaf, stack, sample_type, value)
+//!            -- the values of `newest`: SUM over it is the process's total
+//! over_time(profile_id, kind, source, pid, scope, time_ns, sample_id, span_path, leaf, stack,
+//!           sample_type, value)  -- every capture's values at the instant it describes
 //! ```
 //!
-//! `span_path` is the span frames' names joined by ` -> ` (empty for a Go profile), `leaf` the
-//! innermost code frame's name.
+//! `span_path` is the span frames' path names joined by ` -> ` (empty for a Go profile),
+//! `leaf` the innermost code frame's name (as pprof shows it).
 
 use crate::input::Loaded;
 use rusqlite::{Connection, OpenFlags, params, types::ValueRef};
@@ -32,20 +44,29 @@ pub(crate) struct SqliteError {
     source: rusqlite::Error,
 }
 
+/// The schema's version, in `PRAGMA user_version`: a database of another version is not
+/// appended to.
+const SCHEMA_VERSION: i64 = 2;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS profiles (
     id INTEGER PRIMARY KEY,
     source TEXT NOT NULL,
     kind TEXT,
+    pid INTEGER,
+    scope TEXT NOT NULL,
     time_ns INTEGER,
     duration_ns INTEGER,
+    end_ns INTEGER,
     period INTEGER NOT NULL,
     period_type TEXT,
     period_unit TEXT,
     default_sample_type TEXT,
     binary TEXT,
     build_id TEXT,
-    comments TEXT NOT NULL
+    comments TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    duplicate_of INTEGER REFERENCES profiles(id)
 );
 CREATE TABLE IF NOT EXISTS sample_types (
     profile_id INTEGER NOT NULL REFERENCES profiles(id),
@@ -90,6 +111,22 @@ CREATE INDEX IF NOT EXISTS samples_profile ON samples(profile_id);
 CREATE INDEX IF NOT EXISTS values_sample ON sample_values(sample_id);
 CREATE INDEX IF NOT EXISTS frames_sample ON sample_frames(sample_id);
 CREATE INDEX IF NOT EXISTS labels_sample ON labels(sample_id);
+CREATE INDEX IF NOT EXISTS profiles_digest ON profiles(digest);
+CREATE VIEW IF NOT EXISTS captures AS
+    SELECT * FROM profiles WHERE duplicate_of IS NULL;
+CREATE VIEW IF NOT EXISTS newest AS
+    SELECT c.* FROM captures c WHERE c.scope = 'cumulative' AND NOT EXISTS (
+        SELECT 1 FROM captures d WHERE d.scope = 'cumulative' AND d.kind IS c.kind
+        AND d.pid IS c.pid AND d.binary IS c.binary
+        AND (d.end_ns > c.end_ns OR (d.end_ns IS c.end_ns AND d.id > c.id)));
+CREATE VIEW IF NOT EXISTS totals AS
+    SELECT p.id AS profile_id, p.kind, p.source, p.pid, s.id AS sample_id, s.span_path,
+        s.leaf, s.stack, v.sample_type, v.value
+    FROM newest p JOIN samples s ON s.profile_id = p.id JOIN sample_values v ON v.sample_id = s.id;
+CREATE VIEW IF NOT EXISTS over_time AS
+    SELECT p.id AS profile_id, p.kind, p.source, p.pid, p.scope, p.end_ns AS time_ns,
+        s.id AS sample_id, s.span_path, s.leaf, s.stack, v.sample_type, v.value
+    FROM captures p JOIN samples s ON s.profile_id = p.id JOIN sample_values v ON v.sample_id = s.id;
 ";
 
 /// A database being filled.
@@ -99,32 +136,84 @@ pub(crate) struct Db {
 }
 
 impl Db {
-    /// Opens (or creates) the database at `path` with the schema.
+    /// Opens (or creates) the database at `path` with the schema. A file that is no SQLite
+    /// database, or one of another schema version, is an error, and is left as it was.
     pub(crate) fn open(path: &Path) -> Result<Db, SqliteError> {
         let err = |source| SqliteError {
             path: path.to_owned(),
             source,
         };
         let conn = Connection::open(path).map_err(err)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(err)?;
+        if tables > 0 && version != SCHEMA_VERSION {
+            return Err(err(rusqlite::Error::InvalidParameterName(format!(
+                "a database of another schema (version {version}, this tool writes \
+                 {SCHEMA_VERSION}): write a new one"
+            ))));
+        }
         conn.execute_batch(SCHEMA).map_err(err)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
         Ok(Db {
             path: path.to_owned(),
             conn,
         })
     }
 
-    /// Adds one profile in one transaction; returns its id.
-    pub(crate) fn add(&mut self, loaded: &Loaded) -> Result<i64, SqliteError> {
+    /// Adds `profiles` in one transaction: all of them or none; returns their ids.
+    pub(crate) fn add_all(&mut self, profiles: &[Loaded]) -> Result<Vec<i64>, SqliteError> {
         let path = self.path.clone();
         let err = |source| SqliteError {
             path: path.clone(),
             source,
         };
         let tx = self.conn.transaction().map_err(err)?;
-        let id = insert(&tx, loaded).map_err(err)?;
+        let ids = profiles
+            .iter()
+            .map(|loaded| insert(&tx, loaded))
+            .collect::<rusqlite::Result<Vec<i64>>>()
+            .map_err(err)?;
         tx.commit().map_err(err)?;
-        Ok(id)
+        Ok(ids)
     }
+}
+
+/// Whether a profile counts since its process started (`cumulative`) or over a window:
+/// ours say so in a comment; otherwise a profile with a duration is a window (Go's CPU
+/// profiles), one without cumulative (Go's heap profiles).
+fn scope(p: &tracing_prof_model::Profile) -> &'static str {
+    if p.comments.iter().any(|c| c.starts_with("tracing-prof: cumulative")) {
+        "cumulative"
+    } else if p.comments.iter().any(|c| c.starts_with("tracing-prof: window")) {
+        "window"
+    } else if p.duration.is_some_and(|d| !d.is_zero()) {
+        "window"
+    } else {
+        "cumulative"
+    }
+}
+
+/// The process id in one of our file names (`heap.4242.20261122T120205.123456Z.pb.gz`).
+fn pid(loaded: &Loaded) -> Option<i64> {
+    loaded.kind()?;
+    let stem = loaded.stem();
+    let mut parts = stem.split('.');
+    parts.next();
+    parts.next()?.parse().ok()
+}
+
+/// FNV-1a of the profile as encoded: two names of one file (a `latest` link) are equal.
+fn digest(p: &tracing_prof_model::Profile) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in p.encode() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 fn kind_name(k: FrameKind) -> &'static str {
@@ -138,17 +227,32 @@ fn kind_name(k: FrameKind) -> &'static str {
 fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i64> {
     let p = &loaded.profile;
     let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let time = p
+        .time
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(nanos);
+    let end = time.map(|t| t.saturating_add(p.duration.map_or(0, nanos)));
+    let digest = digest(p);
+    let duplicate_of: Option<i64> = tx
+        .query_row(
+            "SELECT MIN(id) FROM profiles WHERE digest = ?1",
+            params![digest],
+            |r| r.get(0),
+        )
+        .unwrap_or(None);
     tx.execute(
-        "INSERT INTO profiles (source, kind, time_ns, duration_ns, period, period_type, \
-         period_unit, default_sample_type, binary, build_id, comments) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO profiles (source, kind, pid, scope, time_ns, duration_ns, end_ns, period, \
+         period_type, period_unit, default_sample_type, binary, build_id, comments, digest, \
+         duplicate_of) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         params![
             loaded.name,
             loaded.kind(),
-            p.time
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map(nanos),
+            pid(loaded),
+            scope(p),
+            time,
             p.duration.map(nanos),
+            end,
             p.period,
             p.period_type.as_ref().map(|t| t.name.clone()),
             p.period_type.as_ref().map(|t| t.unit.clone()),
@@ -158,6 +262,8 @@ fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i
             p.binary.as_ref().map(|b| b.path.clone()),
             p.binary.as_ref().and_then(|b| b.build_id.clone()),
             p.comments.join("\n"),
+            digest,
+            duplicate_of,
         ],
     )?;
     let profile_id = tx.last_insert_rowid();
@@ -195,7 +301,7 @@ fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i
         add_sample.execute(params![
             profile_id,
             s.span_path(),
-            s.leaf_function().map(|f| f.function.to_string()),
+            s.leaf_function().map(|f| f.display_name().into_owned()),
             stack.join(";"),
         ])?;
         let sample_id = tx.last_insert_rowid();

@@ -239,8 +239,8 @@ fn simplify(name: &str) -> String {
     out
 }
 
-#[test]
-fn top_agrees_with_go_tool_pprof() {
+/// Whether `go` can be run (under `CI=true` it must).
+fn have_go() -> bool {
     if std::process::Command::new("go")
         .arg("version")
         .output()
@@ -251,6 +251,14 @@ fn top_agrees_with_go_tool_pprof() {
             "`go` is missing and CI=true"
         );
         eprintln!("SKIPPED: go is not installed");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn top_agrees_with_go_tool_pprof() {
+    if !have_go() {
         return;
     }
     let cases = [
@@ -349,6 +357,227 @@ fn flame_graphs_are_written_with_titles_and_units() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The SQL statements of the README's "Query with SQL", as written there.
+fn readme_queries() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = &readme[readme.find("**Query with SQL.**").unwrap()..];
+    let block = &section[section.find("```sql\n").unwrap() + 7..];
+    let block = &block[..block.find("```").unwrap()];
+    let sql: String = block
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    sql.split(';')
+        .map(str::trim)
+        .filter(|q| !q.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One sample of `go tool pprof -raw`: its values, its stack (function names, leaf first) and
+/// its string labels.
+struct RawSample {
+    values: Vec<i64>,
+    stack: Vec<String>,
+    labels: BTreeMap<String, String>,
+}
+
+/// `go tool pprof -raw FILE`: the sample types and the samples.
+fn go_raw(file: &str) -> (Vec<String>, Vec<RawSample>) {
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(fixture(file))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines().skip_while(|l| l.trim() != "Samples:").skip(1);
+    let types: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.split('/').next().unwrap().to_owned())
+        .collect();
+    let mut samples: Vec<(Vec<i64>, Vec<u64>, BTreeMap<String, String>)> = Vec::new();
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    let mut in_locations = false;
+    for l in text.lines() {
+        if l.trim() == "Locations" {
+            in_locations = true;
+            continue;
+        }
+        if l.trim() == "Mappings" {
+            break;
+        }
+        if in_locations {
+            // `     1: 0x0 M=1 name file:line s=0(...)`, possibly more lines for inlined ones.
+            if let Some((id, rest)) = l.trim().split_once(": ")
+                && let Ok(id) = id.parse::<u64>()
+            {
+                let rest = rest.split_once(' ').map_or(rest, |r| r.1); // the address
+                let rest = rest.split_once(' ').map_or(rest, |r| r.1); // M=
+                let name = rest.split(" s=").next().unwrap();
+                // Less ` file:line`, when there is one.
+                let name = match name.rsplit_once(' ') {
+                    Some((n, loc)) if loc.contains(':') && loc.contains('/') => n,
+                    _ => name,
+                };
+                names.insert(id, name.trim().to_owned());
+            }
+        }
+    }
+    for l in lines {
+        let t = l.trim();
+        if t == "Locations" || t.is_empty() {
+            break;
+        }
+        if let Some((values, locs)) = t.split_once(':')
+            && values.split_whitespace().all(|v| v.parse::<i64>().is_ok())
+        {
+            samples.push((
+                values.split_whitespace().map(|v| v.parse().unwrap()).collect(),
+                locs.split_whitespace().map(|v| v.parse().unwrap()).collect(),
+                BTreeMap::new(),
+            ));
+            continue;
+        }
+        // `key:[value] key2:[value 2]` or numeric labels `bytes:[512 bytes]`.
+        let mut rest = t;
+        while let Some(open) = rest.find(":[") {
+            let key = rest[..open].trim().to_owned();
+            let close = rest[open..].find(']').unwrap() + open;
+            let value = rest[open + 2..close].to_owned();
+            samples.last_mut().unwrap().2.insert(key, value);
+            rest = &rest[close + 1..];
+        }
+    }
+    let samples = samples
+        .into_iter()
+        .map(|(values, locs, labels)| RawSample {
+            values,
+            stack: locs.iter().map(|id| names[id].clone()).collect(),
+            labels,
+        })
+        .collect();
+    (types, samples)
+}
+
+/// The rows of a `tracing-prof query` answer, cells split on two spaces or more.
+fn rows(answer: &str) -> Vec<Vec<String>> {
+    answer
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// `totals` by `key`, largest first: the query's rows are the first `n`, with their values
+/// (ties at the edge may come in either order).
+fn assert_top(rows: &[Vec<String>], expected: &BTreeMap<String, i64>, what: &str) {
+    assert!(!rows.is_empty(), "{what}: no rows");
+    let mut sorted: Vec<i64> = expected.values().copied().collect();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    for r in rows {
+        let value: i64 = r[1].parse().unwrap();
+        assert_eq!(
+            expected.get(&r[0]),
+            Some(&value),
+            "{what}: {r:?} against go tool pprof's {expected:?}"
+        );
+    }
+    // The rows are the largest ones.
+    let smallest = rows.iter().map(|r| r[1].parse::<i64>().unwrap()).min().unwrap();
+    assert!(
+        sorted.get(rows.len()).is_none_or(|&next| next <= smallest),
+        "{what}: a larger one was left out: {expected:?}"
+    );
+}
+
+/// The README's SQL, run on a directory the example service wrote (timestamped cumulative
+/// captures and the `latest` names of the newest), answers what `go tool pprof` says of the
+/// same files. (The README's first query summed every capture and the `latest` copy: 2.5 times
+/// the CPU.)
+#[test]
+fn the_readme_sql_answers_what_go_tool_pprof_says() {
+    let db = std::env::temp_dir().join(format!("tracing-prof-cli-readme-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let db_s = db.to_str().unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(fixture("run"))
+        .unwrap()
+        .map(|e| format!("run/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    files.sort();
+    let mut args = vec!["sqlite", "-o", db_s];
+    args.extend(files.iter().map(String::as_str));
+    ok(&args);
+    let queries = readme_queries();
+    assert_eq!(queries.len(), 3, "{queries:?}");
+    let answers: Vec<Vec<Vec<String>>> =
+        queries.iter().map(|q| rows(&ok(&["query", db_s, q]))).collect();
+    // The `latest` files are duplicates of the newest captures.
+    let dups = rows(&ok(&[
+        "query",
+        db_s,
+        "SELECT COUNT(*) FROM profiles WHERE duplicate_of IS NOT NULL",
+    ]));
+    assert_eq!(dups[0][0], "6", "one latest name per kind");
+    if !have_go() {
+        return;
+    }
+    // CPU per span path: the span_path labels of the newest capture, in ms.
+    let (types, samples) = go_raw("run/cpu.latest.pb.gz");
+    let cpu = types.iter().position(|t| t == "cpu").unwrap();
+    let mut by_path: BTreeMap<String, i64> = BTreeMap::new();
+    for s in &samples {
+        *by_path.entry(s.labels["span_path"].clone()).or_default() += s.values[cpu];
+    }
+    let by_path: BTreeMap<String, i64> =
+        by_path.into_iter().map(|(k, v)| (k, v / 1_000_000)).collect();
+    assert_top(&answers[0], &by_path, "CPU per span path");
+    // The leak over time: each span_memory capture's in-use bytes of the path, in order.
+    let mut captures: Vec<&String> = files
+        .iter()
+        .filter(|f| f.starts_with("run/span_memory.") && !f.contains("latest"))
+        .collect();
+    captures.sort(); // the names sort by time
+    let expected: Vec<i64> = captures
+        .iter()
+        .map(|f| {
+            let (types, samples) = go_raw(f);
+            let inuse = types.iter().position(|t| t == "inuse_space").unwrap();
+            samples
+                .iter()
+                .filter(|s| s.stack.first().is_some_and(|f| f.ends_with("::session_store [span]")))
+                .map(|s| s.values[inuse])
+                .sum()
+        })
+        .collect();
+    let got: Vec<i64> = answers[1].iter().map(|r| r[1].parse().unwrap()).collect();
+    assert_eq!(got, expected, "the leak over time");
+    assert!(expected.windows(2).all(|w| w[0] <= w[1]) && expected[0] < expected[expected.len() - 1]);
+    // Allocated bytes per leaf function of the newest heap capture.
+    let (types, samples) = go_raw("run/heap.latest.pb.gz");
+    let alloc = types.iter().position(|t| t == "alloc_space").unwrap();
+    let mut by_leaf: BTreeMap<String, i64> = BTreeMap::new();
+    for s in &samples {
+        // Samples with no code frame (none here) have no leaf.
+        if let Some(leaf) = s.stack.first().filter(|f| !f.ends_with("[span]") && !f.starts_with('(')) {
+            *by_leaf.entry(leaf.clone()).or_default() += s.values[alloc];
+        }
+    }
+    assert_top(&answers[2], &by_leaf, "allocated bytes per function");
+    let _ = std::fs::remove_file(&db);
+}
+
 #[test]
 fn sqlite_export_and_queries() {
     let db = std::env::temp_dir().join(format!("tracing-prof-cli-{}.db", std::process::id()));
@@ -361,22 +590,12 @@ fn sqlite_export_and_queries() {
     args.extend(series.iter().map(String::as_str));
     args.push("ours/cpu.pb.gz");
     args.push("go/heap.pb.gz");
+    args.push("go/cpu.pb.gz");
     ok(&args);
-    // The README's queries.
-    let cpu_by_path = ok(&[
+    let scopes = ok(&[
         "query",
         db_s,
-        "SELECT s.span_path, SUM(v.value) / 1000000 AS cpu_ms FROM samples s \
-         JOIN sample_values v ON v.sample_id = s.id JOIN profiles p ON p.id = s.profile_id \
-         WHERE p.kind = 'cpu' AND v.sample_type = 'cpu' GROUP BY 1 ORDER BY 2 DESC LIMIT 3",
-    ]);
-    let growth = ok(&[
-        "query",
-        db_s,
-        "SELECT p.id, v.value AS inuse_bytes FROM samples s \
-         JOIN sample_values v ON v.sample_id = s.id JOIN profiles p ON p.id = s.profile_id \
-         WHERE p.kind = 'span_memory' AND v.sample_type = 'inuse_space' \
-         AND s.span_path = 'request -> session_store' ORDER BY p.time_ns",
+        "SELECT source, kind, scope, duplicate_of FROM profiles ORDER BY id",
     ]);
     let go_leaf = ok(&[
         "query",
@@ -391,16 +610,47 @@ fn sqlite_export_and_queries() {
         db_s,
         "SELECT f.kind, COUNT(*) FROM frames f GROUP BY 1 ORDER BY 1",
     ]);
-    expect(
-        "sqlite_queries",
-        &format!("{cpu_by_path}\n{growth}\n{go_leaf}\n{frames}"),
-    );
+    expect("sqlite_queries", &format!("{scopes}\n{go_leaf}\n{frames}"));
+    // Loading the same file again: a duplicate, left out of the views.
+    ok(&["sqlite", "-o", db_s, "ours/cpu.pb.gz"]);
+    let dup = ok(&[
+        "query",
+        db_s,
+        "SELECT COUNT(*) FROM profiles WHERE duplicate_of IS NOT NULL",
+    ]);
+    assert_eq!(rows(&dup)[0][0], "1", "{dup}");
     // Read-only: a statement that writes fails, clearly.
     let (success, _, stderr) = run(&["query", db_s, "DELETE FROM samples"]);
     assert!(!success && stderr.contains("readonly"), "{stderr}");
     let (success, _, stderr) = run(&["query", db_s, "SELECT nope FROM missing_table"]);
     assert!(!success && stderr.contains("no such table"), "{stderr}");
     let _ = std::fs::remove_file(&db);
+}
+
+/// A bad input leaves no database behind (it left an empty one), and a file that is not a
+/// database of ours is not written to.
+#[test]
+fn sqlite_leaves_nothing_behind_on_bad_input() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-sqlbad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.pb.gz");
+    std::fs::write(&bad, b"not a profile").unwrap();
+    let db = dir.join("new.db");
+    let (success, _, stderr) = run(&[
+        "sqlite",
+        "-o",
+        db.to_str().unwrap(),
+        "ours/cpu.pb.gz",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!success && stderr.contains("not a pprof profile"), "{stderr}");
+    assert!(!db.exists(), "a database was left behind");
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, b"my notes").unwrap();
+    let (success, _, stderr) = run(&["sqlite", "-o", text.to_str().unwrap(), "ours/cpu.pb.gz"]);
+    assert!(!success && stderr.contains("notes.txt"), "{stderr}");
+    assert_eq!(std::fs::read(&text).unwrap(), b"my notes");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
