@@ -129,11 +129,34 @@ pub(crate) fn utc(t: SystemTime) -> String {
     )
 }
 
-/// Reads and decodes one input: a path, `-` (standard input) or an `http(s)://` URL.
+/// Whether `given` names a service (`http://host:6060/...`, or `host:6060/...` without the
+/// scheme) rather than a file: a URL, or no file of that name and a `host:port`.
+pub(crate) fn is_url(given: &str) -> bool {
+    given.starts_with("http://")
+        || given.starts_with("https://")
+        || (!std::path::Path::new(given).exists()
+            && given
+                .split('/')
+                .next()
+                .and_then(|host| host.rsplit_once(':'))
+                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok()))
+}
+
+/// `given` with `http://` in front when it has no scheme.
+pub(crate) fn with_scheme(given: &str) -> String {
+    if given.contains("://") {
+        given.to_owned()
+    } else {
+        format!("http://{given}")
+    }
+}
+
+/// Reads and decodes one input: a path, `-` (standard input) or a URL (`http(s)://`, or
+/// `host:port/...` without the scheme, as `live` takes it).
 pub(crate) fn load(source: &str) -> Result<Loaded, InputError> {
     let name = source.to_owned();
-    let bytes = if source.starts_with("http://") || source.starts_with("https://") {
-        fetch(source)?
+    let bytes = if source != "-" && is_url(source) {
+        fetch(&with_scheme(source))?
     } else if source == "-" {
         read_capped(std::io::stdin().lock(), &name)?
     } else {
@@ -178,6 +201,42 @@ fn fetch(url: &str) -> Result<Vec<u8>, InputError> {
     })
 }
 
+/// What an error answer says, in at most 120 characters of one line: an HTML page's title
+/// (or its text), or a plain answer's first line.
+fn summary(body: &str) -> String {
+    let text = if body.contains("<html") || body.contains("<HTML") || body.contains("<!DOCTYPE") {
+        let lower = body.to_ascii_lowercase();
+        match (lower.find("<title>"), lower.find("</title>")) {
+            (Some(a), Some(b)) if b > a + 7 => body[a + 7..b].to_owned(),
+            _ => {
+                // The text between the tags.
+                let mut out = String::new();
+                let mut in_tag = false;
+                for c in body.chars() {
+                    match c {
+                        '<' => in_tag = true,
+                        '>' => {
+                            in_tag = false;
+                            out.push(' ');
+                        }
+                        c if !in_tag => out.push(c),
+                        _ => {}
+                    }
+                }
+                out
+            }
+        }
+    } else {
+        body.lines().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned()
+    };
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 120 {
+        format!("{}...", one_line.chars().take(117).collect::<String>())
+    } else {
+        one_line
+    }
+}
+
 /// Why a GET failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HttpFailure {
@@ -206,13 +265,13 @@ pub(crate) fn http_get(url: &str, timeout: Duration) -> Result<Vec<u8>, HttpFail
             e => HttpFailure::Transport(e.to_string()),
         }),
         Err(ureq::Error::Status(code, response)) => {
-            let body = response
-                .into_string()
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect::<String>();
-            Err(HttpFailure::Status(code, body.trim().to_owned()))
+            let status = response.status_text().to_owned();
+            let body = response.into_string().unwrap_or_default();
+            let said = summary(&body);
+            Err(HttpFailure::Status(
+                code,
+                if said.is_empty() { status } else { said },
+            ))
         }
         Err(ureq::Error::Transport(t)) => {
             // ureq's own text repeats the URL; the kind and the cause say it shorter.

@@ -750,8 +750,48 @@ fn reads_a_running_debug_pprof_endpoint() {
             .any(|l| l.trim_start().starts_with("3 ") && l.ends_with("cli_endpoint_request")),
         "{stdout}"
     );
+    // Without the scheme, as `live` takes it (it was read as a file name).
+    let bare = format!("{}/debug/pprof/spans", server.local_addr().unwrap());
+    let out = tracing_prof()
+        .env("TRACING_PROF_HTTP_TOKEN", "s3cret")
+        .args(["top", "--by", "span", "-t", "spans", &bare])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("cli_endpoint_request"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(server);
     drop(guard);
+
+    // A server answering 404 with an HTML page: one short line, the page's title, never the
+    // page (it was dumped whole).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let html_404 = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = [0u8; 4096];
+        let _ = s.read(&mut head);
+        let page = format!(
+            "<!DOCTYPE html><html><head><title>404 Not Found</title></head><body>{}</body></html>",
+            "<p>The requested URL was not found on this server.</p>".repeat(20)
+        );
+        let _ = write!(
+            s,
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+            page.len()
+        );
+    });
+    let (success, _, stderr) = run(&["top", &format!("http://{addr}/debug/pprof/heap")]);
+    html_404.join().unwrap();
+    assert!(!success, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("HTTP 404: 404 Not Found") && !stderr.contains('<'),
+        "{stderr}"
+    );
 }
 
 /// Whether headless Chromium can run; under `CI=true` it must (`.ci/run` installs it).

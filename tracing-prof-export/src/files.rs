@@ -236,6 +236,17 @@ impl FileExporter {
     /// as an export will: an error says why exports would fail (a regular file in the way, a
     /// read-only mount, `/proc`). Also deletes orphaned temporary files (see above).
     pub fn check(&self) -> Result<(), FileError> {
+        // A file in the way: said as such (creating it said "File exists").
+        if self.dir.exists() && !self.dir.is_dir() {
+            return Err(FileError::Io {
+                action: "use as a directory",
+                path: self.dir.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "a file is in the way",
+                ),
+            });
+        }
         fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
         if !self.dir.is_dir() {
             return Err(FileError::Io {

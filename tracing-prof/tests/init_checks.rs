@@ -62,6 +62,12 @@ fn init_refuses_what_would_fail_later() {
             "{bad}: {e}"
         );
     }
+    // A file in the way is said as such (it read "File exists").
+    let e = init_with(&[("TRACING_PROF_DIR", file.to_str().unwrap())]).unwrap_err();
+    assert!(
+        e.contains("a file is in the way") && !e.contains("File exists"),
+        "{e}"
+    );
     assert!(!Profiler::running(), "a failed init leaves nothing running");
 
     // Giant allocations: a threshold below 64 KiB is refused with its reason; before, 1 byte

@@ -30,7 +30,7 @@ pub(crate) struct Options {
 /// answers 401, is not a tracing-prof endpoint; the recording cannot be read; there is no
 /// terminal) are returned, and the terminal is left as it was.
 pub(crate) fn run(options: &Options) -> Result<(), String> {
-    let (mut app, frames) = if source::is_url(&options.source) {
+    let (mut app, frames) = if crate::input::is_url(&options.source) {
         let url = source::live_url(&options.source);
         // The first window is fetched before the terminal is taken, so that a wrong address,
         // token or server is an error message on a normal terminal.

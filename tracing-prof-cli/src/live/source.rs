@@ -20,11 +20,7 @@ pub(crate) enum Message {
 /// `/debug/pprof` or `/debug/pprof/live`; a missing scheme means `http://`.
 pub(crate) fn live_url(given: &str) -> String {
     let given = given.trim().trim_end_matches('/');
-    let url = if given.contains("://") {
-        given.to_owned()
-    } else {
-        format!("http://{given}")
-    };
+    let url = crate::input::with_scheme(given);
     let url = url.split('?').next().unwrap_or(&url).to_owned();
     if url.ends_with("/debug/pprof/live") {
         url
@@ -35,12 +31,6 @@ pub(crate) fn live_url(given: &str) -> String {
     }
 }
 
-/// Whether `given` names a service rather than a recording file.
-pub(crate) fn is_url(given: &str) -> bool {
-    given.starts_with("http://")
-        || given.starts_with("https://")
-        || (!std::path::Path::new(given).exists() && given.contains(':'))
-}
 
 /// Asks for one window of `seconds`.
 pub(crate) fn fetch(url: &str, seconds: u64) -> Result<(Vec<u8>, LiveFrame), String> {
@@ -195,7 +185,9 @@ mod tests {
                 "{given}"
             );
         }
+        use crate::input::is_url;
         assert!(is_url("http://x") && is_url("localhost:6060"));
-        assert!(!is_url("Cargo.toml") && !is_url("rec.tplive"));
+        assert!(is_url("127.0.0.1:6060/debug/pprof/heap"));
+        assert!(!is_url("Cargo.toml") && !is_url("rec.tplive") && !is_url("C:notaport"));
     }
 }
