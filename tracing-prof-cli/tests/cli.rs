@@ -813,6 +813,86 @@ fn chromium() -> Option<&'static str> {
     None
 }
 
+/// Runs `html` in headless Chromium in a 1400x900 window and returns the page's title once
+/// its scripts ran.
+fn browser_title(browser: &str, html: &str, name: &str) -> String {
+    let path = std::env::temp_dir().join(format!("tracing-prof-cli-{name}-{}.html", std::process::id()));
+    std::fs::write(&path, html).unwrap();
+    let out = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1400,900",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let start = dom.find("<title>").map_or(0, |i| i + 7);
+    let end = dom[start..].find("</title>").map_or(start, |i| start + i);
+    dom[start..end].to_owned()
+}
+
+/// The span frames of a CPU flame graph are on the first screen of a 1400x900 window, the
+/// SVG's and the report's, however deep the code under them: the runtime's 60-frame idle
+/// stacks made the graph 1000+ px tall with the span frames at the bottom. Measured by
+/// Chromium's layout of the SVG.
+#[test]
+fn flame_graphs_show_the_span_frames_on_the_first_screen() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-firstscreen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg_path = dir.join("cpu.svg");
+    ok(&["flamegraph", "ours/cpu.pb.gz", "-o", svg_path.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let height: f64 = {
+        let root = &svg[svg.find("<svg").unwrap()..];
+        let at = root.find(" height=\"").unwrap() + 9;
+        root[at..root[at..].find('"').unwrap() + at].parse().unwrap()
+    };
+    assert!(height > 900.0, "the fixture's stacks are deep: {height} px");
+    let report = dir.join("report.html");
+    ok(&["report", "ours/cpu.pb.gz", "-o", report.to_str().unwrap()]);
+    let Some(browser) = chromium() else { return };
+    // The SVG inline in a page, and the lowest edge of its span frames.
+    let inline = &svg[svg.find("<svg").unwrap()..];
+    let page = format!(
+        "<!DOCTYPE html><html><head><title>?</title></head><body style=\"margin:0\">{inline}\
+         <script>\
+         const spans = [...document.querySelectorAll('g')].filter(g => {{\
+           const t = g.querySelector('title'); return t && t.textContent.includes('[span]'); }});\
+         document.title = 'spans ' + spans.length + ' bottom ' +\
+           Math.max(...spans.map(g => g.getBoundingClientRect().bottom));\
+         </script></body></html>"
+    );
+    let title = browser_title(browser, &page, "svg");
+    let words: Vec<&str> = title.split_whitespace().collect();
+    assert!(words.len() == 4 && words[1] != "0", "{title}");
+    let bottom: f64 = words[3].parse().unwrap();
+    assert!(bottom < 900.0, "span frames end {bottom} px down the SVG: {title}");
+    // The report: its first flame graph starts high enough for them to be seen too.
+    let mut report_page = std::fs::read_to_string(&report).unwrap();
+    report_page = report_page.replace(
+        "</body>",
+        "<script>document.title = 'top ' + \
+         document.querySelector('iframe.flame').getBoundingClientRect().top;</script></body>",
+    );
+    let title = browser_title(browser, &report_page, "report");
+    let top: f64 = title
+        .strip_prefix("top ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{title}"));
+    assert!(
+        top + bottom < 900.0,
+        "the report's span frames end {} px down the page",
+        top + bottom
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn report_renders_in_a_browser() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cli-report-{}", std::process::id()));

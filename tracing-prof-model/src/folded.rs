@@ -131,6 +131,10 @@ impl Profile {
         options.count_name = ty.unit.clone();
         options.name_type = "Frame:".to_owned();
         options.deterministic = true;
+        // Roots at the top, as pprof's web UI draws them: the span frames come first on
+        // screen, however deep the code under them (a runtime's idle stacks are 60 frames
+        // deep, and at the bottom they pushed the span frames out of the first screen).
+        options.direction = inferno::flamegraph::Direction::Inverted;
         let mut svg = Vec::with_capacity(16 * 1024);
         inferno::flamegraph::from_lines(&mut options, lines.lines(), &mut svg)
             .map_err(|e| ModelError::Flamegraph(e.to_string()))?;
