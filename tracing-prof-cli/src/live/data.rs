@@ -368,8 +368,11 @@ pub(crate) fn thread_rows(history: &History, cursor: usize) -> Vec<ThreadRow> {
             .find(|f| f.kind == FrameKind::Thread)
             .map_or_else(|| "(thread)".to_owned(), |f| f.function.to_string())
     };
+    // One row per thread: a thread that exited within the window is one row, named as the
+    // last frame names it (`thread NAME [INDEX, exited]`), not two.
     let mut row = |rows: &mut Vec<ThreadRow>, n: String| -> usize {
-        *at.entry(n.clone()).or_insert_with(|| {
+        let key = n.replace(", exited]", "]");
+        *at.entry(key).or_insert_with(|| {
             rows.push(ThreadRow {
                 name: n,
                 inuse: 0,
@@ -399,6 +402,7 @@ pub(crate) fn thread_rows(history: &History, cursor: usize) -> Vec<ThreadRow> {
             for s in &p.samples {
                 let i = row(&mut rows, name(s));
                 rows[i].inuse = s.values[k];
+                rows[i].name = name(s);
             }
         }
     }
@@ -442,6 +446,54 @@ pub(crate) fn intervals(history: &History, cursor: usize, path: &str) -> Vec<(St
     out
 }
 
+/// Whether a code frame is the application's own: not the standard library's, not
+/// `tracing`'s or the profiler's machinery, not a C library's (no Rust path).
+fn is_application(function: &str) -> bool {
+    const NOT: [&str; 7] = [
+        "std::",
+        "core::",
+        "alloc::",
+        "tracing::",
+        "tracing_core::",
+        "tracing_subscriber::",
+        "tracing_prof",
+    ];
+    let name = function.trim_start_matches('<');
+    name.contains("::") && !NOT.iter().any(|p| name.starts_with(p))
+}
+
+/// The function that blocked in `path`'s long polls: of the CPU samples taken in them (in the
+/// path itself: a child span's long polls are its own), the innermost frame of the
+/// application's code, the one with the most CPU, with `file:line`. A sample in the
+/// profiler's own `on_close` or in `std::thread::sleep` is charged to the code that called it.
+fn blocker(p: &Profile, path: &str) -> Option<String> {
+    let k = p.sample_type_index("cpu")?;
+    let mut by_frame: HashMap<String, i64> = HashMap::new();
+    for s in p
+        .samples
+        .iter()
+        .filter(|s| in_long_poll(s) && s.values[k] > 0 && path_name(s) == path)
+    {
+        let code: Vec<&tracing_prof_model::Frame> = s
+            .stack
+            .iter()
+            .rev()
+            .filter(|f| f.kind == FrameKind::Code)
+            .collect();
+        let Some(&leaf) = code.first() else { continue };
+        let frame = code
+            .iter()
+            .find(|f| is_application(&f.function))
+            .copied()
+            .unwrap_or(leaf);
+        *by_frame.entry(frame.display_with_location()).or_default() += s.values[k];
+    }
+    by_frame
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+        .map(|(f, _)| f)
+}
+
 /// Whether a CPU sample was taken in a long poll.
 pub(crate) fn in_long_poll(s: &Sample) -> bool {
     s.label("long_poll") == Some("true")
@@ -472,6 +524,12 @@ impl Window {
             profile: merged(&frames, kind)?,
             secs: seconds(&frames),
         })
+    }
+
+    /// Where the CPU samples of `path`'s own long polls caught the application (see
+    /// [`blocker`]).
+    pub(crate) fn blocker(&self, path: &str) -> Option<String> {
+        blocker(&self.profile, path)
     }
 
     /// The heaviest code stacks (sample type `sample_type`) under span path `path` (the path
@@ -564,6 +622,11 @@ pub(crate) mod tests {
     /// queries take 0.5 cores in `parse_row`, requests 0.25 in `render`; queries allocate
     /// 1 MiB and keep `i` MiB (a leak), requests allocate 2 MiB and keep none.
     fn frame_bytes(i: u64) -> Vec<u8> {
+        frame_bytes_with(i, true)
+    }
+
+    /// [`frame_bytes`], the worker thread alive or exited at the frame's end.
+    fn frame_bytes_with(i: u64, worker_alive: bool) -> Vec<u8> {
         let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_000 + s);
         let mut base = Snapshot::new(t(i), Duration::from_secs(i));
         let mut end = Snapshot::new(t(i + 1), Duration::from_secs(i + 1));
@@ -605,7 +668,17 @@ pub(crate) mod tests {
         let mut c1 = CpuStack::new(
             PathKind::Span,
             query(),
-            vec![code("app::run_query", 20), code("app::parse_row", 31)],
+            vec![
+                CodeFrame {
+                    // A long location, as a C library's inline header has.
+                    file: Some(
+                        "/build/jemalloc/include/jemalloc/internal/jemalloc_internal_inlines_c.h"
+                            .into(),
+                    ),
+                    ..code("app::run_query", 20)
+                },
+                code("app::parse_row", 31),
+            ],
         );
         c1.samples = 50;
         c1.cpu_ns = 500_000_000;
@@ -621,7 +694,7 @@ pub(crate) mod tests {
         h.memory.alloc_bytes = 1 << 20;
         h.memory.alloc_objects = 50;
         end.stacks = vec![h];
-        let mut w = ThreadProfile::new(1, 7, "worker".into(), true);
+        let mut w = ThreadProfile::new(1, 7, "worker".into(), worker_alive);
         w.memory.alloc_bytes = 3 << 20;
         w.memory.alloc_objects = 250;
         w.memory.inuse_bytes = i << 20;
@@ -683,6 +756,57 @@ pub(crate) mod tests {
         assert_eq!(long_polls(&h, 5), [("request".to_owned(), 1)]);
     }
 
+    /// A long poll is blamed on the application's code of the path itself: not on the
+    /// profiler's own `on_close` (the innermost frame of some samples), not on a child span's
+    /// function, whose long polls are its own.
+    #[test]
+    fn long_polls_are_blamed_on_the_application_code_of_the_path() {
+        use tracing_prof_model::{Frame, Label, Sample, SampleType};
+        let code = |name: &str| Frame::new(FrameKind::Code, name, Some("src/main.rs".into()), Some(7));
+        let span = |name: &str| Frame::new(FrameKind::Span, format!("app::{name}"), None, None);
+        let sample = |spans: &[&str], code: Vec<Frame>, cpu: i64| Sample {
+            stack: spans.iter().map(|s| span(s)).chain(code).collect(),
+            values: vec![cpu / 10_000_000, cpu],
+            labels: vec![
+                Label::str("span_path", spans.join(" -> ")),
+                Label::str("long_poll", "true"),
+            ],
+        };
+        let mut p = Profile::new(vec![
+            SampleType::new("samples", "count"),
+            SampleType::new("cpu", "nanoseconds"),
+        ]);
+        p.samples = vec![
+            // 30 ms in the profiler's on_close, called from the handler.
+            sample(
+                &["request"],
+                vec![
+                    code("app::handler"),
+                    code("<tracing_prof_core::layer::ProfileLayer as tracing_subscriber::layer::Layer<S>>::on_close"),
+                ],
+                30_000_000,
+            ),
+            // 20 ms sleeping, called from the handler.
+            sample(
+                &["request"],
+                vec![code("app::handler"), code("std::thread::sleep"), code("nanosleep")],
+                20_000_000,
+            ),
+            // 40 ms in a child span's own long poll.
+            sample(&["request", "query"], vec![code("app::child_work")], 40_000_000),
+            // 10 ms in another function of the path.
+            sample(&["request"], vec![code("app::render")], 10_000_000),
+        ];
+        assert_eq!(
+            blocker(&p, "request").as_deref(),
+            Some("app::handler (src/main.rs:7)")
+        );
+        assert_eq!(
+            blocker(&p, "request -> query").as_deref(),
+            Some("app::child_work (src/main.rs:7)")
+        );
+    }
+
     #[test]
     fn functions_threads_and_stacks() {
         let h = history(4);
@@ -699,6 +823,14 @@ pub(crate) mod tests {
         );
         let t = thread_rows(&h, 3);
         assert_eq!(t.len(), 1);
+        // The worker exits in the last frame: still one row, said exited (it was two rows).
+        let mut gone = history(3);
+        let bytes = frame_bytes_with(3, false);
+        let f = LiveFrame::decode(&bytes).unwrap();
+        gone.push(bytes, f);
+        let rows = thread_rows(&gone, 3);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["thread worker [1, exited]"]);
         assert_eq!(
             (t[0].inuse, t[0].alloc, t[0].allocs),
             (3 << 20, 3145728.0, 250.0)
@@ -711,7 +843,7 @@ pub(crate) mod tests {
             cpu[0].frames,
             [
                 "app::parse_row (src/db.rs:31)",
-                "app::run_query (src/db.rs:20)"
+                "app::run_query (internal/jemalloc_internal_inlines_c.h:20)"
             ]
         );
         let heap = Window::of(&h, 3, ProfileKind::Heap).unwrap().stacks(

@@ -151,13 +151,13 @@ fn span_table(app: &App) -> ViewTable {
 
 fn function_table(app: &App) -> ViewTable {
     let headers = vec!["function", "self cpu", "total cpu", "location"];
-    let widths = vec![
-        Constraint::Min(30),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(32),
-    ];
     let Some(mut rows) = data::function_rows(&app.history, app.cursor) else {
+        let widths = vec![
+            Constraint::Min(30),
+            Constraint::Length(9),
+            Constraint::Length(9),
+            Constraint::Length(32),
+        ];
         let why = app
             .history
             .frame(app.cursor)
@@ -176,6 +176,20 @@ fn function_table(app: &App) -> ViewTable {
         Sort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
         _ => {} // by self CPU already
     }
+    // The locations whole (up to 60 columns), the names in what is left.
+    let location_width = rows
+        .iter()
+        .filter_map(|r| r.location.as_deref())
+        .map(|l| short_location(l).chars().count())
+        .max()
+        .unwrap_or(8)
+        .clamp(8, 60) as u16;
+    let widths = vec![
+        Constraint::Fill(1),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(location_width),
+    ];
     ViewTable {
         headers,
         widths,
@@ -278,13 +292,20 @@ fn status_line(app: &App) -> Line<'static> {
         spans.push(Span::from("waiting for the first frame...").italic());
         return Line::from(spans);
     };
-    if tick.paused {
+    // A service that stopped answering is no longer profiling: the last frame is all there is.
+    let gone = matches!(app.origin, Origin::Url(_)) && app.error.is_some();
+    if gone {
+        spans.push(Span::from("✕ not answering").red().bold());
+    } else if tick.paused {
         spans.push(Span::from(" PROFILER PAUSED ").bold().on_yellow().black());
     } else {
         spans.push(Span::from("● profiling").green());
     }
     let at = clock(tick.time);
     match (&app.origin, app.follow) {
+        (Origin::Url(_), true) if gone => {
+            spans.push(Span::from(format!("  last frame {at}")).red());
+        }
         (Origin::Url(_), true) => spans.push(Span::from(format!("  {at}"))),
         (Origin::Url(_), false) => spans.push(
             Span::from(format!("  view held at {at} (p: follow)"))
@@ -567,9 +588,7 @@ fn now(f: &mut Frame, area: Rect, app: &App) {
         // The function that blocked most, where CPU samples caught it.
         let blocker = cpu_window
             .as_ref()
-            .and_then(|w| w.stacks("cpu", &path, 1, data::in_long_poll))
-            .and_then(|s| s.into_iter().next())
-            .and_then(|s| s.frames.into_iter().next())
+            .and_then(|w| w.blocker(&path))
             .map(|f| format!("   in {f}"))
             .unwrap_or_default();
         lines.push(Line::from(format!("  {n:>6}  {path}{blocker}")).yellow());
@@ -724,6 +743,11 @@ mod tests {
             s.contains("app::parse_row") && s.contains("src/db.rs:31"),
             "{s}"
         );
+        // A long location whole (it was cut to 32 columns while names had the rest).
+        assert!(
+            s.contains("internal/jemalloc_internal_inlines_c.h:20"),
+            "{s}"
+        );
         press(&mut app, KeyCode::Char('3'));
         assert!(screen(&app).contains("thread worker [1]"));
         press(&mut app, KeyCode::Char('4'));
@@ -768,8 +792,18 @@ mod tests {
         );
         press(&mut app, KeyCode::Char('x'));
         assert!(screen(&app).contains("nothing matches the filter \"dbx\""));
-        app.on_error("cannot reach http://127.0.0.1:6060: connection refused".into());
-        assert!(screen(&app).contains("connection refused"));
+        // The service gone: the header says so, never "profiling" (it kept saying it).
+        let mut live = App::new(Origin::Url("http://127.0.0.1:6060".into()));
+        let (bytes, f) = frame(0);
+        live.on_frame(bytes, f);
+        assert!(screen(&live).contains("● profiling"));
+        live.on_error("cannot reach http://127.0.0.1:6060: connection refused".into());
+        let s = screen(&live);
+        assert!(s.contains("connection refused"), "{s}");
+        assert!(
+            s.contains("✕ not answering") && s.contains("last frame") && !s.contains("● profiling"),
+            "{s}"
+        );
         let empty = App::new(Origin::Recording("x.tplive".into()));
         assert!(screen(&empty).contains("waiting for the first frame"));
     }
