@@ -312,7 +312,8 @@ fn is_runtime_start(f: &CodeFrame) -> bool {
 }
 
 /// Whether a frame is where a span was entered for the code below it: `Span::in_scope`, or the
-/// `poll` of an `Instrumented` future (by name, and by file for builds whose names are short).
+/// `poll` or `drop` of an `Instrumented` future (by name, and by file for builds whose names
+/// are short).
 fn is_span_entry(f: &CodeFrame) -> bool {
     let name = &*f.function;
     let file = f.file.as_deref().unwrap_or("");
@@ -320,12 +321,18 @@ fn is_span_entry(f: &CodeFrame) -> bool {
     name.starts_with("tracing::span::Span::in_scope")
         || name.starts_with("tracing_prof_core::budget::Budget::measure")
         || (name.contains("tracing::instrument::Instrumented<") && name.ends_with("::poll"))
+        // An instrumented future's drop enters its span to drop the future inside.
+        || (name.contains("Drop for tracing::instrument::Instrumented<")
+            && (name.ends_with("::drop") || name.ends_with("::__drop_inner")))
         || (in_tracing
             && file.ends_with("span.rs")
             && (name == "in_scope" || name.starts_with("in_scope<")))
         || (in_tracing
             && file.ends_with("instrument.rs")
-            && (name == "poll" || name.starts_with("poll<")))
+            && (name == "poll"
+                || name.starts_with("poll<")
+                || name == "drop"
+                || name == "__drop_inner"))
 }
 
 /// What to do with the innermost frames of a stack.
@@ -406,17 +413,24 @@ fn trim_allocator(leaf_first: &mut Vec<CodeFrame>) {
 }
 
 /// Whether a frame, between a span's entry point and the code that runs in the span, is
-/// machinery of `tracing` or of this profiler rather than the application's code: the
-/// instrumented future's projection, `in_scope`'s own closure, a budget's wrapper.
+/// machinery that wraps the call into that code: the instrumented future's projection,
+/// `in_scope`'s own closure, a budget's wrapper. (What the span's enter and exit run, the
+/// profiler's own `on_enter` and `on_exit` included, stays: it is time spent in the span,
+/// and the samples that catch it say so.)
 fn is_span_machinery(f: &CodeFrame) -> bool {
     let name = &*f.function;
     let file = f.file.as_deref().unwrap_or("");
-    ["tracing::", "<tracing::", "tracing_core::", "<tracing_core::", "tracing_prof_"]
-        .iter()
-        .any(|p| name.starts_with(p))
-        || file.contains("/tracing-0.")
-        || file.contains("/tracing/src/")
-        || file.contains("/tracing-core-0.")
+    [
+        "tracing::instrument::",
+        "<tracing::instrument::",
+        "tracing::span::Span::in_scope",
+        "tracing_prof_core::budget::",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || ((file.contains("/tracing-0.") || file.contains("/tracing/src/"))
+            && (file.ends_with("instrument.rs")
+                || (file.ends_with("span.rs") && name.starts_with("in_scope"))))
 }
 
 /// Whether `f` is the function that `#[instrument]` made `span` for: a function of the span's
@@ -599,6 +613,23 @@ mod tests {
                 "<tokio::io::util::flush::Flush<A> as core::future::future::Future>::poll",
                 "send",
             ]
+        );
+        // The instrumented future's drop enters the span too (to drop the future inside).
+        let stack = vec![
+            f("core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>", ""),
+            f(
+                "tracing::instrument::_::<impl core::ops::drop::Drop for tracing::instrument::Instrumented<T>>::drop::__drop_inner",
+                "/cargo/tracing-0.1.41/src/instrument.rs",
+            ),
+            f(
+                "tracing::instrument::_::<impl core::ops::drop::Drop for tracing::instrument::Instrumented<T>>::drop",
+                "/cargo/tracing-0.1.41/src/instrument.rs",
+            ),
+            f("mini_redis::cmd::get::Get::apply::{{closure}}", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&span()), Leaf::Keep)),
+            ["core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>"]
         );
         // `tracing`'s own frames just inside the entry point are its machinery.
         let stack = vec![

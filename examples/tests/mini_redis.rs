@@ -1,0 +1,316 @@
+//! Real code nobody here wrote: tokio's mini-redis server (crates.io `mini-redis` 0.4.1,
+//! unmodified), with the profiler installed as the README says, under real load on
+//! 127.0.0.1, checked against what is known of that code.
+//!
+//! This test binary runs itself as the server (a child process: the load generator's own
+//! allocations and CPU stay out of its profiles): `TaggingAllocator<Jemalloc>`,
+//! `init_from_env`, the layer in the registry, and `mini_redis::server::run`. The test sends
+//! SETs and GETs over plain TCP (RESP, one command at a time per connection, 4 connections),
+//! then asks the child for its profiles while the server still holds its data.
+//!
+//! What mini-redis 0.4.1's source says, and the profiles must show:
+//! - its handlers are `#[instrument] async fn apply` in `cmd/set.rs`, `cmd/get.rs` and
+//!   `cmd/unknown.rs`, under `Handler::run`'s span `run` (`server.rs`): three callsites named
+//!   `apply`, so the span paths name them by module;
+//! - SET keeps the key (a `String` from `Parse::next_string`) and the value (`Bytes` copied
+//!   from the frame, `Frame::parse`) while parsing in `run`, and inserts them into the `Db`'s
+//!   `HashMap<String, Entry>` in `set::apply`: the table is one allocation of
+//!   81 bytes per bucket (an 80-byte entry and a control byte) + 16;
+//! - GET clones the value (`Db::get`); the first clone of a `Bytes` made from a `Vec` makes
+//!   a 24-byte shared header that stays with the entry (bytes 1.x `promotable` clone);
+//! - replies go out through `Connection::write_frame` (an async fn) and tokio's `Flush` to
+//!   `send`: gdb and perf on the same server showed that chain under `Instrumented::poll` for
+//!   most of each handler's CPU (README, "Tried on real code").
+
+mod common_mini_redis {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+
+    /// A RESP array of bulk strings.
+    pub(super) fn command(parts: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", parts.len()).into_bytes();
+        for p in parts {
+            out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
+            out.extend_from_slice(p);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    /// Reads one reply: `+OK`, `$-1` (nil) or a bulk string; returns whether it was a value
+    /// or OK (not nil).
+    pub(super) fn reply(r: &mut BufReader<TcpStream>) -> bool {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        match line.as_bytes().first() {
+            Some(b'+') => true,
+            Some(b'$') if line.starts_with("$-1") => false,
+            Some(b'$') => {
+                let n: usize = line[1..].trim().parse().unwrap();
+                let mut body = vec![0u8; n + 2];
+                r.read_exact(&mut body).unwrap();
+                true
+            }
+            _ => panic!("unexpected reply {line:?}"),
+        }
+    }
+
+    /// Sends `commands` one at a time on a new connection; returns the replies that were
+    /// not nil.
+    pub(super) fn send_all(addr: std::net::SocketAddr, commands: &[Vec<u8>]) -> usize {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        let mut ok = 0;
+        for c in commands {
+            w.write_all(c).unwrap();
+            ok += usize::from(reply(&mut r));
+        }
+        ok
+    }
+}
+
+#[path = "../../tracing-prof/tests/common/mod.rs"]
+mod common;
+
+use common_mini_redis::{command, send_all};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use tracing_prof::{ProfileKind, TaggingAllocator};
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: TaggingAllocator<tikv_jemallocator::Jemalloc> =
+    TaggingAllocator::new(tikv_jemallocator::Jemalloc);
+
+const CHILD: &str = "MINI_REDIS_SERVER_DIR";
+/// Distinct keys set, value size, keys asked that were never set.
+const KEYS: usize = 20_000;
+const VALUE: usize = 1000;
+const MISSES: usize = 1000;
+const CONNECTIONS: usize = 4;
+
+/// The child: mini-redis's own server with the profiler installed as the README says. Prints
+/// its address; on a line on stdin, writes its profiles to the directory and says `written`;
+/// when stdin closes, shuts down.
+fn server(dir: &str) {
+    let (layer, guard) = tracing_prof::init_from_env().unwrap();
+    tracing_subscriber::registry().with(layer).init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    println!("listening {}", listener.local_addr().unwrap());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let profiler = guard.profiler().clone();
+    let dir = dir.to_owned();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            if line.is_err() {
+                break;
+            }
+            let snapshot = profiler.snapshot();
+            for kind in [
+                ProfileKind::Cpu,
+                ProfileKind::Heap,
+                ProfileKind::SpanMemory,
+                ProfileKind::Spans,
+            ] {
+                let path = format!("{dir}/{}.pb.gz", kind.name());
+                std::fs::write(path, snapshot.profile(kind).encode()).unwrap();
+            }
+            println!("written");
+            std::io::stdout().flush().unwrap();
+        }
+        let _ = stop_tx.send(());
+    });
+    rt.block_on(mini_redis::server::run(listener, async {
+        let _ = stop_rx.await;
+    }))
+    .unwrap();
+    drop(rt);
+    drop(guard);
+}
+
+/// A profile as `go tool pprof -raw` reads it.
+fn raw(dir: &std::path::Path, kind: &str) -> common::Raw {
+    common::raw(dir.join(format!("{kind}.pb.gz")))
+}
+
+const RUN: &str = "mini_redis::server::run [span]";
+const SET: &str = "mini_redis::cmd::set::apply [span]";
+const GET: &str = "mini_redis::cmd::get::apply [span]";
+
+#[test]
+fn mini_redis_under_load_reads_as_its_source_says() {
+    if let Ok(dir) = std::env::var(CHILD) {
+        server(&dir);
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tracing-prof-mini-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "mini_redis_under_load_reads_as_its_source_says", "--nocapture"])
+        .env(CHILD, &dir)
+        .env("TRACING_PROF_DIR", dir.join("files"))
+        .env("TRACING_PROF_CPU_HZ", "1000")
+        .env("TRACING_PROF_INTERVAL", "1h")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let addr: std::net::SocketAddr = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the server did not start");
+        if let Some(a) = line.trim().strip_prefix("listening ") {
+            break a.parse().unwrap();
+        }
+    };
+
+    // N distinct keys set, then every key got once, with misses.
+    let value = vec![b'v'; VALUE];
+    let key = |i: usize| format!("key:{i:012}");
+    let per = KEYS / CONNECTIONS;
+    let sets: Vec<usize> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CONNECTIONS)
+            .map(|c| {
+                let value = &value;
+                s.spawn(move || {
+                    let cmds: Vec<Vec<u8>> = (c * per..(c + 1) * per)
+                        .map(|i| command(&[b"SET", key(i).as_bytes(), value]))
+                        .collect();
+                    send_all(addr, &cmds)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(sets.iter().sum::<usize>(), KEYS);
+    let per_get = (KEYS + MISSES) / CONNECTIONS;
+    let hits: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CONNECTIONS)
+            .map(|c| {
+                s.spawn(move || {
+                    let cmds: Vec<Vec<u8>> = (c * per_get..(c + 1) * per_get)
+                        .map(|i| command(&[b"GET", key(i).as_bytes()]))
+                        .collect();
+                    send_all(addr, &cmds)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(hits, KEYS);
+    // The profiles, while the server holds the data.
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin).unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "written");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+
+    if !common::have_go() {
+        return;
+    }
+    // Exact memory per span path, against the source.
+    let m = raw(&dir, "span_memory");
+    fn stack(leaf: &'static str) -> Vec<&'static str> {
+        if leaf == RUN { vec![RUN] } else { vec![RUN, leaf] }
+    }
+    // GET: a 24-byte shared header per value read.
+    assert_eq!(m.value(&stack(GET), "inuse_space"), (KEYS * 24) as i64);
+    assert_eq!(m.value(&stack(GET), "inuse_objects"), KEYS as i64);
+    // SET: the table, 81 bytes per bucket + 16 (20 000 keys: 32 768 buckets).
+    let buckets = ((KEYS * 8 / 7) + 1).next_power_of_two();
+    assert_eq!(m.value(&stack(SET), "inuse_objects"), 1);
+    assert_eq!(m.value(&stack(SET), "inuse_space"), (buckets * 81 + 16) as i64);
+    // run: each key (16 bytes) and value, parsed before `apply`, and a few bytes of tokio's
+    // and the registry's own.
+    let (objects, bytes) = (
+        m.value(&stack(RUN), "inuse_objects"),
+        m.value(&stack(RUN), "inuse_space"),
+    );
+    let kept = (KEYS * (16 + VALUE)) as i64;
+    assert!(
+        (2 * KEYS as i64..2 * KEYS as i64 + 16).contains(&objects)
+            && (kept..kept + 64 * 1024).contains(&bytes),
+        "run holds {objects} objects, {bytes} bytes; the keys and values are {kept}"
+    );
+    // Span counts, exactly.
+    let spans = raw(&dir, "spans");
+    assert_eq!(spans.value(&stack(SET), "spans"), KEYS as i64);
+    assert_eq!(spans.value(&stack(GET), "spans"), (KEYS + MISSES) as i64);
+
+    // CPU: the code under each handler's span frame is its own body, the async fn it awaits
+    // and the send it ends in (as gdb and perf showed); its labels keep the three `apply`s
+    // apart.
+    let cpu = raw(&dir, "cpu");
+    let tags = common::pprof(&["-tags"], dir.join("cpu.pb.gz"));
+    for path in [
+        "run -> mini_redis::cmd::set::apply",
+        "run -> mini_redis::cmd::get::apply",
+    ] {
+        assert!(tags.contains(path), "{tags}");
+    }
+    for (span, body) in [
+        (SET, "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}"),
+        (GET, "mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}"),
+    ] {
+        let under: Vec<(&Vec<String>, i64)> = cpu
+            .samples
+            .iter()
+            .filter(|(k, _)| k.len() > 2 && k[1] == span)
+            .map(|(k, v)| (k, v[1]))
+            .collect();
+        let total: i64 = under.iter().map(|u| u.1).sum();
+        assert!(total > 0, "no CPU under {span}");
+        let share = |keep: &dyn Fn(&[String]) -> bool| -> f64 {
+            under.iter().filter(|(k, _)| keep(k)).map(|u| u.1).sum::<i64>() as f64 / total as f64
+        };
+        // Every stack starts with the handler's own body, but for the instrumentation's own
+        // cost (the span's exit as the instrumented future's poll returns) and the drop of
+        // the body's state when it is done.
+        let machinery = |k: &[String]| {
+            k[2] == "core::ptr::drop_in_place"
+                || k[2].starts_with("<tracing_prof_core::layer::ProfileLayer")
+                || k.iter()
+                    .any(|f| f.starts_with("<tracing::span::Entered") || f.contains("Span::do_"))
+        };
+        assert_eq!(
+            share(&|k| k[2] == body || machinery(k)),
+            1.0,
+            "{span}: {under:?}"
+        );
+        // (Mostly: on a saturated host, late samples pile onto the exit.)
+        assert!(share(&|k| k[2] == body) > 0.7, "{span}: {under:?}");
+        // Most of it replies: write_frame, and send at the leaf.
+        let writes = share(&|k| {
+            k.iter()
+                .any(|f| f == "mini_redis::connection::Connection::write_frame::{{closure}}")
+        });
+        let sends = share(&|k| k.last().is_some_and(|f| f.contains("send")));
+        assert!(writes > 0.5 && sends > 0.4, "{span}: write_frame {writes}, send {sends}");
+        // Nothing of tracing's machinery, nor of the other command.
+        assert!(share(&|k| k.iter().any(|f| f.contains("Instrumented"))) == 0.0);
+        assert!(share(&|k| k.iter().any(|f| f.contains("cmd::get") && span == SET)) == 0.0);
+        // The TCP write by its name (a symbol alias named it UnixStream's).
+        assert!(share(&|k| k.iter().any(|f| f.contains("TcpStream as Write>::write"))) > 0.4);
+        assert!(share(&|k| k.iter().any(|f| f.contains("UnixStream"))) == 0.0);
+    }
+    // Parsing is `run`'s own work: read_frame under it.
+    assert!(
+        cpu.samples
+            .keys()
+            .any(|k| k.len() > 1 && k[0] == RUN && k[1] != SET && k.iter().any(|f| f.contains("read_frame"))),
+        "no read_frame under run"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
