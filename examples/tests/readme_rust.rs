@@ -1,0 +1,84 @@
+//! The README's Rust, compiled as written: each of its `rust` blocks is here verbatim (the
+//! test checks it), in a function that gives it what the README leaves to the reader (the
+//! routes, the token, the handler), so that a README that no longer compiles fails here.
+#![allow(dead_code, reason = "compiled, not all run")]
+#![allow(unused_variables, reason = "the README's snippets end with the value they make")]
+
+mod readme_main {
+// --- README: "Use it in your service"
+use tracing_prof::TaggingAllocator;
+use tracing_subscriber::prelude::*;
+
+// 1. Tag every allocation with the current span path. Wrap the allocator you use:
+//    std::alloc::System, tikv_jemallocator::Jemalloc, mimalloc::MiMalloc, ...
+#[global_allocator]
+static GLOBAL: TaggingAllocator<tikv_jemallocator::Jemalloc> =
+    TaggingAllocator::new(tikv_jemallocator::Jemalloc);
+
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // 2. Settings from the TRACING_PROF_* variables (defaults otherwise): pprof files into
+    //    TRACING_PROF_DIR (default ./profiles), Pyroscope when PYROSCOPE_SERVER_ADDRESS is set,
+    //    /debug/pprof when TRACING_PROF_HTTP_ADDR is set. A bad value is an error naming it
+    //    (`Error: environment variable TRACING_PROF_INTERVAL="ten" is invalid: ...`).
+    let (layer, guard) = tracing_prof::init_from_env()?;
+    // 3. Add the layer to your subscriber, beside your other layers.
+    tracing_subscriber::registry().with(layer).init();
+
+    // ... run the service ...
+
+    // 4. Dropping the guard (a ProfilerGuard; the HTTP server, if any, is attached to it)
+    //    writes and pushes a final profile, then stops (at most 5 s).
+    drop(guard);
+    Ok(())
+}
+}
+
+#[rustfmt::skip]
+fn readme_builder() -> Result<(), Box<dyn std::error::Error>> {
+// --- README: "Use it in your service", the builder
+use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter};
+let (layer, guard) = Profiler::builder()
+    .interval(std::time::Duration::from_secs(15))
+    .sink(FileExporter::new("/var/lib/myservice/profiles").deltas(true).flamegraphs(true))
+    .sink(PyroscopeExporter::start(PyroscopeConfig::new("http://pyroscope:4040", "myservice").tag("env", "prod"))?)
+    .build()?;
+drop((layer, guard));
+Ok(())
+}
+
+#[rustfmt::skip]
+fn readme_axum(my_routes: axum::Router, guard: tracing_prof::ProfilerGuard, token: String) -> axum::Router {
+// --- README: "The /debug/pprof endpoint", axum
+use tracing_prof::export::http::{PprofHandler, axum_router};
+let app = my_routes.merge(axum_router(PprofHandler::new(guard.profiler().clone()).bearer_token(token)));
+app
+}
+
+fn handle(request: u32) -> Vec<u8> {
+    vec![0; request as usize]
+}
+
+#[rustfmt::skip]
+fn readme_budget() -> Vec<u8> {
+let request = 16;
+// --- README: "Allocation budgets in tests"
+use tracing_prof::Budget;
+// (with TaggingAllocator as #[global_allocator] and a ProfileLayer in the subscriber)
+let response = Budget::new().max_allocations(10).max_bytes(64 * 1024).assert(|| handle(request));
+response
+}
+
+#[test]
+fn every_rust_block_of_the_readme_is_here_verbatim() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let here = include_str!("readme_rust.rs");
+    let mut blocks = 0;
+    for block in readme.split("```rust\n").skip(1) {
+        let code = &block[..block.find("```").unwrap()];
+        assert!(here.contains(code), "not here as the README has it:\n{code}");
+        blocks += 1;
+    }
+    assert_eq!(blocks, 4);
+}
