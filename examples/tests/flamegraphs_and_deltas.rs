@@ -125,9 +125,11 @@ fn flamegraphs_folded_and_deltas() {
         .profile(ProfileKind::Heap)
         .folded(Some("alloc_space"))
         .unwrap();
+    // (Between them, the closure `handle` gives to `in_scope`: code that ran in the span.)
     assert!(
         heap.lines().any(|l| l.starts_with(
-            "tracing_prof_examples::request [span];tracing_prof_examples::render [span];tracing_prof_examples::render "
+            "tracing_prof_examples::request [span];tracing_prof_examples::render [span];\
+             tracing_prof_examples::handle::{{closure}}::{{closure}};tracing_prof_examples::render "
         )),
         "{heap}"
     );

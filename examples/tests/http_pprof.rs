@@ -141,24 +141,17 @@ fn go_tool_pprof_reads_the_live_endpoint() {
         cpu.contains("Type: cpu") && cpu.contains("Duration: 2"),
         "{cpu}"
     );
-    let under_render = cpu.split("-----------+").any(|t| {
-        let frames: Vec<&str> = t
-            .lines()
-            .filter(|l| !l.contains("span_path:"))
-            .map(|l| {
-                let l = l.trim();
-                match l.split_once(char::is_whitespace) {
-                    Some((first, rest)) if !first.contains("::") => rest.trim(),
-                    _ => l,
-                }
-            })
-            .filter(|l| !l.is_empty())
-            .collect();
-        frames.ends_with(&[
-            "tracing_prof_examples::render",
-            "tracing_prof_examples::render [span]",
-            "tracing_prof_examples::request [span]",
-        ])
+    // render under its span frame, with the closure `handle` gives to `in_scope` between.
+    let under_render = common::traces(&cpu).iter().any(|frames| {
+        frames.ends_with(
+            &[
+                "tracing_prof_examples::render",
+                "tracing_prof_examples::handle::{{closure}}::{{closure}}",
+                "tracing_prof_examples::render [span]",
+                "tracing_prof_examples::request [span]",
+            ]
+            .map(String::from),
+        )
     });
     assert!(
         under_render,

@@ -48,25 +48,6 @@ async fn inner_work() -> u64 {
     x ^ kept as u64
 }
 
-/// Frame names of each `-traces` entry, leaf first, without the value column.
-fn traces(text: &str) -> Vec<Vec<String>> {
-    text.split("-----------+")
-        .map(|t| {
-            t.lines()
-                .filter(|l| !l.contains(':') || l.contains("::"))
-                .map(|l| {
-                    let l = l.trim();
-                    match l.split_once(char::is_whitespace) {
-                        Some((first, rest)) if !first.contains("::") => rest.trim().to_owned(),
-                        _ => l.to_owned(),
-                    }
-                })
-                .filter(|l| !l.is_empty())
-                .collect()
-        })
-        .collect()
-}
-
 /// The position of the first frame at or after `from` whose name starts with `prefix`.
 fn find(frames: &[String], from: usize, prefix: &str) -> Option<usize> {
     frames[from..]
@@ -78,7 +59,7 @@ fn find(frames: &[String], from: usize, prefix: &str) -> Option<usize> {
 /// Whether some trace has the three bodies, innermost first, then the span frame, with
 /// nothing but code of these three functions (and what they call) between them.
 fn has_all_three(text: &str) -> bool {
-    traces(text).iter().any(|frames| {
+    common::traces(text).iter().any(|frames| {
         let Some(i) = find(frames, 0, "async_depth::inner_work") else {
             return false;
         };

@@ -192,21 +192,15 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
                 "cpu_profile::cpu_three [span]",
             ],
         ] {
-            let found = traces.split("-----------+").any(|t| {
-                let frames: Vec<&str> = t
-                    .lines()
-                    .filter(|l| !l.contains("span_path:"))
-                    .map(|l| {
-                        let l = l.trim();
-                        match l.split_once(char::is_whitespace) {
-                            Some((first, rest)) if !first.contains("::") => rest.trim(),
-                            _ => l,
-                        }
-                    })
-                    .filter(|l| !l.is_empty())
-                    .collect();
-                frames.ends_with(chain)
-            });
+            let found = common::traces(&traces)
+                .iter()
+                .any(|frames| {
+                    frames.len() >= chain.len()
+                        && frames[frames.len() - chain.len()..]
+                            .iter()
+                            .zip(chain)
+                            .all(|(f, c)| f == c)
+                });
             assert!(found, "no trace ends with {chain:?}:\n{traces}");
         }
         // Names survive pprof's shortening of C++-looking names (which removes every `<..>`

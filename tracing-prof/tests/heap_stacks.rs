@@ -59,18 +59,9 @@ fn the_allocating_function_is_under_the_span_frames() {
         .split("-----------+")
         .find(|t| t.contains("hs_handler") && t.contains("build_index::{{closure}}"))
         .unwrap_or_else(|| panic!("no trace under hs_handler:\n{traces}"));
-    let frames: Vec<&str> = trace
-        .lines()
-        .map(|l| {
-            // The first line of a trace starts with its value.
-            let t = l.trim();
-            match t.split_once(char::is_whitespace) {
-                Some((first, rest)) if !first.contains("::") => rest.trim(),
-                _ => t,
-            }
-        })
-        .filter(|f| f.contains("::"))
-        .collect();
+    let frames = common::traces(&format!("-----------+{trace}"))
+        .pop()
+        .unwrap();
     // Leaf: the closure that called vec![]; the library frames in between are the iterator's.
     assert_eq!(
         frames[0], "heap_stacks::build_index::{{closure}}",

@@ -91,7 +91,8 @@ struct Tables {
     mappings: Vec<proto::Mapping>,
     spans_mapping: Option<u64>,
     threads_mapping: Option<u64>,
-    functions: HashMap<(String, Option<Arc<str>>), u64>,
+    /// By display name, full name and file: two functions one short name stands for stay two.
+    functions: HashMap<(String, Arc<str>, Option<Arc<str>>), u64>,
     locations: HashMap<(u64, u64, i64, u64), u64>,
     out_functions: Vec<proto::Function>,
     out_locations: Vec<proto::Location>,
@@ -151,7 +152,8 @@ impl Tables {
         let mapping_id = self.mapping(f.kind);
         let name = f.display_name().into_owned();
         let next_fn = self.out_functions.len() as u64 + 1;
-        let function_id = match self.functions.get(&(name.clone(), f.file.clone())) {
+        let key = (name.clone(), f.function.clone(), f.file.clone());
+        let function_id = match self.functions.get(&key) {
             Some(&id) => id,
             None => {
                 let name_index = self.strings.get(&name);
@@ -176,7 +178,7 @@ impl Tables {
                     filename,
                     start_line: 0,
                 });
-                self.functions.insert((name, f.file.clone()), next_fn);
+                self.functions.insert(key, next_fn);
                 next_fn
             }
         };

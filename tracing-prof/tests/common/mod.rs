@@ -155,7 +155,17 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
             continue;
         };
         let rest = rest.rsplit_once(" s=").map_or(rest, |(r, _)| r);
-        let name = rest.rsplit_once(' ').map_or(rest, |(n, _)| n);
+        // Less the `file:line` word, when there is one.
+        let name = match rest.rsplit_once(' ') {
+            Some((n, at))
+                if at
+                    .rsplit_once(':')
+                    .is_some_and(|(_, line)| line.chars().all(|c| c.is_ascii_digit())) =>
+            {
+                n
+            }
+            _ => rest,
+        };
         names.insert(id, name.trim().to_owned());
     }
     let mut samples: BTreeMap<Vec<String>, Vec<i64>> = BTreeMap::new();
@@ -167,6 +177,33 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
         }
     }
     Raw { types, samples }
+}
+
+/// The stacks of `go tool pprof -traces` output: each one's frame names, leaf first, without
+/// its value and its label lines.
+pub fn traces(text: &str) -> Vec<Vec<String>> {
+    text.split("-----------+")
+        .skip(1)
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| {
+                    let l = l.trim();
+                    let first = l.split_whitespace().next()?;
+                    if first.ends_with(':') || first.starts_with("---") {
+                        return None; // a label line (`span_path:  request -> render`)
+                    }
+                    // The first line of a trace starts with its value (`44ms`, `1.55kB`).
+                    Some(match l.split_once(char::is_whitespace) {
+                        Some((v, rest)) if v.starts_with(|c: char| c.is_ascii_digit()) => {
+                            rest.trim().to_owned()
+                        }
+                        _ => l.to_owned(),
+                    })
+                })
+                .collect::<Vec<String>>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 /// Writes `profile` as `kind` into a fresh temporary file and returns its path.
