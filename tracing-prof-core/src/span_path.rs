@@ -235,9 +235,12 @@ pub(crate) fn all_paths() -> Vec<(Tag, Vec<SpanFrame>)> {
         let mut frames = Vec::new();
         while raw >= Tag::FIRST_PATH {
             let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
-            let mut frame = table.frames[&e.callsite].clone();
-            frame.fields = e.fields.clone();
-            frames.push(frame);
+            // Every entry's callsite has its frame (inserted before the entry).
+            if let Some(frame) = table.frames.get(&e.callsite) {
+                let mut frame = frame.clone();
+                frame.fields = e.fields.clone();
+                frames.push(frame);
+            }
             raw = e.parent;
         }
         if raw == Tag::OVERFLOW.get() {
@@ -275,7 +278,9 @@ pub(crate) fn display(tag: Tag) -> String {
         let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
             break;
         };
-        names.push(&*table.frames[&e.callsite].path_name);
+        if let Some(f) = table.frames.get(&e.callsite) {
+            names.push(&*f.path_name);
+        }
         raw = e.parent;
     }
     names.reverse();
