@@ -449,10 +449,11 @@ pub(crate) fn intervals(history: &History, cursor: usize, path: &str) -> Vec<(St
 /// Whether a code frame is the application's own: not the standard library's, not
 /// `tracing`'s or the profiler's machinery, not a C library's (no Rust path).
 fn is_application(function: &str) -> bool {
-    const NOT: [&str; 7] = [
+    const NOT: [&str; 8] = [
         "std::",
         "core::",
         "alloc::",
+        "__rustc::",
         "tracing::",
         "tracing_core::",
         "tracing_subscriber::",
@@ -463,9 +464,10 @@ fn is_application(function: &str) -> bool {
 }
 
 /// The function that blocked in `path`'s long polls: of the CPU samples taken in them (in the
-/// path itself: a child span's long polls are its own), the innermost frame of the
-/// application's code, the one with the most CPU, with `file:line`. A sample in the
-/// profiler's own `on_close` or in `std::thread::sleep` is charged to the code that called it.
+/// path itself: a child span's long polls are its own), the innermost frame of the crate the
+/// span belongs to (its target's first segment), else of the application's code, the one with
+/// the most CPU, with `file:line`. A sample in the profiler's own `on_close`, in
+/// `std::thread::sleep` or in a library the code called is charged to the code that called it.
 fn blocker(p: &Profile, path: &str) -> Option<String> {
     let k = p.sample_type_index("cpu")?;
     let mut by_frame: HashMap<String, i64> = HashMap::new();
@@ -481,9 +483,22 @@ fn blocker(p: &Profile, path: &str) -> Option<String> {
             .filter(|f| f.kind == FrameKind::Code)
             .collect();
         let Some(&leaf) = code.first() else { continue };
+        // The span's crate: `app` of the innermost span frame `app::handlers::get`.
+        let krate = s
+            .span_frames()
+            .last()
+            .and_then(|f| f.function.split("::").next())
+            .filter(|k| !k.is_empty() && !k.starts_with('('))
+            .map(|k| format!("{k}::"));
+        let own = |f: &&&tracing_prof_model::Frame| {
+            krate
+                .as_deref()
+                .is_some_and(|k| f.function.trim_start_matches('<').starts_with(k))
+        };
         let frame = code
             .iter()
-            .find(|f| is_application(&f.function))
+            .find(own)
+            .or_else(|| code.iter().find(|f| is_application(&f.function)))
             .copied()
             .unwrap_or(leaf);
         *by_frame.entry(frame.display_with_location()).or_default() += s.values[k];
@@ -796,6 +811,16 @@ pub(crate) mod tests {
             sample(&["request", "query"], vec![code("app::child_work")], 40_000_000),
             // 10 ms in another function of the path.
             sample(&["request"], vec![code("app::render")], 10_000_000),
+            // 25 ms waking a thread in a library the handler called.
+            sample(
+                &["request"],
+                vec![
+                    code("app::handler"),
+                    code("tokio::sync::notify::Notify::notify_one"),
+                    code("<parking_lot_core::thread_parker::imp::UnparkHandle as UnparkHandleT>::unpark"),
+                ],
+                25_000_000,
+            ),
         ];
         assert_eq!(
             blocker(&p, "request").as_deref(),
