@@ -228,7 +228,7 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
 /// The functions that used the most CPU, from the CPU samples under span frames, and what
 /// sampling cost.
 fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::SamplerStats) {
-    let hz = profile.cpu_sampling_hz;
+    let hz = profile.cpu_sample_rate();
     if hz == 0 || stats.handler_runs == 0 {
         return;
     }
@@ -264,7 +264,10 @@ fn print_stacks(profile: &Snapshot) {
         return;
     }
     let site = |s: &tracing_prof::core::StackProfile| {
-        let leaf = s.code.last().map_or_else(|| "?".to_owned(), |f| f.location());
+        let leaf = s
+            .code
+            .last()
+            .map_or_else(|| "?".to_owned(), |f| f.location());
         format!("{} @ {leaf}", tracing_prof::model::display_path(&s.frames))
     };
     let mut stacks: Vec<_> = profile

@@ -156,7 +156,11 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-mini-redis-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "mini_redis_under_load_reads_as_its_source_says", "--nocapture"])
+        .args([
+            "--exact",
+            "mini_redis_under_load_reads_as_its_source_says",
+            "--nocapture",
+        ])
         .env(CHILD, &dir)
         .env("TRACING_PROF_DIR", dir.join("files"))
         .env("TRACING_PROF_CPU_HZ", "1000")
@@ -168,7 +172,10 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let addr: std::net::SocketAddr = loop {
         let mut line = String::new();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the server did not start");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the server did not start"
+        );
         if let Some(a) = line.trim().strip_prefix("listening ") {
             break a.parse().unwrap();
         }
@@ -223,7 +230,11 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     // Exact memory per span path, against the source.
     let m = raw(&dir, "span_memory");
     fn stack(leaf: &'static str) -> Vec<&'static str> {
-        if leaf == RUN { vec![RUN] } else { vec![RUN, leaf] }
+        if leaf == RUN {
+            vec![RUN]
+        } else {
+            vec![RUN, leaf]
+        }
     }
     // GET: a 24-byte shared header per value read.
     assert_eq!(m.value(&stack(GET), "inuse_space"), (KEYS * 24) as i64);
@@ -231,7 +242,10 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     // SET: the table, 81 bytes per bucket + 16 (20 000 keys: 32 768 buckets).
     let buckets = ((KEYS * 8 / 7) + 1).next_power_of_two();
     assert_eq!(m.value(&stack(SET), "inuse_objects"), 1);
-    assert_eq!(m.value(&stack(SET), "inuse_space"), (buckets * 81 + 16) as i64);
+    assert_eq!(
+        m.value(&stack(SET), "inuse_space"),
+        (buckets * 81 + 16) as i64
+    );
     // run: each key (16 bytes) and value, parsed before `apply`, and a few bytes of tokio's
     // and the registry's own.
     let (objects, bytes) = (
@@ -261,8 +275,14 @@ fn mini_redis_under_load_reads_as_its_source_says() {
         assert!(tags.contains(path), "{tags}");
     }
     for (span, body) in [
-        (SET, "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}"),
-        (GET, "mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}"),
+        (
+            SET,
+            "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}",
+        ),
+        (
+            GET,
+            "mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}",
+        ),
     ] {
         let under: Vec<(&Vec<String>, i64)> = cpu
             .samples
@@ -273,7 +293,12 @@ fn mini_redis_under_load_reads_as_its_source_says() {
         let total: i64 = under.iter().map(|u| u.1).sum();
         assert!(total > 0, "no CPU under {span}");
         let share = |keep: &dyn Fn(&[String]) -> bool| -> f64 {
-            under.iter().filter(|(k, _)| keep(k)).map(|u| u.1).sum::<i64>() as f64 / total as f64
+            under
+                .iter()
+                .filter(|(k, _)| keep(k))
+                .map(|u| u.1)
+                .sum::<i64>() as f64
+                / total as f64
         };
         // Every stack starts with the handler's own body, but for the instrumentation's own
         // cost (the span's exit as the instrumented future's poll returns) and the drop of
@@ -297,7 +322,10 @@ fn mini_redis_under_load_reads_as_its_source_says() {
                 .any(|f| f == "mini_redis::connection::Connection::write_frame::{{closure}}")
         });
         let sends = share(&|k| k.last().is_some_and(|f| f.contains("send")));
-        assert!(writes > 0.5 && sends > 0.4, "{span}: write_frame {writes}, send {sends}");
+        assert!(
+            writes > 0.5 && sends > 0.4,
+            "{span}: write_frame {writes}, send {sends}"
+        );
         // Nothing of tracing's machinery, nor of the other command.
         assert!(share(&|k| k.iter().any(|f| f.contains("Instrumented"))) == 0.0);
         assert!(share(&|k| k.iter().any(|f| f.contains("cmd::get") && span == SET)) == 0.0);
@@ -307,9 +335,10 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     }
     // Parsing is `run`'s own work: read_frame under it.
     assert!(
-        cpu.samples
-            .keys()
-            .any(|k| k.len() > 1 && k[0] == RUN && k[1] != SET && k.iter().any(|f| f.contains("read_frame"))),
+        cpu.samples.keys().any(|k| k.len() > 1
+            && k[0] == RUN
+            && k[1] != SET
+            && k.iter().any(|f| f.contains("read_frame"))),
         "no read_frame under run"
     );
     let _ = std::fs::remove_dir_all(&dir);

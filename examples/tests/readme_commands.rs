@@ -152,14 +152,19 @@ fn every_command_of_the_readme_runs() {
     for line in &commands {
         let mut w = words(&line.replace("127.0.0.1:6060", &addr));
         let program = w[0].clone();
-        let skip = w.iter().any(|a| a.starts_with("-http") || a == "live" || a == "install")
+        let skip = w
+            .iter()
+            .any(|a| a.starts_with("-http") || a == "live" || a == "install")
             || !matches!(program.as_str(), "go" | "tracing-prof" | "curl");
         if skip || (program == "go" && !have_go) {
             continue;
         }
         if program == "curl" {
             let (status, body) = get(&w[1]);
-            assert!(status.contains("200") && !body.is_empty(), "{line}: {status}");
+            assert!(
+                status.contains("200") && !body.is_empty(),
+                "{line}: {status}"
+            );
             ran += 1;
             continue;
         }

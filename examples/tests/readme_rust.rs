@@ -2,8 +2,12 @@
 //! test checks it), in a function that gives it what the README leaves to the reader (the
 //! routes, the token, the handler), so that a README that no longer compiles fails here.
 #![allow(dead_code, reason = "compiled, not all run")]
-#![allow(unused_variables, reason = "the README's snippets end with the value they make")]
+#![allow(
+    unused_variables,
+    reason = "the README's snippets end with the value they make"
+)]
 
+#[rustfmt::skip]
 mod readme_main {
 // --- README: "Use it in your service"
 use tracing_prof::TaggingAllocator;
@@ -70,14 +74,18 @@ response
 
 #[test]
 fn every_rust_block_of_the_readme_is_here_verbatim() {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
     let here = include_str!("readme_rust.rs");
     let mut blocks = 0;
     for block in readme.split("```rust\n").skip(1) {
         let code = &block[..block.find("```").unwrap()];
-        assert!(here.contains(code), "not here as the README has it:\n{code}");
+        assert!(
+            here.contains(code),
+            "not here as the README has it:\n{code}"
+        );
         blocks += 1;
     }
     assert_eq!(blocks, 4);

@@ -89,10 +89,14 @@ fn errors_and_misspelled_settings_read_as_sentences() {
     assert!(!out.status.success());
     let first = stderr.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("Error: environment variable TRACING_PROF_INTERVAL=\"bogus\" is invalid:"),
+        first
+            .starts_with("Error: environment variable TRACING_PROF_INTERVAL=\"bogus\" is invalid:"),
         "{stderr}"
     );
-    assert!(!stderr.contains("Config(") && !stderr.contains("Env {"), "{stderr}");
+    assert!(
+        !stderr.contains("Config(") && !stderr.contains("Env {"),
+        "{stderr}"
+    );
 
     let dir = std::env::temp_dir().join(format!("tracing-prof-misspelled-{}", std::process::id()));
     let out = Command::new(example())

@@ -104,7 +104,12 @@ fn sampled_blocks_keep_alignment_zeroes_and_contents_through_realloc() {
     // The exact counters count a realloc the same way: they agree with the samples at rate 1.
     let t = totals(201);
     assert_eq!(
-        (t.alloc_objects, t.alloc_bytes, t.free_objects, t.inuse_bytes()),
+        (
+            t.alloc_objects,
+            t.alloc_bytes,
+            t.free_objects,
+            t.inuse_bytes()
+        ),
         (n, bytes, n, 0)
     );
 }

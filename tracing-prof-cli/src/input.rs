@@ -47,7 +47,7 @@ impl Loaded {
             .rsplit(['/', '?'])
             .find(|s| !s.is_empty())
             .unwrap_or("profile");
-        let base = if self.name.contains("://") {
+        let base = if self.name != "-" && is_url(&self.name) {
             // .../debug/pprof/heap?seconds=5: the endpoint's name.
             self.name
                 .split('?')
@@ -227,7 +227,10 @@ fn summary(body: &str) -> String {
             }
         }
     } else {
-        body.lines().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned()
+        body.lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .to_owned()
     };
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() > 120 {

@@ -15,10 +15,15 @@ fn regex(pattern: &str, flag: &str) -> Result<Regex, CliError> {
         .map_err(|e| CliError::Select(format!("{flag} {pattern:?}: {e}")))
 }
 
-/// The span path of a sample as `--span` compares it: the span names joined by ` -> `.
+/// Whether a sample is under the span path `path` (`--span`): each span frame named there by
+/// its path name (`run -> app::cmd::set::apply`) or by its span name (`run -> apply`, every
+/// callsite of that name).
 fn under(sample: &Sample, path: &[&str]) -> bool {
-    let names: Vec<&str> = sample.span_frames().map(|f| f.span_name()).collect();
-    names.len() >= path.len() && names.iter().zip(path).all(|(a, b)| a == b)
+    let frames: Vec<&tracing_prof_model::Frame> = sample.span_frames().collect();
+    frames.len() >= path.len()
+        && frames.iter().zip(path).all(|(f, want)| {
+            f.span_name() == *want || f.function.rsplit("::").next() == Some(*want)
+        })
 }
 
 fn has_tag(sample: &Sample, key: &str, value: &str) -> bool {

@@ -187,9 +187,16 @@ impl Db {
 /// ours say so in a comment; otherwise a profile with a duration is a window (Go's CPU
 /// profiles), one without cumulative (Go's heap profiles).
 fn scope(p: &tracing_prof_model::Profile) -> &'static str {
-    if p.comments.iter().any(|c| c.starts_with("tracing-prof: cumulative")) {
+    if p.comments
+        .iter()
+        .any(|c| c.starts_with("tracing-prof: cumulative"))
+    {
         "cumulative"
-    } else if p.comments.iter().any(|c| c.starts_with("tracing-prof: window")) {
+    } else if p
+        .comments
+        .iter()
+        .any(|c| c.starts_with("tracing-prof: window"))
+    {
         "window"
     } else if p.duration.is_some_and(|d| !d.is_zero()) {
         "window"

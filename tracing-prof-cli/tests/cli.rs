@@ -378,7 +378,11 @@ fn go_raw(file: &str) -> (Vec<String>, Vec<RawSample>) {
         .arg(fixture(file))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines().skip_while(|l| l.trim() != "Samples:").skip(1);
     let types: Vec<String> = lines
@@ -424,8 +428,13 @@ fn go_raw(file: &str) -> (Vec<String>, Vec<RawSample>) {
             && values.split_whitespace().all(|v| v.parse::<i64>().is_ok())
         {
             samples.push((
-                values.split_whitespace().map(|v| v.parse().unwrap()).collect(),
-                locs.split_whitespace().map(|v| v.parse().unwrap()).collect(),
+                values
+                    .split_whitespace()
+                    .map(|v| v.parse().unwrap())
+                    .collect(),
+                locs.split_whitespace()
+                    .map(|v| v.parse().unwrap())
+                    .collect(),
                 BTreeMap::new(),
             ));
             continue;
@@ -481,7 +490,11 @@ fn assert_top(rows: &[Vec<String>], expected: &BTreeMap<String, i64>, what: &str
         );
     }
     // The rows are the largest ones.
-    let smallest = rows.iter().map(|r| r[1].parse::<i64>().unwrap()).min().unwrap();
+    let smallest = rows
+        .iter()
+        .map(|r| r[1].parse::<i64>().unwrap())
+        .min()
+        .unwrap();
     assert!(
         sorted.get(rows.len()).is_none_or(|&next| next <= smallest),
         "{what}: a larger one was left out: {expected:?}"
@@ -494,7 +507,8 @@ fn assert_top(rows: &[Vec<String>], expected: &BTreeMap<String, i64>, what: &str
 /// the CPU.)
 #[test]
 fn the_readme_sql_answers_what_go_tool_pprof_says() {
-    let db = std::env::temp_dir().join(format!("tracing-prof-cli-readme-{}.db", std::process::id()));
+    let db =
+        std::env::temp_dir().join(format!("tracing-prof-cli-readme-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&db);
     let db_s = db.to_str().unwrap();
     let mut files: Vec<String> = std::fs::read_dir(fixture("run"))
@@ -507,15 +521,20 @@ fn the_readme_sql_answers_what_go_tool_pprof_says() {
     ok(&args);
     let queries = readme_queries();
     assert_eq!(queries.len(), 3, "{queries:?}");
-    let answers: Vec<Vec<Vec<String>>> =
-        queries.iter().map(|q| rows(&ok(&["query", db_s, q]))).collect();
+    let answers: Vec<Vec<Vec<String>>> = queries
+        .iter()
+        .map(|q| rows(&ok(&["query", db_s, q])))
+        .collect();
     // The `latest` files are duplicates of the newest captures.
     let dups = rows(&ok(&[
         "query",
         db_s,
         "SELECT COUNT(*) FROM profiles WHERE duplicate_of IS NOT NULL",
     ]));
-    assert_eq!(dups[0][0], "6", "one latest name per kind");
+    assert_eq!(
+        dups[0][0], "12",
+        "one latest name per kind, and per kind's deltas"
+    );
     if !have_go() {
         return;
     }
@@ -526,8 +545,10 @@ fn the_readme_sql_answers_what_go_tool_pprof_says() {
     for s in &samples {
         *by_path.entry(s.labels["span_path"].clone()).or_default() += s.values[cpu];
     }
-    let by_path: BTreeMap<String, i64> =
-        by_path.into_iter().map(|(k, v)| (k, v / 1_000_000)).collect();
+    let by_path: BTreeMap<String, i64> = by_path
+        .into_iter()
+        .map(|(k, v)| (k, v / 1_000_000))
+        .collect();
     assert_top(&answers[0], &by_path, "CPU per span path");
     // The leak over time: each span_memory capture's in-use bytes of the path, in order.
     let mut captures: Vec<&String> = files
@@ -542,21 +563,31 @@ fn the_readme_sql_answers_what_go_tool_pprof_says() {
             let inuse = types.iter().position(|t| t == "inuse_space").unwrap();
             samples
                 .iter()
-                .filter(|s| s.stack.first().is_some_and(|f| f.ends_with("::session_store [span]")))
+                .filter(|s| {
+                    s.stack
+                        .first()
+                        .is_some_and(|f| f.ends_with("::session_store [span]"))
+                })
                 .map(|s| s.values[inuse])
                 .sum()
         })
         .collect();
     let got: Vec<i64> = answers[1].iter().map(|r| r[1].parse().unwrap()).collect();
     assert_eq!(got, expected, "the leak over time");
-    assert!(expected.windows(2).all(|w| w[0] <= w[1]) && expected[0] < expected[expected.len() - 1]);
+    assert!(
+        expected.windows(2).all(|w| w[0] <= w[1]) && expected[0] < expected[expected.len() - 1]
+    );
     // Allocated bytes per leaf function of the newest heap capture.
     let (types, samples) = go_raw("run/heap.latest.pb.gz");
     let alloc = types.iter().position(|t| t == "alloc_space").unwrap();
     let mut by_leaf: BTreeMap<String, i64> = BTreeMap::new();
     for s in &samples {
         // Samples with no code frame (none here) have no leaf.
-        if let Some(leaf) = s.stack.first().filter(|f| !f.ends_with("[span]") && !f.starts_with('(')) {
+        if let Some(leaf) = s
+            .stack
+            .first()
+            .filter(|f| !f.ends_with("[span]") && !f.starts_with('('))
+        {
             *by_leaf.entry(leaf.clone()).or_default() += s.values[alloc];
         }
     }
@@ -629,7 +660,10 @@ fn sqlite_leaves_nothing_behind_on_bad_input() {
         "ours/cpu.pb.gz",
         bad.to_str().unwrap(),
     ]);
-    assert!(!success && stderr.contains("not a pprof profile"), "{stderr}");
+    assert!(
+        !success && stderr.contains("not a pprof profile"),
+        "{stderr}"
+    );
     assert!(!db.exists(), "a database was left behind");
     let text = dir.join("notes.txt");
     std::fs::write(&text, b"my notes").unwrap();
@@ -744,7 +778,8 @@ fn reads_a_running_debug_pprof_endpoint() {
         .output()
         .unwrap();
     assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("cli_endpoint_request"),
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains("cli_endpoint_request"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -802,7 +837,10 @@ fn chromium() -> Option<&'static str> {
 /// Runs `html` in headless Chromium in a 1400x900 window and returns the page's title once
 /// its scripts ran.
 fn browser_title(browser: &str, html: &str, name: &str) -> String {
-    let path = std::env::temp_dir().join(format!("tracing-prof-cli-{name}-{}.html", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "tracing-prof-cli-{name}-{}.html",
+        std::process::id()
+    ));
     std::fs::write(&path, html).unwrap();
     let out = std::process::Command::new(browser)
         .args([
@@ -829,15 +867,25 @@ fn browser_title(browser: &str, html: &str, name: &str) -> String {
 /// Chromium's layout of the SVG.
 #[test]
 fn flame_graphs_show_the_span_frames_on_the_first_screen() {
-    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-firstscreen-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tracing-prof-cli-firstscreen-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let svg_path = dir.join("cpu.svg");
-    ok(&["flamegraph", "ours/cpu.pb.gz", "-o", svg_path.to_str().unwrap()]);
+    ok(&[
+        "flamegraph",
+        "ours/cpu.pb.gz",
+        "-o",
+        svg_path.to_str().unwrap(),
+    ]);
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let height: f64 = {
         let root = &svg[svg.find("<svg").unwrap()..];
         let at = root.find(" height=\"").unwrap() + 9;
-        root[at..root[at..].find('"').unwrap() + at].parse().unwrap()
+        root[at..root[at..].find('"').unwrap() + at]
+            .parse()
+            .unwrap()
     };
     assert!(height > 900.0, "the fixture's stacks are deep: {height} px");
     let report = dir.join("report.html");
@@ -858,7 +906,10 @@ fn flame_graphs_show_the_span_frames_on_the_first_screen() {
     let words: Vec<&str> = title.split_whitespace().collect();
     assert!(words.len() == 4 && words[1] != "0", "{title}");
     let bottom: f64 = words[3].parse().unwrap();
-    assert!(bottom < 900.0, "span frames end {bottom} px down the SVG: {title}");
+    assert!(
+        bottom < 900.0,
+        "span frames end {bottom} px down the SVG: {title}"
+    );
     // The report: its first flame graph starts high enough for them to be seen too.
     let mut report_page = std::fs::read_to_string(&report).unwrap();
     report_page = report_page.replace(

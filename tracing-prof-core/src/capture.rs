@@ -128,7 +128,10 @@ pub(crate) fn code_of(
     if ips.is_empty() {
         vec![CodeFrame::named(TABLE_FULL_FRAME)]
     } else {
-        let span = frames.last().filter(|_| kind == PathKind::Span);
+        // In a span (one beyond the path cap too): cut where it was entered.
+        let span = frames
+            .last()
+            .filter(|_| matches!(kind, PathKind::Span | PathKind::Overflow));
         symbolize::code_stack(ips, span, leaf)
     }
 }

@@ -395,6 +395,11 @@ impl Profiler {
         }
     }
 
+    /// Forgets the service `name` (it stopped): it is no longer listed.
+    pub fn remove_service(&self, name: &str) {
+        self.shared.services.lock().retain(|s| s.name != name);
+    }
+
     /// The services run beside the profiler, as they last said (see
     /// [`Profiler::set_service_status`]).
     pub fn services(&self) -> Vec<ServiceStatus> {

@@ -101,7 +101,10 @@ fn path_name(frame: &SpanFrame, group: &[SpanFrame]) -> Arc<str> {
     if group.iter().filter(|o| o.target == frame.target).count() < 2 {
         return Arc::from(qualified);
     }
-    let file = frame.file.as_deref().map_or("?", |f| f.rsplit('/').next().unwrap_or(f));
+    let file = frame
+        .file
+        .as_deref()
+        .map_or("?", |f| f.rsplit('/').next().unwrap_or(f));
     let line = frame.line.unwrap_or(0);
     Arc::from(format!("{qualified} ({file}:{line})"))
 }

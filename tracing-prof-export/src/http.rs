@@ -31,12 +31,12 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tracing_prof_core::{Profiler, ServiceStatus};
 use tracing_prof_core::config::{ConfigError, env_var};
+use tracing_prof_core::{Profiler, ServiceStatus};
 use tracing_prof_model::{LiveFrame, ProfileKind, Snapshot, units};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
@@ -518,6 +518,8 @@ pub struct HttpServer {
     addr: Arc<OnceLock<SocketAddr>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Where a server from [`HttpServer::from_env`] reports its state.
+    profiler: Option<Profiler>,
 }
 
 impl HttpServer {
@@ -532,7 +534,7 @@ impl HttpServer {
             addr: addr.to_string(),
             source,
         })?;
-        HttpServer::spawn(handler, Ok(listener), String::new(), None)
+        HttpServer::spawn(handler, Ok(listener), addr.to_string(), None)
     }
 
     /// The server's thread: serves `listener`, or, when binding failed, tries `addr` again
@@ -543,6 +545,11 @@ impl HttpServer {
         addr: String,
         profiler: Option<Profiler>,
     ) -> Result<HttpServer, HttpError> {
+        // What was said of a failed bind at start, so that a retry says only what differs.
+        let said = match &listener {
+            Err(source) => cannot_listen(&addr, source),
+            Ok(_) => String::new(),
+        };
         let bound = Arc::new(OnceLock::new());
         let stop = Arc::new(AtomicBool::new(false));
         let listener = match listener {
@@ -556,21 +563,26 @@ impl HttpServer {
             }
             Err(_) => None,
         };
+        let reports_to = profiler.clone();
         let thread = {
             let (bound, stop) = (Arc::clone(&bound), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("tracing-prof-http".into())
                 .spawn(move || {
-                    tracing_prof_core::mark_profiler_thread();
                     let listener = match listener {
                         Some(l) => l,
-                        None => match bind_again(&addr, &stop, profiler.as_ref()) {
+                        None => match bind_again(&addr, &stop, profiler.as_ref(), said) {
                             Some(l) => l,
                             None => return, // stopped before it could listen
                         },
                     };
                     if let Ok(local) = listener.local_addr() {
                         let _ = bound.set(local);
+                    }
+                    // A drop that came while it was binding found no address to wake it
+                    // with: it set `stop` first, and is told here (both SeqCst).
+                    if stop.load(Ordering::SeqCst) {
+                        return;
                     }
                     accept_loop(&listener, &handler, &stop);
                 })
@@ -580,6 +592,7 @@ impl HttpServer {
             addr: bound,
             stop,
             thread: Some(thread),
+            profiler: reports_to,
         })
     }
 
@@ -675,8 +688,14 @@ fn cannot_listen(addr: &str, source: &std::io::Error) -> String {
 
 /// Tries to listen on `addr` every [`BIND_RETRY`] until it can (`Some`) or `stop` is set
 /// (`None`). Says on stderr, once per distinct error and once when it listens at last.
-fn bind_again(addr: &str, stop: &AtomicBool, profiler: Option<&Profiler>) -> Option<TcpListener> {
-    let mut said = String::new();
+fn bind_again(
+    addr: &str,
+    stop: &AtomicBool,
+    profiler: Option<&Profiler>,
+    mut said: String,
+) -> Option<TcpListener> {
+    // The profiler's own thread, from its first allocation.
+    tracing_prof_core::mark_profiler_thread();
     loop {
         let deadline = Instant::now() + BIND_RETRY;
         while Instant::now() < deadline {
@@ -700,7 +719,7 @@ fn bind_again(addr: &str, stop: &AtomicBool, profiler: Option<&Profiler>) -> Opt
             }
             Err(e) => {
                 let why = cannot_listen(addr, &e);
-                if why != said && !said.is_empty() {
+                if why != said {
                     eprintln!("tracing-prof: {why}");
                 }
                 if let Some(p) = profiler {
@@ -722,6 +741,9 @@ impl Drop for HttpServer {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let Some(p) = &self.profiler {
+            p.remove_service(SERVICE_NAME);
         }
     }
 }

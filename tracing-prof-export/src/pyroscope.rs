@@ -1048,7 +1048,6 @@ mod tests {
         let mut w = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
         w.window = true;
         w.cpu = CpuSource::Sampled { hz: 100 };
-        w.cpu_sampling_hz = 100;
         let span = vec![SpanFrame::new("app", "request", None, None)];
         for i in 0..n {
             let mut s = CpuStack::new(

@@ -48,9 +48,14 @@ fn a_taken_port_is_tried_again() {
     let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = blocker.local_addr().unwrap();
     let taken = addr.to_string();
-    set_env(&[("TRACING_PROF_HTTP_ADDR", &taken), ("TRACING_PROF_HTTP_REQUIRED", "1")]);
+    set_env(&[
+        ("TRACING_PROF_HTTP_ADDR", &taken),
+        ("TRACING_PROF_HTTP_REQUIRED", "1"),
+    ]);
     let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
-    let e = HttpServer::from_env(guard.profiler()).unwrap_err().to_string();
+    let e = HttpServer::from_env(guard.profiler())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("TRACING_PROF_HTTP_ADDR") && e.contains("TRACING_PROF_HTTP_REQUIRED"),
         "{e}"
@@ -79,7 +84,11 @@ fn a_taken_port_is_tried_again() {
     while server.local_addr().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(server.local_addr(), Some(addr), "it did not listen once free");
+    assert_eq!(
+        server.local_addr(),
+        Some(addr),
+        "it did not listen once free"
+    );
     assert_eq!(profiler.stats().services_down, 0);
     let (status, page) = get(addr, "/debug/pprof/");
     assert!(status.contains("200"), "{status}");

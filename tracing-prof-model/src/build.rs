@@ -130,7 +130,7 @@ impl ProfileKind {
     /// Whether `snapshot` has anything for this kind at all (the `cpu` kind needs CPU
     /// sampling, whichever way per-span CPU time is measured).
     pub fn is_available(self, snapshot: &Snapshot) -> bool {
-        self != ProfileKind::Cpu || snapshot.cpu_sampling_hz > 0
+        self != ProfileKind::Cpu || snapshot.cpu_sample_rate() > 0
     }
 }
 
@@ -449,8 +449,8 @@ impl Snapshot {
                         full.samples
                     ));
                 }
-                if self.cpu_sampling_hz > 0 {
-                    let hz = self.cpu_sampling_hz;
+                let hz = self.cpu_sample_rate();
+                if hz > 0 {
                     out.push(format!(
                         "tracing-prof: sampled: {hz} samples per second of CPU time on each thread; each stands for {} ns",
                         self.cpu_period_ns()

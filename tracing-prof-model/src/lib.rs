@@ -57,9 +57,9 @@ pub use pprof::DecodeError;
 pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 pub use snapshot::{
     Binary, CodeFrame, CpuSource, CpuStack, LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes,
-    MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, PathProfile, Snapshot,
-    SpanFrame, StackProfile, SuspectedLeak, Symbols, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
-    PATH_SEPARATOR, display_path,
+    MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR, PROFILER_FRAME, PathKind,
+    PathProfile, Snapshot, SpanFrame, StackProfile, SuspectedLeak, Symbols, TABLE_FULL_FRAME,
+    ThreadProfile, TimeStats, display_path,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
 

@@ -290,7 +290,6 @@ mod tests {
             Duration::from_secs(10),
         );
         end.cpu = CpuSource::Sampled { hz: 100 };
-        end.cpu_sampling_hz = 100;
         let mut path = PathProfile::new(PathKind::Span, request.clone());
         path.time.spans = 12;
         path.memory.alloc_bytes = 4096;

@@ -38,8 +38,10 @@ pub enum FrameKind {
     Thread,
 }
 
-/// One frame of a sample's stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One frame of a sample's stack. Two frames are equal when they stand for the same function
+/// or span callsite at the same place: [`Frame::path_name`] is how a span is shown, not what
+/// it is (a file of another version may lack it).
+#[derive(Clone, Debug)]
 pub struct Frame {
     /// What the frame stands for.
     pub kind: FrameKind,
@@ -56,6 +58,49 @@ pub struct Frame {
     /// ([`SpanFrame::path_name`](crate::SpanFrame::path_name)), when the profile says it (ours
     /// keep it as the function's system name); see [`Frame::span_name`].
     pub path_name: Option<Arc<str>>,
+}
+
+impl Frame {
+    /// The fields that say which frame this is (all but the path name).
+    #[allow(
+        clippy::type_complexity,
+        reason = "a tuple of the fields, for comparisons"
+    )]
+    fn identity(&self) -> (FrameKind, &str, Option<&str>, Option<u32>, Option<u64>) {
+        (
+            self.kind,
+            &self.function,
+            self.file.as_deref(),
+            self.line,
+            self.address,
+        )
+    }
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for Frame {}
+
+impl std::hash::Hash for Frame {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl PartialOrd for Frame {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Frame {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
+    }
 }
 
 /// The mark that span frames carry after their name in pprof files and flame graphs, so that a
@@ -83,12 +128,9 @@ impl Frame {
     /// The name a span frame goes by in span paths: its path name when known, else the last
     /// `::` segment of its function (`app::render` → `render`).
     pub fn span_name(&self) -> &str {
-        self.path_name.as_deref().unwrap_or_else(|| {
-            self.function
-                .rsplit("::")
-                .next()
-                .unwrap_or(&self.function)
-        })
+        self.path_name
+            .as_deref()
+            .unwrap_or_else(|| self.function.rsplit("::").next().unwrap_or(&self.function))
     }
 
     /// The name shown in pprof, flame graphs and tables: span frames carry [`SPAN_MARK`]
@@ -439,6 +481,36 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two span callsites of one name in one module and file (two `info_span!("request")`)
+    /// keep their own path names through a file: one row each, never merged.
+    #[test]
+    fn same_name_callsites_in_one_file_stay_apart_through_a_file() {
+        let mut p = Profile::new(vec![SampleType::new("spans", "count")]);
+        for (line, path_name) in [
+            (48, "app::request (main.rs:48)"),
+            (61, "app::request (main.rs:61)"),
+        ] {
+            let mut f = Frame::new(
+                FrameKind::Span,
+                "app::request",
+                Some(Arc::from("src/main.rs")),
+                Some(line),
+            );
+            f.path_name = Some(Arc::from(path_name));
+            p.samples.push(Sample {
+                stack: vec![f],
+                values: vec![line.into()],
+                labels: Vec::new(),
+            });
+        }
+        let back = Profile::decode(&p.encode()).unwrap();
+        let paths: Vec<String> = back.samples.iter().map(Sample::span_path).collect();
+        assert_eq!(
+            paths,
+            ["app::request (main.rs:48)", "app::request (main.rs:61)"]
+        );
+    }
 
     fn profile(values: &[[i64; 2]]) -> Profile {
         let mut p = Profile::new(vec![

@@ -51,7 +51,10 @@ pub struct SpanFrame {
 
 impl SpanFrame {
     /// The fields that say which callsite and values this is (all but the path name).
-    #[allow(clippy::type_complexity, reason = "a tuple of the fields, for comparisons")]
+    #[allow(
+        clippy::type_complexity,
+        reason = "a tuple of the fields, for comparisons"
+    )]
     fn identity(
         &self,
     ) -> (
@@ -660,8 +663,9 @@ pub struct Snapshot {
     /// Sampled CPU stacks under their span paths (empty while CPU sampling is off).
     pub cpu_stacks: Vec<CpuStack>,
     /// The rate `cpu_stacks` were sampled at, per second of CPU time per thread (0: CPU
-    /// sampling off). It runs whichever way [`Snapshot::cpu`] says per-span CPU time was
-    /// measured.
+    /// sampling off, or the rate of [`CpuSource::Sampled`]). It runs whichever way
+    /// [`Snapshot::cpu`] says per-span CPU time was measured; read it with
+    /// [`Snapshot::cpu_sample_rate`].
     pub cpu_sampling_hz: u32,
     /// Mean bytes between heap samples (0: sampling off, `stacks` empty).
     pub sample_rate: u64,
@@ -695,9 +699,18 @@ impl Snapshot {
         }
     }
 
+    /// The rate `cpu_stacks` were sampled at: [`Snapshot::cpu_sampling_hz`], or, for a
+    /// snapshot that only says its per-span CPU time is sampled, that rate (0: off).
+    pub fn cpu_sample_rate(&self) -> u32 {
+        match (self.cpu_sampling_hz, self.cpu) {
+            (0, CpuSource::Sampled { hz }) => hz,
+            (hz, _) => hz,
+        }
+    }
+
     /// The CPU sampling period in nanoseconds (0 while CPU sampling is off).
     pub fn cpu_period_ns(&self) -> u64 {
-        match self.cpu_sampling_hz {
+        match self.cpu_sample_rate() {
             0 => 0,
             hz => 1_000_000_000 / u64::from(hz),
         }

@@ -56,8 +56,8 @@ fn find(frames: &[String], from: usize, prefix: &str) -> Option<usize> {
         .map(|i| i + from)
 }
 
-/// Whether some trace has the three bodies, innermost first, then the span frame, with
-/// nothing but code of these three functions (and what they call) between them.
+/// Whether some trace has the three bodies, innermost first, then the span frame right above
+/// the outermost body.
 fn has_all_three(text: &str) -> bool {
     common::traces(text).iter().any(|frames| {
         let Some(i) = find(frames, 0, "async_depth::inner_work") else {
@@ -98,6 +98,28 @@ fn async_fn_bodies_stay_under_the_span_frame() {
     drop(rt);
 
     let snapshot = guard.profiler().snapshot();
+    // The model: a CPU stack and a heap stack under the span with the three bodies, root
+    // first.
+    let in_order = |code: &[tracing_prof::model::CodeFrame]| {
+        let names: Vec<&str> = code.iter().map(|f| &*f.function).collect();
+        let at = |prefix: &str| names.iter().position(|n| n.starts_with(prefix));
+        matches!(
+            (at("async_depth::outer_handler"), at("async_depth::middle_step"), at("async_depth::inner_work")),
+            (Some(0), Some(m), Some(i)) if 0 < m && m < i
+        )
+    };
+    assert!(
+        snapshot.cpu_stacks.iter().any(|s| s.frames.len() == 1
+            && &*s.frames[0].name == "outer_handler"
+            && in_order(&s.code)),
+        "no CPU stack with the three bodies under the span"
+    );
+    assert!(
+        snapshot.stacks.iter().any(|s| s.frames.len() == 1
+            && &*s.frames[0].name == "outer_handler"
+            && in_order(&s.code)),
+        "no heap stack with the three bodies under the span"
+    );
     if !common::have_go() {
         return;
     }

@@ -176,7 +176,8 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
         // Innermost first: the burning function, what called it (the closure given to
         // `in_scope`, the instrumented async block: code that ran in the span), and the span
         // frame.
-        const TEST: &str = "cpu_profile::functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock";
+        const TEST: &str =
+            "cpu_profile::functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock";
         let in_scope_closure = format!("{TEST}::{{{{closure}}}}::{{{{closure}}}}::{{{{closure}}}}");
         let async_block = format!("{TEST}::{{{{closure}}}}");
         for chain in [
@@ -185,22 +186,24 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
                 &in_scope_closure,
                 "cpu_profile::cpu_one [span]",
             ][..],
-            &["cpu_profile::burn_two", &async_block, "cpu_profile::cpu_two [span]"],
+            &[
+                "cpu_profile::burn_two",
+                &async_block,
+                "cpu_profile::cpu_two [span]",
+            ],
             &[
                 "cpu_profile::burn_three",
                 "<cpu_profile::Hopper as Future>::poll",
                 "cpu_profile::cpu_three [span]",
             ],
         ] {
-            let found = common::traces(&traces)
-                .iter()
-                .any(|frames| {
-                    frames.len() >= chain.len()
-                        && frames[frames.len() - chain.len()..]
-                            .iter()
-                            .zip(chain)
-                            .all(|(f, c)| f == c)
-                });
+            let found = common::traces(&traces).iter().any(|frames| {
+                frames.len() >= chain.len()
+                    && frames[frames.len() - chain.len()..]
+                        .iter()
+                        .zip(chain)
+                        .all(|(f, c)| f == c)
+            });
             assert!(found, "no trace ends with {chain:?}:\n{traces}");
         }
         // Names survive pprof's shortening of C++-looking names (which removes every `<..>`
@@ -213,7 +216,10 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
                 "a name pprof shortened to nothing: {line}"
             );
         }
-        assert!(all.contains(" as "), "no trait method in the profile:\n{all}");
+        assert!(
+            all.contains(" as "),
+            "no trait method in the profile:\n{all}"
+        );
 
         // The span path label: -tagfocus picks one span's samples.
         let top = common::pprof(&["-top", "-tagfocus=span_path=cpu_three"], &file);

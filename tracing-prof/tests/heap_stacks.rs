@@ -20,8 +20,7 @@ fn build_index(n: usize) -> Vec<Vec<u64>> {
 }
 
 /// The closure given to the inner `in_scope`.
-const IN_SCOPE_CLOSURE: &str =
-    "heap_stacks::the_allocating_function_is_under_the_span_frames::{{closure}}::{{closure}}::{{closure}}";
+const IN_SCOPE_CLOSURE: &str = "heap_stacks::the_allocating_function_is_under_the_span_frames::{{closure}}::{{closure}}::{{closure}}";
 
 #[test]
 fn the_allocating_function_is_under_the_span_frames() {

@@ -125,7 +125,10 @@ fn a_stuck_request_comes_first_with_its_age() {
     );
 
     // The endpoint says the same.
-    let (status, body) = get(server.local_addr().unwrap(), "/debug/pprof/goroutine?debug=1");
+    let (status, body) = get(
+        server.local_addr().unwrap(),
+        "/debug/pprof/goroutine?debug=1",
+    );
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
     let first = text.lines().nth(2).unwrap();
@@ -139,7 +142,10 @@ fn a_stuck_request_comes_first_with_its_age() {
         text.contains(&format!("[stuck-worker]: {STUCK} -> query for 5.")),
         "{text}"
     );
-    let (_, body) = get(server.local_addr().unwrap(), "/debug/pprof/goroutine?debug=2");
+    let (_, body) = get(
+        server.local_addr().unwrap(),
+        "/debug/pprof/goroutine?debug=2",
+    );
     let every = String::from_utf8(body).unwrap();
     assert!(
         every.lines().nth(2).unwrap().starts_with("span [open 5."),

@@ -83,7 +83,11 @@ fn stripped_copy(dir: &Path, flag: &str) -> Option<PathBuf> {
 /// Runs `copy` as the child; returns its stderr.
 fn run_child(copy: &Path, dir: &Path) -> String {
     let out = Command::new(copy)
-        .args(["--exact", "a_build_without_debug_info_is_still_named", "--nocapture"])
+        .args([
+            "--exact",
+            "a_build_without_debug_info_is_still_named",
+            "--nocapture",
+        ])
         .env(CHILD, dir)
         .output()
         .unwrap();

@@ -115,7 +115,11 @@ fn same_name_callsites_are_two_paths_everywhere() {
     // Decoded files, as the command-line tool and `live` read them: two rows by span path.
     let dir = std::env::var_os("TRACING_PROF_WRITE_FIXTURES");
     let mut files = Vec::new();
-    for kind in [ProfileKind::Cpu, ProfileKind::Spans, ProfileKind::SpanMemory] {
+    for kind in [
+        ProfileKind::Cpu,
+        ProfileKind::Spans,
+        ProfileKind::SpanMemory,
+    ] {
         let bytes = snapshot.profile(kind).encode();
         if let Some(dir) = &dir {
             let path = std::path::Path::new(dir).join(format!("{}.pb.gz", kind.name()));
@@ -130,7 +134,10 @@ fn same_name_callsites_are_two_paths_everywhere() {
             .top(Some(ty), Grouping::SpanPath, false, 100)
             .unwrap();
         let flat = |p: &str| top.rows.iter().find(|r| r.name == p).map(|r| r.flat);
-        let (set, get) = (flat(&format!("run -> {SET}")), flat(&format!("run -> {GET}")));
+        let (set, get) = (
+            flat(&format!("run -> {SET}")),
+            flat(&format!("run -> {GET}")),
+        );
         assert!(
             set.is_some_and(|v| v > 0) && get.is_some_and(|v| v > 0) && set < get,
             "{kind:?}: {set:?} and {get:?} in\n{}",

@@ -647,7 +647,6 @@ pub(crate) mod tests {
         let mut end = Snapshot::new(t(i + 1), Duration::from_secs(i + 1));
         for s in [&mut base, &mut end] {
             s.cpu = CpuSource::Sampled { hz: 100 };
-            s.cpu_sampling_hz = 100;
             s.sample_rate = 1;
         }
         let mut r = PathProfile::new(PathKind::Span, request());
@@ -777,7 +776,8 @@ pub(crate) mod tests {
     #[test]
     fn long_polls_are_blamed_on_the_application_code_of_the_path() {
         use tracing_prof_model::{Frame, Label, Sample, SampleType};
-        let code = |name: &str| Frame::new(FrameKind::Code, name, Some("src/main.rs".into()), Some(7));
+        let code =
+            |name: &str| Frame::new(FrameKind::Code, name, Some("src/main.rs".into()), Some(7));
         let span = |name: &str| Frame::new(FrameKind::Span, format!("app::{name}"), None, None);
         let sample = |spans: &[&str], code: Vec<Frame>, cpu: i64| Sample {
             stack: spans.iter().map(|s| span(s)).chain(code).collect(),
@@ -797,18 +797,28 @@ pub(crate) mod tests {
                 &["request"],
                 vec![
                     code("app::handler"),
-                    code("<tracing_prof_core::layer::ProfileLayer as tracing_subscriber::layer::Layer<S>>::on_close"),
+                    code(
+                        "<tracing_prof_core::layer::ProfileLayer as tracing_subscriber::layer::Layer<S>>::on_close",
+                    ),
                 ],
                 30_000_000,
             ),
             // 20 ms sleeping, called from the handler.
             sample(
                 &["request"],
-                vec![code("app::handler"), code("std::thread::sleep"), code("nanosleep")],
+                vec![
+                    code("app::handler"),
+                    code("std::thread::sleep"),
+                    code("nanosleep"),
+                ],
                 20_000_000,
             ),
             // 40 ms in a child span's own long poll.
-            sample(&["request", "query"], vec![code("app::child_work")], 40_000_000),
+            sample(
+                &["request", "query"],
+                vec![code("app::child_work")],
+                40_000_000,
+            ),
             // 10 ms in another function of the path.
             sample(&["request"], vec![code("app::render")], 10_000_000),
             // 25 ms waking a thread in a library the handler called.
@@ -817,7 +827,9 @@ pub(crate) mod tests {
                 vec![
                     code("app::handler"),
                     code("tokio::sync::notify::Notify::notify_one"),
-                    code("<parking_lot_core::thread_parker::imp::UnparkHandle as UnparkHandleT>::unpark"),
+                    code(
+                        "<parking_lot_core::thread_parker::imp::UnparkHandle as UnparkHandleT>::unpark",
+                    ),
                 ],
                 25_000_000,
             ),

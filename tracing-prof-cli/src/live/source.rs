@@ -31,7 +31,6 @@ pub(crate) fn live_url(given: &str) -> String {
     }
 }
 
-
 /// Asks for one window of `seconds`.
 pub(crate) fn fetch(url: &str, seconds: u64) -> Result<(Vec<u8>, LiveFrame), String> {
     let timeout = Duration::from_secs(seconds + 30);

@@ -97,6 +97,8 @@ pub(super) struct Module {
     /// The separate debug file whose symbol table `functions` came from, if any.
     debug_file: Option<Mapping>,
     functions: Vec<Function>,
+    /// Whether `functions` are its exported ones only (no symbol table).
+    exported_only: bool,
     pub(super) units: Vec<UnitRange>,
     /// The parsed file, for DWARF sections (borrowed from the mapping).
     pub(super) object: Option<object::File<'static, &'static [u8]>>,
@@ -154,17 +156,18 @@ impl Module {
         }
     }
 
-    /// What this module says about its own code.
+    /// What this module says about its own code: `Unknown` when its file could not be read
+    /// (replaced on disk, say), not that it is stripped.
     pub(super) fn symbols(&self) -> tracing_prof_model::Symbols {
         use object::Object;
         use tracing_prof_model::Symbols;
-        if self
-            .object
-            .as_ref()
-            .is_some_and(|o| o.section_by_name(".debug_info").is_some())
-        {
+        let Some(object) = &self.object else {
+            return Symbols::Unknown;
+        };
+        if object.section_by_name(".debug_info").is_some() {
             Symbols::DebugInfo
-        } else if self.functions.is_empty() {
+        } else if self.functions.is_empty() || self.exported_only {
+            // Without a symbol table, the few exported functions name almost nothing.
             Symbols::Stripped
         } else {
             Symbols::SymbolTable
@@ -191,6 +194,7 @@ fn parse(
     let object = object::File::parse(bytes).ok();
     let mut debug_file = None;
     let mut functions = Vec::new();
+    let mut exported_only = false;
     let mut units = Vec::new();
     if let Some(obj) = &object {
         let text_symbols = |syms: object::SymbolIterator<'static, '_, &'static [u8]>| {
@@ -218,6 +222,7 @@ fn parse(
         }
         if functions.is_empty() {
             functions = text_symbols(obj.dynamic_symbols());
+            exported_only = true;
         }
         // Of aliases (`__clone3` and `clone3`, `__libc_malloc` and `malloc`), the public name.
         let underscores = |f: &Function| f.name.iter().take_while(|&&b| b == b'_').count();
@@ -253,6 +258,7 @@ fn parse(
         mapping,
         debug_file,
         functions,
+        exported_only,
         units,
         object,
         unit_starts: std::sync::OnceLock::new(),
@@ -332,7 +338,10 @@ pub(super) fn loaded_modules(known: &[Arc<Module>]) -> Vec<Arc<Module>> {
                 // Mapped from the kernel, whole: its section headers (and so its symbol table)
                 // lie past the end of its one loaded segment, within the pages of the mapping.
                 let start = r.bias + r.segments.iter().map(|s| s.0).min()?;
-                let end = vdso_mapping_end(start)?;
+                // (Its loaded segment alone, if /proc/self/maps does not list it as expected:
+                // the functions then come from that part only.)
+                let end = vdso_mapping_end(start)
+                    .unwrap_or(r.bias + r.segments.iter().map(|s| s.1).max()?);
                 // SAFETY: `start..end` is the vDSO's mapping as /proc/self/maps lists it: the
                 // kernel maps it readable for the life of the process, ELF header first.
                 let bytes = unsafe {

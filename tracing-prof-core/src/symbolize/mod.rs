@@ -278,7 +278,14 @@ const CONTAINERS: FrameClass = FrameClass {
 
 /// Root frames of the runtime, thread start-up and the test harness.
 const ROOT: FrameClass = FrameClass {
-    names: &["main", "_start", "__libc_start", "start_thread", "clone", "0x"],
+    names: &[
+        "main",
+        "_start",
+        "__libc_start",
+        "start_thread",
+        "clone",
+        "0x",
+    ],
     files: &[
         "/library/std/src/rt.rs",
         "/library/std/src/sys/",
@@ -434,20 +441,42 @@ fn is_span_machinery(f: &CodeFrame) -> bool {
 }
 
 /// Whether `f` is the function that `#[instrument]` made `span` for: a function of the span's
-/// module named like the span, or its body (`target::name`, `target::Type::name`,
-/// `target::name::{{closure}}`, as tracing-attributes names a span after its function and
-/// targets it at its module).
+/// module named like the span, or its body: `target::name`, `target::Type::name` (a method),
+/// `target::name::{{closure}}` (`{closure#0}` in v0 names), as tracing-attributes names a span
+/// after its function and targets it at its module. A function of a module below the span's
+/// (`target::json::name`: lower case, as Rust names modules) is another function.
 fn is_instrumented_function(f: &CodeFrame, span: &SpanFrame) -> bool {
     if span.is_synthetic() || span.target.is_empty() {
         return false;
     }
     let mut name = &*f.function;
-    while let Some(outer) = name.strip_suffix("::{{closure}}") {
-        name = outer;
+    loop {
+        let outer = name.strip_suffix("::{{closure}}").or_else(|| {
+            let (outer, last) = name.rsplit_once("::")?;
+            (last.starts_with("{closure#") && last.ends_with('}')).then_some(outer)
+        });
+        match outer {
+            Some(o) => name = o,
+            None => break,
+        }
     }
-    name.strip_prefix(&*span.target)
+    let Some(rest) = name
+        .strip_prefix(&*span.target)
         .and_then(|rest| rest.strip_prefix("::"))
-        .is_some_and(|rest| rest == &*span.name || rest.ends_with(&format!("::{}", span.name)))
+    else {
+        return false;
+    };
+    if rest == &*span.name {
+        return true;
+    }
+    // `Type::name` or `<impl Trait for Type>::name`: one segment before the name, a type's
+    // (CamelCase, as Rust names types; a module's is lower case).
+    rest.strip_suffix(&*span.name)
+        .and_then(|r| r.strip_suffix("::"))
+        .is_some_and(|ty| {
+            ty.starts_with('<')
+                || (!ty.contains("::") && ty.starts_with(|c: char| c.is_uppercase()))
+        })
 }
 
 /// Root: cuts at the innermost span entry point, less the `tracing` machinery right under it
@@ -463,9 +492,11 @@ fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
         while leaf_first.len() > 1 && leaf_first.last().is_some_and(is_span_machinery) {
             leaf_first.pop();
         }
-    } else if let Some(i) =
-        span.and_then(|s| leaf_first.iter().position(|f| is_instrumented_function(f, s)))
-    {
+    } else if let Some(i) = span.and_then(|s| {
+        leaf_first
+            .iter()
+            .position(|f| is_instrumented_function(f, s))
+    }) {
         // Its outer frames too (an async fn's body is under the function's own frame).
         let mut end = i + 1;
         while leaf_first
@@ -482,11 +513,7 @@ fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
         {
             leaf_first.truncate(i);
         }
-        while leaf_first.len() > 1
-            && leaf_first
-                .last()
-                .is_some_and(|f| ROOT.has(f))
-        {
+        while leaf_first.len() > 1 && leaf_first.last().is_some_and(|f| ROOT.has(f)) {
             leaf_first.pop();
         }
     }
@@ -616,7 +643,10 @@ mod tests {
         );
         // The instrumented future's drop enters the span too (to drop the future inside).
         let stack = vec![
-            f("core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>", ""),
+            f(
+                "core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>",
+                "",
+            ),
             f(
                 "tracing::instrument::_::<impl core::ops::drop::Drop for tracing::instrument::Instrumented<T>>::drop::__drop_inner",
                 "/cargo/tracing-0.1.41/src/instrument.rs",
@@ -629,7 +659,9 @@ mod tests {
         ];
         assert_eq!(
             names(&trim(stack, Some(&span()), Leaf::Keep)),
-            ["core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>"]
+            [
+                "core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>"
+            ]
         );
         // `tracing`'s own frames just inside the entry point are its machinery.
         let stack = vec![
@@ -643,7 +675,10 @@ mod tests {
                 "/cargo/tracing-0.1.41/src/instrument.rs",
             ),
         ];
-        assert_eq!(names(&trim(stack, Some(&span()), Leaf::Keep)), ["app::parse"]);
+        assert_eq!(
+            names(&trim(stack, Some(&span()), Leaf::Keep)),
+            ["app::parse"]
+        );
     }
 
     /// Without an entry point on the stack (`span.enter()` in a sync `#[instrument] fn`, or an
@@ -655,7 +690,10 @@ mod tests {
         let stack = vec![
             f("app::build_table", ""),
             f("app::handler::{{closure}}::{{closure}}", ""),
-            f("tokio::runtime::scheduler::current_thread::Context::enter", ""),
+            f(
+                "tokio::runtime::scheduler::current_thread::Context::enter",
+                "",
+            ),
             f("tokio::runtime::runtime::Runtime::block_on", ""),
             f("app::main", ""),
         ];
@@ -677,6 +715,27 @@ mod tests {
         assert_eq!(
             names(&trim(stack, Some(&other), Leaf::Keep)),
             ["app::main", "app::handler", "app::build_table"]
+        );
+        // A function of a module below the span's is another function: the stack stays.
+        let parse = SpanFrame::new("app", "parse", None, None);
+        let stack = vec![
+            f("app::json::parse", ""),
+            f("app::handler", ""),
+            f("app::main", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&parse), Leaf::Keep)),
+            ["app::main", "app::handler", "app::json::parse"]
+        );
+        // v0 names its closures `{closure#0}`.
+        let stack = vec![
+            f("app::build_table", ""),
+            f("app::handler::{closure#0}::{closure#0}", ""),
+            f("tokio::runtime::runtime::Runtime::block_on", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&handler), Leaf::Keep)),
+            ["app::handler::{closure#0}::{closure#0}", "app::build_table"]
         );
         // A method: the span is named after it, targeted at its module.
         let apply = SpanFrame::new("mini_redis::cmd::set", "apply", None, None);
@@ -841,7 +900,8 @@ mod alias_tests {
     #[test]
     fn folded_functions_are_named_by_their_debug_information() {
         const TCP_WRITE: &str = "<&std::net::tcp::TcpStream as std::io::Write>::write";
-        const UNIX_WRITE: &str = "<&std::os::unix::net::stream::UnixStream as std::io::Write>::write";
+        const UNIX_WRITE: &str =
+            "<&std::os::unix::net::stream::UnixStream as std::io::Write>::write";
         // A real TCP write, so that the function is in this binary.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();

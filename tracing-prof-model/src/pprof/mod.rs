@@ -85,14 +85,18 @@ impl StringTable {
     }
 }
 
+/// A function's display name, full name, file and (span frames) path name.
+type FunctionKeys = HashMap<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
+
 /// Mappings, functions and locations, each made once.
 struct Tables {
     strings: StringTable,
     mappings: Vec<proto::Mapping>,
     spans_mapping: Option<u64>,
     threads_mapping: Option<u64>,
-    /// By display name, full name and file: two functions one short name stands for stay two.
-    functions: HashMap<(String, Arc<str>, Option<Arc<str>>), u64>,
+    /// By display name, full name, file and path name: two functions one short name stands
+    /// for stay two, and so do two span callsites of one name in one file.
+    functions: FunctionKeys,
     locations: HashMap<(u64, u64, i64, u64), u64>,
     out_functions: Vec<proto::Function>,
     out_locations: Vec<proto::Location>,
@@ -152,7 +156,12 @@ impl Tables {
         let mapping_id = self.mapping(f.kind);
         let name = f.display_name().into_owned();
         let next_fn = self.out_functions.len() as u64 + 1;
-        let key = (name.clone(), f.function.clone(), f.file.clone());
+        let key = (
+            name.clone(),
+            f.function.clone(),
+            f.file.clone(),
+            f.path_name.clone(),
+        );
         let function_id = match self.functions.get(&key) {
             Some(&id) => id,
             None => {
@@ -363,13 +372,12 @@ impl Profile {
             let address = (l.address != 0).then_some(l.address);
             let mut frames = Vec::with_capacity(l.line.len().max(1));
             for line in l.line.iter().rev() {
-                let (name, file, system) =
-                    functions.get(&line.function_id).ok_or_else(|| {
-                        invalid(format!(
-                            "location {} refers to unknown function {}",
-                            l.id, line.function_id
-                        ))
-                    })?;
+                let (name, file, system) = functions.get(&line.function_id).ok_or_else(|| {
+                    invalid(format!(
+                        "location {} refers to unknown function {}",
+                        l.id, line.function_id
+                    ))
+                })?;
                 let (name, path_name) = match kind {
                     // Ours keep the span's path name as the system name.
                     FrameKind::Span => (
