@@ -4,6 +4,7 @@
 #![allow(dead_code, reason = "compiled, not all run")]
 #![allow(
     unused_variables,
+    clippy::let_and_return,
     reason = "the README's snippets end with the value they make"
 )]
 

@@ -196,9 +196,8 @@ fn scope(p: &tracing_prof_model::Profile) -> &'static str {
         .comments
         .iter()
         .any(|c| c.starts_with("tracing-prof: window"))
+        || p.duration.is_some_and(|d| !d.is_zero())
     {
-        "window"
-    } else if p.duration.is_some_and(|d| !d.is_zero()) {
         "window"
     } else {
         "cumulative"

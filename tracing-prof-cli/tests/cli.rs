@@ -391,7 +391,9 @@ fn go_raw(file: &str) -> (Vec<String>, Vec<RawSample>) {
         .split_whitespace()
         .map(|t| t.split('/').next().unwrap().to_owned())
         .collect();
-    let mut samples: Vec<(Vec<i64>, Vec<u64>, BTreeMap<String, String>)> = Vec::new();
+    // Per sample: its values, its location ids, its labels.
+    type Sample = (Vec<i64>, Vec<u64>, BTreeMap<String, String>);
+    let mut samples: Vec<Sample> = Vec::new();
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
     let mut in_locations = false;
     for l in text.lines() {

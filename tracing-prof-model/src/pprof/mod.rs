@@ -331,7 +331,9 @@ impl Profile {
                 return Err(invalid(format!("mapping id {} is zero or repeated", m.id)));
             }
         }
-        let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>, &str)> = HashMap::new();
+        // Per function id: the frame's name, its file, and the system name as written.
+        type Function<'a> = (Arc<str>, Option<Arc<str>>, &'a str);
+        let mut functions: HashMap<u64, Function<'_>> = HashMap::new();
         for f in &p.function {
             // Our files name a Rust function by its short name and keep the full one as the
             // system name (see `crate::names`): the full one is the frame's.
