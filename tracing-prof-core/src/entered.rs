@@ -13,9 +13,9 @@
 
 use crate::clock::{Clock, CpuSample};
 use crate::in_flight::ThreadSlot;
-use crate::layer::Home;
 use crate::span_index::{self, SpanState};
 use std::cell::RefCell;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_prof_alloc::{Tag, set_current_span};
@@ -26,7 +26,17 @@ pub const MAX_DEPTH: usize = 64;
 /// Sentinel slot of a frame whose busy time goes to its span's extensions.
 const NO_SLOT: u32 = u32::MAX;
 
-#[derive(Default)]
+/// Where an entered span's busy time accrues.
+pub(crate) enum Home {
+    /// Its entry of the span index (the common case).
+    Index(span_index::Slot),
+    /// A counter in its extensions (a span the span index had no room for).
+    Extensions(Arc<AtomicU64>),
+}
+
+/// One entered span: plain data in one cache line, copied out on exit.
+#[derive(Clone, Copy)]
+#[repr(align(64))]
 struct Entered {
     id: u64,
     /// Span instance current with this span, and the one before it, restored on exit.
@@ -38,12 +48,11 @@ struct Entered {
     tag: Tag,
     parent: Tag,
     prev_tag: Tag,
-    /// The span's entry in the span index, or [`NO_SLOT`].
+    /// The span's entry in the span index, or [`NO_SLOT`] (its busy time then goes to
+    /// `Stack::extensions` at the same depth).
     slot: u32,
     /// Already entered further down this stack: the outer interval measures it.
     reentry: bool,
-    /// Where the busy time of a span outside the span index goes.
-    extensions_busy: Option<Arc<AtomicU64>>,
 }
 
 /// The CPU clock readings of a frame, with exact CPU time only.
@@ -56,6 +65,8 @@ struct Cpu {
 struct Stack {
     frames: [Entered; MAX_DEPTH],
     cpu: [Cpu; MAX_DEPTH],
+    /// Where the busy time of a frame outside the span index goes, at the frame's depth.
+    extensions: [Option<Arc<AtomicU64>>; MAX_DEPTH],
     len: usize,
     /// Entries beyond MAX_DEPTH, not timed.
     untracked: usize,
@@ -67,12 +78,22 @@ struct Stack {
     worker: bool,
 }
 
-impl Drop for Stack {
-    /// The thread exits: its slot goes back.
+/// Gives the thread's in-flight slot back when the thread exits. A thread-local of its own,
+/// touched once (when the slot is taken), so that the stack itself has no destructor: it is a
+/// plain thread-local access on every enter and exit, and keeps working while other
+/// thread-locals are destroyed. (What the stack holds at thread exit is not dropped: the
+/// extension counters of spans still entered then, 24 bytes each, are leaked.)
+struct SlotOwner;
+
+impl Drop for SlotOwner {
     fn drop(&mut self) {
-        if let Some(slot) = self.now.take() {
-            slot.release();
-        }
+        let _ = STACK.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut()
+                && let Some(slot) = s.now.take()
+            {
+                slot.release();
+            }
+        });
     }
 }
 
@@ -95,7 +116,6 @@ const EMPTY: Entered = Entered {
     prev_tag: Tag::NO_SPAN,
     slot: NO_SLOT,
     reentry: false,
-    extensions_busy: None,
 };
 
 const NO_CPU: Cpu = Cpu {
@@ -112,17 +132,32 @@ const NO_CPU: Cpu = Cpu {
 };
 
 thread_local! {
-    static STACK: RefCell<Stack> = const {
-        RefCell::new(Stack {
+    static STACK: RefCell<ManuallyDrop<Stack>> = const {
+        RefCell::new(ManuallyDrop::new(Stack {
             frames: [EMPTY; MAX_DEPTH],
             cpu: [NO_CPU; MAX_DEPTH],
+            extensions: [const { None }; MAX_DEPTH],
             len: 0,
             untracked: 0,
             now: None,
             asked: false,
             worker: false,
-        })
+        }))
     };
+    static SLOT_OWNER: SlotOwner = const { SlotOwner };
+}
+
+/// The thread's first enter: its in-flight slot, and whether it is a runtime worker.
+#[cold]
+#[inline(never)]
+fn first_enter(s: &mut Stack) {
+    s.asked = true;
+    s.now = crate::in_flight::claim();
+    if s.now.is_some() {
+        // Registers the destructor that gives the slot back.
+        let _ = SLOT_OWNER.try_with(|_| ());
+    }
+    s.worker = crate::long_poll::this_thread_is_worker();
 }
 
 /// Span `id` with `state` is entered on this thread.
@@ -134,15 +169,14 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
         };
+        let s = &mut **s;
         let (prev_tag, prev_instance) = set_current_span(state.tag, state.instance);
         let len = s.len;
         if len == 0 {
             // A thread's outermost span: make sure the CPU sampler covers it.
             tracing_prof_cpu::ensure_armed();
             if !s.asked {
-                s.asked = true;
-                s.now = crate::in_flight::claim();
-                s.worker = crate::long_poll::this_thread_is_worker();
+                first_enter(s);
             }
         }
         if len == MAX_DEPTH {
@@ -163,29 +197,32 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
                 children: CpuSample::default(),
             };
         }
-        let (slot, extensions_busy) = match home {
-            Home::Index(slot) => (slot.index(), None),
-            Home::Extensions(b) => (NO_SLOT, Some(b)),
+        let slot = match home {
+            Home::Index(slot) => slot.index(),
+            Home::Extensions(b) => {
+                s.extensions[len] = Some(b);
+                NO_SLOT
+            }
         };
-        let f = &mut s.frames[len];
-        f.id = id;
-        f.instance = state.instance;
-        f.prev_instance = prev_instance;
-        f.start_ns = if reentry { 0 } else { clock.now_ns() };
-        f.child_busy_ns = 0;
-        f.tag = state.tag;
-        f.parent = state.parent;
-        f.prev_tag = prev_tag;
-        f.slot = slot;
-        f.reentry = reentry;
-        f.extensions_busy = extensions_busy;
-        let since = f.start_ns;
+        let start_ns = if reentry { 0 } else { clock.now_ns() };
+        s.frames[len] = Entered {
+            id,
+            instance: state.instance,
+            prev_instance,
+            start_ns,
+            child_busy_ns: 0,
+            tag: state.tag,
+            parent: state.parent,
+            prev_tag,
+            slot,
+            reentry,
+        };
         s.len = len + 1;
         if let Some(n) = s.now {
-            n.publish(state.tag, since);
+            n.publish(state.tag, start_ns);
         }
         if s.worker && clock.is_monotonic() {
-            tracing_prof_alloc::set_stretch_start(since);
+            tracing_prof_alloc::set_stretch_start(start_ns);
         }
     });
 }
@@ -197,7 +234,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
         };
-        let s = &mut *s;
+        let s = &mut **s;
         if s.untracked > 0 {
             s.untracked -= 1;
             let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
@@ -212,8 +249,13 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         let Some(pos) = s.frames[..len].iter().rposition(|e| e.id == id) else {
             return; // exit without a matching enter on this thread: nothing to measure
         };
-        let e = std::mem::take(&mut s.frames[pos]);
+        let e = s.frames[pos];
         let cpu_frame = s.cpu[pos];
+        let extensions = if e.slot == NO_SLOT {
+            s.extensions[pos].take()
+        } else {
+            None
+        };
         // One clock read per exit, as before; a re-entry's exit measures nothing and reads none.
         let now_ns = if e.reentry { 0 } else { clock.now_ns() };
         if pos + 1 == len {
@@ -226,13 +268,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
                 tracing_prof_alloc::set_stretch_start(if pos > 0 { now_ns } else { 0 });
             }
         } else {
-            // Out-of-order exit: the span entered right after this one now restores to what
-            // this one would have restored.
-            s.frames[pos..len].rotate_left(1);
-            s.cpu[pos..len].rotate_left(1);
-            let next = &mut s.frames[pos];
-            next.prev_tag = e.prev_tag;
-            next.prev_instance = e.prev_instance;
+            out_of_order(s, pos, len, &e);
         }
         s.len = len - 1;
         if e.reentry {
@@ -252,18 +288,109 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
                 s.cpu[i].children.add(used);
             }
         }
-        match (&e.extensions_busy, e.slot) {
-            (Some(b), _) => {
+        match extensions {
+            Some(b) => {
                 b.fetch_add(busy, Ordering::Relaxed);
             }
-            (None, slot) => span_index::add_busy(span_index::Slot::at(slot), e.id, busy),
+            None => span_index::add_busy(span_index::Slot::at(e.slot), e.id, busy),
         }
         // The span's own time: a child span's interval counts for the child.
         let own_busy = busy.saturating_sub(e.child_busy_ns);
         if s.worker {
             crate::long_poll::exited(e.tag, own_busy);
         }
-        let own = used.since(cpu_frame.children);
-        tracing_prof_alloc::record_interval(e.tag, own_busy, own.total_ns, own.user_ns, own.sys_ns);
+        if cpu {
+            let own = used.since(cpu_frame.children);
+            tracing_prof_alloc::record_interval(
+                e.tag,
+                own_busy,
+                own.total_ns,
+                own.user_ns,
+                own.sys_ns,
+            );
+        } else {
+            tracing_prof_alloc::record_interval(e.tag, own_busy, 0, 0, 0);
+        }
     });
+}
+
+/// Exit of the frame at `pos` below the top (`len` frames): the frames above move down one, and
+/// the one entered right after it now restores to what it would have restored.
+#[cold]
+#[inline(never)]
+fn out_of_order(s: &mut Stack, pos: usize, len: usize, e: &Entered) {
+    s.frames[pos..len].rotate_left(1);
+    s.cpu[pos..len].rotate_left(1);
+    s.extensions[pos..len].rotate_left(1);
+    let next = &mut s.frames[pos];
+    next.prev_tag = e.prev_tag;
+    next.prev_instance = e.prev_instance;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static NOW: Cell<u64> = const { Cell::new(1_000) };
+    }
+
+    /// A clock this thread moves by hand.
+    struct Manual;
+
+    impl Clock for Manual {
+        fn now_ns(&self) -> u64 {
+            NOW.with(Cell::get)
+        }
+        fn thread_cpu(&self) -> CpuSample {
+            CpuSample::default()
+        }
+    }
+
+    fn advance(ns: u64) {
+        NOW.with(|n| n.set(n.get() + ns));
+    }
+
+    fn state(tag: u32, parent: u32) -> SpanState {
+        SpanState {
+            tag: Tag::new(tag),
+            parent: Tag::new(parent),
+            created_ns: 0,
+            instance: 0,
+        }
+    }
+
+    #[test]
+    fn spans_outside_the_index_keep_their_busy_time_in_their_extensions() {
+        let (outer, inner) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        enter(
+            1,
+            state(500, 0),
+            Home::Extensions(outer.clone()),
+            &Manual,
+            false,
+        );
+        advance(100);
+        enter(
+            2,
+            state(501, 500),
+            Home::Extensions(inner.clone()),
+            &Manual,
+            false,
+        );
+        advance(40);
+        // Out of order: the outer one exits first; the inner one's counter moves down with it.
+        exit(1, &Manual, false);
+        advance(7);
+        exit(2, &Manual, false);
+        assert_eq!(outer.load(Ordering::Relaxed), 140);
+        assert_eq!(inner.load(Ordering::Relaxed), 47);
+        // Each counter is let go once its span exits.
+        assert_eq!(
+            (Arc::strong_count(&outer), Arc::strong_count(&inner)),
+            (1, 1)
+        );
+        assert_eq!(tracing_prof_alloc::current_tag(), Tag::NO_SPAN);
+    }
 }

@@ -1,8 +1,9 @@
 //! The `tracing-subscriber` layer.
 
 use crate::clock::{Clock, SystemClock};
+use crate::entered::{self, Home};
 use crate::span_index::{self, SpanState};
-use crate::{entered, span_path};
+use crate::span_path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tracing_core::Subscriber;
@@ -17,15 +18,6 @@ use tracing_subscriber::registry::LookupSpan;
 struct SpanData {
     state: SpanState,
     busy_ns: Arc<AtomicU64>,
-}
-
-/// Where a span's busy time accrues.
-#[derive(Clone, Debug)]
-pub(crate) enum Home {
-    /// Its entry of the span index (the common case).
-    Index(span_index::Slot),
-    /// A counter in its extensions.
-    Extensions(Arc<AtomicU64>),
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -100,15 +92,25 @@ impl<C: Clock> ProfileLayer<C> {
 
     /// The state of span `id` and where its busy time goes: the span index, or the span's
     /// extensions.
-    #[inline]
+    #[inline(always)]
     fn state<S>(&self, id: &Id, ctx: &Context<'_, S>) -> Option<(SpanState, Home)>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let owner = self.owner.load(Ordering::Relaxed);
-        if let Some((slot, state)) = span_index::find(owner, id.into_u64()) {
-            return Some((state, Home::Index(slot)));
+        match span_index::find(owner, id.into_u64()) {
+            Some((slot, state)) => Some((state, Home::Index(slot))),
+            None => Self::state_outside(id, ctx),
         }
+    }
+
+    /// The state of a span the span index had no room for, from its extensions.
+    #[cold]
+    #[inline(never)]
+    fn state_outside<S>(id: &Id, ctx: &Context<'_, S>) -> Option<(SpanState, Home)>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         let span = ctx.span(id)?;
         let ext = span.extensions();
         let data = ext.get::<SpanData>()?;
@@ -181,7 +183,17 @@ where
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some((state, home)) = self.state(id, &ctx) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        // Written out rather than through `state`: the common case stays in registers.
+        if let Some((slot, state)) = span_index::find(owner, id.into_u64()) {
+            entered::enter(
+                id.into_u64(),
+                state,
+                Home::Index(slot),
+                &self.clock,
+                self.cpu_time,
+            );
+        } else if let Some((state, home)) = Self::state_outside(id, &ctx) {
             entered::enter(id.into_u64(), state, home, &self.clock, self.cpu_time);
         }
     }

@@ -79,8 +79,31 @@ fn busy_idle_wall_and_cpu_are_exact() {
             tracing::info_span!("exact_polled_child").in_scope(|| advance(1_000_000_000, 0, 0));
             advance(50, 0, 0);
         });
+        // Exits out of order: `a` exits while `b`, entered inside it, is still entered. `a`'s
+        // interval ends there (150 ns, `b` not yet done, so nothing of it is subtracted); `b`
+        // keeps running (80 ns) and then restores what `a` would have restored.
+        let a = tracing::info_span!("exact_unordered_a");
+        let b = tracing::info_span!("exact_unordered_b");
+        let none = tracing_prof_alloc::current_tag();
+        let ga = a.enter();
+        advance(100, 0, 0);
+        let gb = b.enter();
+        let b_tag = tracing_prof_alloc::current_tag();
+        advance(50, 0, 0);
+        drop(ga);
+        assert_eq!(tracing_prof_alloc::current_tag(), b_tag, "b stays current");
+        advance(30, 0, 0);
+        drop(gb);
+        assert_eq!(
+            tracing_prof_alloc::current_tag(),
+            none,
+            "a's previous tag is back"
+        );
     });
     let p = tracing_prof_core::capture(std::time::Duration::ZERO);
+    let busy = |path: &[&str]| p.path(path).map(|p| p.time.busy_ns);
+    assert_eq!(busy(&["exact_unordered_a"]), Some(150));
+    assert_eq!(busy(&["exact_unordered_b"]), Some(80));
     let root = p.path(&["exact_root"]).expect("root path");
     let child = p.path(&["exact_root", "exact_child"]).expect("child path");
     // Per root: created, +500 idle, +400 busy (200+100+40+60), +370 idle, +1000 busy: wall 2270,

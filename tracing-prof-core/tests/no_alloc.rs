@@ -83,6 +83,34 @@ fn enter_exit_and_tagging_allocate_nothing() {
 }
 
 #[test]
+fn creation_and_close_allocate_nothing() {
+    // With heap sampling on, every span also opens and closes a span instance.
+    for sampling in [false, true] {
+        tracing_prof_alloc::set_sample_rate(if sampling { 512 * 1024 } else { 0 });
+        let layer = ProfileLayer::new();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let parent = tracing::info_span!("parent");
+            let _p = parent.enter();
+            let life = |i: u64| {
+                tracing::info_span!("child", i).in_scope(|| std::hint::black_box(i));
+                // Not entered, closed at once, and with an explicit parent.
+                drop(tracing::info_span!(parent: &parent, "sibling", i));
+            };
+            // Warm-up: the registry's slots and the path cache fill once.
+            (0..100).for_each(life);
+            let before = calls();
+            (0..10_000).for_each(life);
+            assert_eq!(
+                calls() - before,
+                0,
+                "span creation or close allocated (heap sampling {sampling})"
+            );
+        });
+    }
+    tracing_prof_alloc::set_sample_rate(0);
+}
+
+#[test]
 fn a_new_threads_first_allocation_is_one_heap_call() {
     std::thread::spawn(|| {
         let before = calls();
