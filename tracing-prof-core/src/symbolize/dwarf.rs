@@ -385,7 +385,7 @@ struct Others<'a> {
 /// Bytes of a unit's entries walked between two hand-backs of the pages read: a unit is
 /// parsed in order (Rust's units have no sibling links to skip by), and the biggest of a
 /// program are several MiB.
-const RELEASE_EVERY: usize = 1 << 20;
+const RELEASE_EVERY: usize = 1 << 18;
 
 impl Others<'_> {
     /// Notes that the walk reached `offset` in its unit, and hands the pages read back every

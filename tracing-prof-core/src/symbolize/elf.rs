@@ -4,8 +4,9 @@
 //! Each module's file is mapped read-only and private, once, for the life of the process;
 //! only the parts that are read get into memory, and [`Module::release`] hands them back to the
 //! kernel after each batch (`MADV_DONTNEED`: the next read fetches them again from the page
-//! cache). What is kept: a sorted table of the functions (start, end, name: 24 bytes each) and
-//! of the compilation units' address ranges (from `.debug_aranges`).
+//! cache). What is kept: a sorted table of the functions (start, end, name: 32 bytes each) and
+//! of the compilation units' address ranges (from `.debug_aranges`, consecutive ranges of one unit
+//! merged: the cheap benchmark's 17 400 ranges, in 454 units, are 9 900).
 //!
 //! The limitation this shares with every mapping symbolizer (backtrace-rs's included): a
 //! module file truncated in place while the process runs makes reading it fault (`SIGBUS`).
@@ -249,7 +250,21 @@ fn parse(
                 }
             }
             units.sort_by_key(|u| u.start);
+            // A unit's ranges (one per function) mostly follow each other, with alignment
+            // padding between: one range per run of a unit. The gaps it covers hold no other
+            // unit's code (the ranges are sorted); an address there that no unit describes
+            // (code without debug information) finds no function in this unit's tree, nor a
+            // row of its line program, and gets the symbol table's name, as before.
+            units.dedup_by(|next, run| {
+                let joins = run.unit == next.unit;
+                if joins {
+                    run.end = run.end.max(next.end);
+                }
+                joins
+            });
+            units.shrink_to_fit();
         }
+        functions.shrink_to_fit();
     }
     let module = Module {
         file_name: path.rsplit('/').next().unwrap_or(path).to_owned(),
