@@ -1,17 +1,46 @@
 //! Capturing the code stack of a sampled allocation: return addresses only, symbolized later
 //! off the hot path by whoever reads the sample table.
 //!
-//! The walk uses the platform unwinder (`_Unwind_Backtrace`, from libgcc_s or libunwind, which
+//! A walker set with [`set_stack_walker`] is asked first: the profiler installs its CPU
+//! sampler's, which reads the same call frame information with cached rules, without a lock,
+//! on threads it has armed. Where it declines, or none is set, the walk uses the platform unwinder (`_Unwind_Backtrace`, from libgcc_s or libunwind, which
 //! every Rust program on these platforms already links for panics). It reads the DWARF call
 //! frame information that rustc emits by default (`-C force-unwind-tables` is on for the usual
 //! targets, with `panic = "abort"` too), so it needs no frame pointers and no build flag. It does
 //! not allocate through the Rust global allocator. It costs a few microseconds per stack, which
 //! is why only sampled allocations pay it.
 
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A walk of the calling thread's stack: writes return addresses into the slice, innermost
+/// first, and returns how many; `None` to leave the walk to the platform unwinder.
+pub type StackWalker = fn(&mut [usize]) -> Option<usize>;
+
+/// The walker asked first (see [`set_stack_walker`]); null: none.
+static WALKER: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+
+/// Makes `walker` capture sampled allocations' stacks where it can (`None`: the platform
+/// unwinder always). It runs inside the allocator: it must not allocate through the global
+/// allocator, lock or panic, and its first return address must be its caller's (its own frame
+/// left out).
+pub fn set_stack_walker(walker: Option<StackWalker>) {
+    let p = walker.map_or(ptr::null_mut(), |f| f as *mut ());
+    WALKER.store(p, Ordering::Release);
+}
+
 /// Writes the return addresses of the calling thread's stack into `out`, innermost first, and
 /// returns how many it wrote (0 where unwinding is not supported).
 #[inline(never)]
 pub(crate) fn capture(out: &mut [usize]) -> usize {
+    let walker = WALKER.load(Ordering::Acquire);
+    if !walker.is_null() {
+        // SAFETY: WALKER only ever holds null or a `StackWalker` stored by `set_stack_walker`.
+        let walker = unsafe { std::mem::transmute::<*mut (), StackWalker>(walker) };
+        if let Some(n) = walker(out) {
+            return n;
+        }
+    }
     imp::capture(out)
 }
 

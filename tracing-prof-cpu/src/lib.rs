@@ -328,6 +328,39 @@ mod api {
         Ok(())
     }
 
+    /// Walks the calling thread's own stack with the sampler's unwinder, writing return
+    /// addresses into `out`, innermost first (the caller's return address first); returns how
+    /// many it wrote. `None` where it cannot: the thread was never armed (its stack's extent is
+    /// unknown), or it is exiting. Never allocates, locks or makes a system call.
+    ///
+    /// For the heap sampler of `tracing-prof-alloc`, whose sampled allocations it walks faster
+    /// than the platform unwinder (which also may take the dynamic loader's lock).
+    #[inline(never)]
+    pub fn walk_own_stack(out: &mut [usize]) -> Option<usize> {
+        let ts = thread::LOCAL
+            .try_with(|l| l.current.get())
+            .unwrap_or(std::ptr::null());
+        if ts.is_null() {
+            return None;
+        }
+        // SAFETY: a state from `thread::acquire`, owned by this thread; states are never freed.
+        let ts = unsafe { &*ts };
+        let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
+        let mut ips = [0u64; MAX_FRAMES];
+        let walk = unwind::own_stack(ts, &mut ips, hint);
+        // From the third: the first is inside `own_stack`, the second is in this function
+        // (neither is ever inlined), the third is where this function was called from.
+        let found = ips.get(2..walk.depth).unwrap_or_default();
+        if found.is_empty() {
+            return None;
+        }
+        let n = found.len().min(out.len());
+        for (o, &ip) in out.iter_mut().zip(found) {
+            *o = ip as usize;
+        }
+        Some(n)
+    }
+
     /// Stops sampling: deletes every thread's timer. The handler stays installed (a signal
     /// already queued is ignored). Samples still in the rings can be drained.
     pub fn stop() {

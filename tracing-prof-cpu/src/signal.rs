@@ -138,10 +138,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     let tag = tracing_prof_alloc::current_tag().get();
     // SAFETY: forwarded from the caller.
     let regs = unsafe { Regs::from_ucontext(uc) };
-    let stack = Stack {
-        sp: regs.sp,
-        top: ts.stack_top.load(Ordering::Relaxed),
-    };
+    let stack = Stack::of(ts, regs.sp);
     let mut ips = [0u64; MAX_FRAMES];
     let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
     let walk = unwind::walk(regs, stack, &mut ips, hint);

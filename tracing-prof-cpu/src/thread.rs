@@ -34,6 +34,8 @@ pub(crate) struct ThreadSampler {
     timer: AtomicI64,
     /// Top (highest address) of the owner's stack; 0: unknown.
     pub(crate) stack_top: AtomicU64,
+    /// Bottom (lowest address) of the owner's stack; 0: unknown.
+    pub(crate) stack_bottom: AtomicU64,
     /// Written by the owner's signal handler only (single writer: load + store).
     pub(crate) samples: AtomicU64,
     pub(crate) dropped: AtomicU64,
@@ -117,7 +119,9 @@ fn arm(l: &Local, generation: u32) {
         // SAFETY: `acquire` returns a published, never-freed state that this thread owns now.
         let s = unsafe { &*ts };
         s.tid.store(timer::gettid(), Ordering::Relaxed);
-        s.stack_top.store(stack_top(), Ordering::Relaxed);
+        let (bottom, top) = stack_extent();
+        s.stack_bottom.store(bottom, Ordering::Relaxed);
+        s.stack_top.store(top, Ordering::Relaxed);
         // Registers the destructor that disarms at exit (glibc's `__cxa_thread_atexit_impl`).
         let _ = DISARM_ON_EXIT.try_with(|_| ());
         if signal_blocked() {
@@ -173,14 +177,14 @@ fn first_expiry(tid: i32, period: u64) -> u64 {
     z % period.max(1) + 1
 }
 
-/// The highest address of the calling thread's stack (0: unknown).
-fn stack_top() -> u64 {
+/// The lowest and highest addresses of the calling thread's stack (0, 0: unknown).
+fn stack_extent() -> (u64, u64) {
     // SAFETY: an all-zero pthread_attr_t is a valid argument for pthread_getattr_np to fill.
     let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
     // SAFETY: pthread_getattr_np fills `attr` for the calling thread (for the main thread glibc
     // reads /proc/self/maps, with its own `malloc`); destroyed below when it succeeded.
     if unsafe { libc::pthread_getattr_np(libc::pthread_self(), &mut attr) } != 0 {
-        return 0;
+        return (0, 0);
     }
     let mut addr: *mut libc::c_void = ptr::null_mut();
     let mut size: libc::size_t = 0;
@@ -189,9 +193,9 @@ fn stack_top() -> u64 {
     // SAFETY: `attr` was initialised by pthread_getattr_np.
     unsafe { libc::pthread_attr_destroy(&mut attr) };
     if ok {
-        (addr as u64).saturating_add(size as u64)
+        (addr as u64, (addr as u64).saturating_add(size as u64))
     } else {
-        0
+        (0, 0)
     }
 }
 

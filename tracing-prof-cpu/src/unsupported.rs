@@ -21,6 +21,11 @@ pub fn start(_hz: u32, _unwind: Unwind) -> Result<(), StartError> {
     Err(StartError::Unsupported)
 }
 
+/// No unwinder of ours here: always `None`.
+pub fn walk_own_stack(_out: &mut [usize]) -> Option<usize> {
+    None
+}
+
 /// Nothing to stop.
 pub fn stop() {}
 

@@ -108,6 +108,20 @@ pub(crate) struct Stack {
 }
 
 impl Stack {
+    /// The readable part of the stack of the thread that owns `ts`, from `sp`. Where `sp` lies
+    /// outside that thread's stack (a coroutine's or a signal stack of its own), nothing is
+    /// readable: the walk keeps the first address only, rather than read between two unrelated
+    /// memory areas.
+    pub(crate) fn of(ts: &crate::thread::ThreadSampler, sp: u64) -> Stack {
+        let top = ts.stack_top.load(Ordering::Relaxed);
+        let bottom = ts.stack_bottom.load(Ordering::Relaxed);
+        let inside = bottom != 0 && (bottom..top).contains(&sp);
+        Stack {
+            sp,
+            top: if inside { top } else { sp },
+        }
+    }
+
     /// Reads the word at `addr` if it lies within `[sp, top)` and is aligned.
     #[inline]
     fn read(&self, addr: u64) -> Result<u64, ()> {
@@ -142,6 +156,62 @@ pub(crate) fn walk(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES], hint: 
         return w;
     }
     frame_pointers(regs, stack, out)
+}
+
+/// Walks the calling thread's own stack, as [`walk`] does an interrupted one: `out[0]` is an
+/// address inside this function, then the return addresses from its caller's up.
+#[inline(never)]
+pub(crate) fn own_stack(
+    ts: &crate::thread::ThreadSampler,
+    out: &mut [u64; MAX_FRAMES],
+    hint: usize,
+) -> Walk {
+    let regs = here();
+    walk(regs, Stack::of(ts, regs.sp), out, hint)
+}
+
+/// The registers where this is inlined: the instruction pointer, stack pointer and frame
+/// pointer, read at one instruction, as an interrupted thread's would be.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn here() -> Regs {
+    let (pc, sp, fp): (u64, u64, u64);
+    // SAFETY: copies three registers into others; touches no memory, the stack or the flags.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {fp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Regs { pc, sp, fp, lr: 0 }
+}
+
+/// The registers where this is inlined: the instruction pointer, stack pointer, frame pointer
+/// and link register, read together, as an interrupted thread's would be.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn here() -> Regs {
+    let (pc, sp, fp, lr): (u64, u64, u64, u64);
+    // SAFETY: copies four registers into others; touches no memory, the stack or the flags.
+    unsafe {
+        core::arch::asm!(
+            "adr {pc}, .",
+            "mov {sp}, sp",
+            "mov {fp}, x29",
+            "mov {lr}, x30",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            lr = out(reg) lr,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Regs { pc, sp, fp, lr }
 }
 
 fn frame_pointers(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES]) -> Walk {

@@ -18,8 +18,11 @@ fn thread_cpu_ns() -> u64 {
 fn burn_here(ms: u64) -> u64 {
     let start = thread_cpu_ns();
     let mut x = 1u64;
+    // Reading the thread's CPU clock is a system call, and CPU timers fire as it returns: few
+    // reads, so that few samples land in libc's `clock_gettime`, which has no frame pointer
+    // (a frame-pointer walk from there misses `burn_here`).
     while thread_cpu_ns() - start < ms * 1_000_000 {
-        for _ in 0..10_000 {
+        for _ in 0..200_000 {
             x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }
@@ -89,6 +92,73 @@ fn run(unwind: Unwind, callers: bool) {
     );
 }
 
+/// The calling thread's return addresses from the platform unwinder (`_Unwind_Backtrace`,
+/// through the backtrace crate) and from `walk_own_stack`, taken at the same place.
+#[inline(never)]
+fn both_walks() -> (Vec<u64>, Option<Vec<u64>>) {
+    let mut platform = Vec::new();
+    // SAFETY: no other backtrace runs on this thread meanwhile.
+    unsafe {
+        backtrace::trace_unsynchronized(|f| {
+            let ip = f.ip() as u64;
+            if ip != 0 {
+                platform.push(ip);
+            }
+            true
+        })
+    };
+    let mut ips = [0usize; 128];
+    let ours = tracing_prof_cpu::walk_own_stack(&mut ips)
+        .map(|n| ips[..n].iter().map(|&ip| ip as u64).collect());
+    black_box(&platform);
+    (platform, ours)
+}
+
+#[inline(never)]
+fn walk_three_down() -> (Vec<u64>, Option<Vec<u64>>) {
+    black_box(walk_two_down())
+}
+
+#[inline(never)]
+fn walk_two_down() -> (Vec<u64>, Option<Vec<u64>>) {
+    black_box(both_walks())
+}
+
+/// `walk_own_stack` (the heap sampler's walker) finds the return addresses the platform
+/// unwinder finds: from `both_walks`'s caller to the thread's start, address for address.
+fn own_stack_matches_the_platform_unwinder(unwind: Unwind) {
+    tracing_prof_cpu::start(1, unwind).expect("start");
+    let (platform, ours) = walk_three_down();
+    tracing_prof_cpu::stop();
+    let ours = ours.unwrap_or_else(|| panic!("{unwind:?}: this armed thread's walk declined"));
+    // Each starts with its own call's return address in `both_walks`; from its caller on,
+    // they walk the same frames.
+    let first = platform
+        .iter()
+        .position(|&ip| ip == ours[1])
+        .unwrap_or_else(|| panic!("{unwind:?}: {:x?} not in {:x?}", ours, platform));
+    let (ours, theirs) = (&ours[1..], &platform[first..]);
+    let names = names(&[&[0][..], ours].concat());
+    assert!(
+        names.iter().any(|n| n.contains("walk_two_down"))
+            && names.iter().any(|n| n.contains("walk_three_down"))
+            && names.iter().any(|n| n.contains("own_stack_matches")),
+        "{unwind:?}: {names:?}"
+    );
+    // At the thread's start, one may stop a frame sooner (with frame pointers, `clone3` has
+    // none).
+    let common = ours.len().min(theirs.len());
+    assert!(
+        common + 1 >= ours.len().max(theirs.len()),
+        "{ours:x?} {theirs:x?}"
+    );
+    assert_eq!(ours[..common], theirs[..common], "{unwind:?}");
+    // A thread the sampler never armed: its stack's extent is unknown, the walk declines.
+    std::thread::spawn(|| assert!(both_walks().1.is_none()))
+        .join()
+        .unwrap();
+}
+
 #[test]
 fn samples_weigh_cpu_time_and_reach_the_callers() {
     run(Unwind::Dwarf, true);
@@ -112,4 +182,9 @@ fn samples_weigh_cpu_time_and_reach_the_callers() {
     // with `-C force-frame-pointers=yes`, which sets this variable.
     let fp_build = std::env::var_os("TRACING_PROF_EXPECT_FRAME_POINTERS").is_some();
     run(Unwind::FramePointers, fp_build);
+    // (Here, not in a test of its own: tests run at once, and this restarts the sampler.)
+    own_stack_matches_the_platform_unwinder(Unwind::Dwarf);
+    if fp_build {
+        own_stack_matches_the_platform_unwinder(Unwind::FramePointers);
+    }
 }
