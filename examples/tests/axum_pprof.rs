@@ -94,6 +94,36 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
         "{head}"
     );
 
+    // Answering runs on tokio's blocking pool, threads the profiler does not own: what it
+    // allocates (the encoded profiles) is the profiler's, not the service's `(no span)`.
+    let alloc_of = |kind: tracing_prof::core::PathKind| {
+        guard
+            .profiler()
+            .snapshot()
+            .paths
+            .iter()
+            .filter(|p| p.kind == kind)
+            .map(|p| p.memory.alloc_bytes)
+            .sum::<u64>()
+    };
+    use tracing_prof::core::PathKind::{NoSpan, Profiler as Own};
+    let (no_span, own) = (alloc_of(NoSpan), alloc_of(Own));
+    // The client's own allocations go to a span of their own.
+    let answered = tracing::info_span!("client").in_scope(|| {
+        (0..20)
+            .map(|_| {
+                get(&open_addr, "/debug/pprof/span_memory?debug=1", "").1.len()
+                    + get(&open_addr, "/debug/pprof/heap", "").1.len()
+            })
+            .sum::<usize>() as u64
+    });
+    let (no_span, own) = (alloc_of(NoSpan) - no_span, alloc_of(Own) - own);
+    assert!(
+        own >= answered && no_span < own / 4,
+        "40 answers of {answered} bytes in all: the profiler's own allocations grew by {own} \
+         bytes, (no span) by {no_span}"
+    );
+
     if common::have_go() {
         let url = format!("http://{open_addr}/debug/pprof/span_memory");
         let top = common::pprof(&["-top", "-nodefraction=0"], url);

@@ -76,8 +76,33 @@ pub use tracing_prof_model::{
 };
 
 /// Marks the calling thread as one of the profiler's own for the rest of its life: what it
-/// allocates is counted under `(tracing-prof)`, never under a user's span. For threads that
-/// sinks and servers start (the Pyroscope sender, `/debug/pprof` connections).
+/// allocates, and the CPU samples taken on it, are counted under `(tracing-prof)`, never under
+/// a user's span. Threads started with [`spawn_profiler_thread`] are marked already.
 pub fn mark_profiler_thread() {
     tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+}
+
+/// Starts a thread named `name` that runs `f` as the profiler's own work (see
+/// [`mark_profiler_thread`]), from its first allocation. For the threads that sinks and
+/// servers start: the Pyroscope sender, `/debug/pprof`'s listener and connections.
+pub fn spawn_profiler_thread<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            mark_profiler_thread();
+            f()
+        })
+}
+
+/// Runs `f` as the profiler's own work on the calling thread, then gives the thread back its
+/// span path: what `f` allocates, and the CPU samples taken in it, count under
+/// `(tracing-prof)`. For work the profiler does on a thread it does not own, such as answering
+/// `/debug/pprof` on an application's runtime.
+pub fn as_profiler<T>(f: impl FnOnce() -> T) -> T {
+    let _own = tracing_prof_alloc::TagGuard::new(tracing_prof_alloc::Tag::PROFILER);
+    f()
 }

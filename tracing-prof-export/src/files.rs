@@ -4,22 +4,16 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
-use tracing_prof_core::config::{ConfigError, env_var, parse_bool};
+use tracing_prof_core::config::ConfigError;
 use tracing_prof_core::{Sink, SinkError};
 use tracing_prof_model::{ModelError, ProfileKind, Snapshot};
+
+pub use crate::env::{ENV_DELTAS, ENV_DIR, ENV_FLAMEGRAPHS, ENV_KEEP_FILES};
 
 /// Where profiles go: `./profiles`.
 pub const DEFAULT_DIR: &str = "profiles";
 /// Files kept per kind and process; older ones are deleted: 100. `0` keeps everything.
 pub const DEFAULT_KEEP_FILES: usize = 100;
-/// Output directory.
-pub const ENV_DIR: &str = "TRACING_PROF_DIR";
-/// Files kept per kind and process, `0` for all.
-pub const ENV_KEEP_FILES: &str = "TRACING_PROF_KEEP_FILES";
-/// Also write each interval's own numbers (`{kind}-delta.*` files): `1`/`0`, `true`/`false`, ...
-pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
-/// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
-pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
 
 /// Kinds written by default: `spans`, `cpu` (when CPU sampling runs), `span_memory`, `heap`,
 /// `lifetimes`, `threads` (`allocs` is `heap` with another default sample type).
@@ -155,39 +149,7 @@ impl FileExporter {
     /// cannot be created or written to is an error naming the variable, unless the disk is
     /// full (said on stderr; the exports try again every interval).
     pub fn from_env() -> Result<Self, ConfigError> {
-        let set = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?;
-        let mut exporter = FileExporter::new(set.clone().unwrap_or_else(|| DEFAULT_DIR.into()));
-        match exporter.check() {
-            Ok(()) => {}
-            // A full disk is a condition of the moment, not a setting: the service starts, and
-            // each export tries again (and reports its failures once).
-            Err(e) if e.is_out_of_space() => {
-                eprintln!("tracing-prof: {e}; exports will try again every interval");
-            }
-            Err(e) => {
-                return Err(ConfigError::Env {
-                    name: ENV_DIR,
-                    value: exporter.dir.display().to_string(),
-                    reason: match set {
-                        Some(_) => e.to_string(),
-                        None => format!("{e} (the default: {ENV_DIR} is unset)"),
-                    },
-                });
-            }
-        }
-        if let Some(keep) = env_var(ENV_KEEP_FILES, |s| {
-            s.parse::<usize>()
-                .map_err(|_| format!("expected a whole number (0 keeps all), got {s:?}"))
-        })? {
-            exporter.keep = keep;
-        }
-        if let Some(on) = env_var(ENV_DELTAS, parse_bool)? {
-            exporter = exporter.deltas(on);
-        }
-        if let Some(on) = env_var(ENV_FLAMEGRAPHS, parse_bool)? {
-            exporter = exporter.flamegraphs(on);
-        }
-        Ok(exporter)
+        crate::env::file_exporter()
     }
 
     /// Which kinds to write (default: spans and heap).

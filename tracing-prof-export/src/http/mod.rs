@@ -1,0 +1,81 @@
+//! A Go-compatible `/debug/pprof/*` endpoint, so that
+//! `go tool pprof http://127.0.0.1:6060/debug/pprof/heap` just works.
+//!
+//! | path | answers | default sample type |
+//! |---|---|---|
+//! | `/debug/pprof/` | an index of the endpoints | |
+//! | `/debug/pprof/profile` | Go's CPU profile of the next `seconds` (default 30): code stacks under span paths | `cpu` |
+//! | `/debug/pprof/cpu` | the same since the profiler started | `cpu` |
+//! | `/debug/pprof/heap` | memory held, by code stack under span path | `inuse_space` |
+//! | `/debug/pprof/allocs` | memory allocated, the same | `alloc_space` |
+//! | `/debug/pprof/spans` | time per span path | `cpu` |
+//! | `/debug/pprof/span_memory`, `lifetimes`, `threads` | as the files of the same names | |
+//! | `/debug/pprof/goroutine` | what runs now: open spans per span path, each thread's path | `open_spans` |
+//! | `/debug/pprof/live` | one window (default 1 s) for `tracing-prof live`: a [`LiveFrame`] | |
+//!
+//! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
+//! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
+//!
+//! [`PprofHandler`] answers requests and knows nothing of sockets: mount it in your own server
+//! (axum, hyper, actix...) to serve it on your port. [`HttpServer`] is a small standalone server
+//! for services that have none: GET only, bound to `127.0.0.1` by default, request heads capped
+//! at [`MAX_HEAD_BYTES`] and read within [`READ_TIMEOUT`]. Connections whose head is still
+//! arriving ([`MAX_PENDING`] at once) are kept apart from requests being answered
+//! ([`MAX_CONNECTIONS`] at once), so clients that connect and send nothing (a slow-loris) do not
+//! keep `go tool pprof` out: its request arrives whole and is answered. Past either limit the
+//! answer is `503` with `Retry-After`, sent after the request was read so that it arrives rather
+//! than a reset (past [`MAX_REFUSING`] more waiting for it, a connection is closed unanswered).
+//! At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a `tracing-prof live` holds one
+//! while it runs); more get `429` with `Retry-After`. The application and the profiler never wait on a client.
+//!
+//! # Inside
+//!
+//! `handler` (requests to answers, no sockets), `pages` (the index and the `?debug=1` tables),
+//! `server` (the standalone server: its threads and limits), `wire` (HTTP/1.1 heads and
+//! answers) and `axum` (the router, behind the `axum` feature).
+
+#[cfg(feature = "axum")]
+mod axum;
+mod handler;
+mod pages;
+mod server;
+mod wire;
+
+use std::time::Duration;
+
+pub use crate::env::{ENV_HTTP_ADDR, ENV_HTTP_ALLOW_PUBLIC, ENV_HTTP_REQUIRED, ENV_HTTP_TOKEN};
+
+#[cfg(feature = "axum")]
+pub use axum::axum_router;
+pub use handler::{HttpResponse, PprofHandler};
+pub use server::{HttpError, HttpServer};
+
+/// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
+/// loopback only, Go's customary port.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
+/// Longest `?seconds=` window accepted.
+pub const DEFAULT_MAX_SECONDS: u64 = 60;
+/// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
+pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
+/// Requests answered at once (their head read); more are answered `503` with `Retry-After`.
+pub const MAX_CONNECTIONS: usize = 8;
+/// Connections whose request head is still being read; more are answered `503` (by one thread,
+/// in turn, within [`REFUSE_WAIT`] twice each).
+pub const MAX_PENDING: usize = 64;
+/// Connections past [`MAX_PENDING`] waiting for their `503`; more are closed unanswered.
+pub const MAX_REFUSING: usize = 64;
+/// How long a refused connection's request head is waited for, and then its close.
+pub const REFUSE_WAIT: Duration = Duration::from_millis(100);
+/// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.
+pub const MAX_WINDOWS: usize = 2;
+/// Largest request head (request line and headers) read.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// Time a client has to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to take each write of the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a server from [`HttpServer::from_env`] that could not listen tries again: 5 s.
+pub const BIND_RETRY: Duration = Duration::from_secs(5);
+/// The name a server from [`HttpServer::from_env`] reports its state under
+/// ([`Profiler::services`](tracing_prof_core::Profiler::services)).
+pub const SERVICE_NAME: &str = "/debug/pprof server";

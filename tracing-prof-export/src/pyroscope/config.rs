@@ -1,0 +1,498 @@
+//! Where and how to push: the settings, their checks against Pyroscope's own limits, and
+//! [`PyroscopeConfig::from_env`].
+
+use std::fmt;
+use std::time::Duration;
+use tracing_prof_core::config::ConfigError;
+
+pub use crate::env::{
+    ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD, ENV_BASIC_AUTH_USER,
+    ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT,
+};
+
+/// Batches (one interval's profiles) waiting to be sent: 8.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
+/// Time one HTTP request may take: 10 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Retries of a batch after its first attempt: 3 (waits 1 s, 2 s, 4 s).
+pub const DEFAULT_RETRIES: u32 = 3;
+/// First retry wait, doubled for each further retry.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// How long dropping the exporter waits for queued batches to be sent: 3 s.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Which Pyroscope API to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PyroscopeApi {
+    /// `POST /push.v1.PusherService/Push` (Connect, protobuf).
+    #[default]
+    Push,
+    /// `POST /ingest` (multipart form).
+    Ingest,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub(super) enum Auth {
+    None,
+    Basic { user: String, password: String },
+    Bearer(String),
+}
+
+/// Where and how to push. Secrets are never shown by `Debug`.
+#[derive(Clone)]
+pub struct PyroscopeConfig {
+    pub(super) url: String,
+    pub(super) app: String,
+    pub(super) api: PyroscopeApi,
+    pub(super) auth: Auth,
+    pub(super) tenant: Option<String>,
+    pub(super) tags: Vec<(String, String)>,
+    pub(super) timeout: Duration,
+    pub(super) queue_capacity: usize,
+    pub(super) retries: u32,
+    pub(super) backoff: Duration,
+    pub(super) flush_timeout: Duration,
+}
+
+impl fmt::Debug for PyroscopeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.auth {
+            Auth::None => "none",
+            Auth::Basic { .. } => "basic <redacted>",
+            Auth::Bearer(_) => "bearer <redacted>",
+        };
+        f.debug_struct("PyroscopeConfig")
+            .field("url", &redact_url(&self.url))
+            .field("app", &self.app)
+            .field("api", &self.api)
+            .field("auth", &auth)
+            .field("tenant", &self.tenant)
+            .field("tags", &self.tags)
+            .field("timeout", &self.timeout)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `scheme://host...` with any `user:password@` removed.
+fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest
+                .split_once('@')
+                .filter(|(cred, _)| !cred.contains('/'))
+                .map_or(rest, |(_, r)| r);
+            format!("{scheme}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum PyroscopeError {
+    /// An environment variable is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Something else is invalid.
+    #[error("invalid Pyroscope setting: {0}")]
+    Invalid(String),
+    /// The sender thread could not be spawned.
+    #[error("cannot spawn the tracing-prof Pyroscope thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for PyroscopeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl PyroscopeConfig {
+    /// Pushes to `url` (e.g. `http://localhost:4040`) as application `app`.
+    pub fn new(url: impl Into<String>, app: impl Into<String>) -> Self {
+        PyroscopeConfig {
+            url: url.into().trim_end_matches('/').to_owned(),
+            app: app.into(),
+            api: PyroscopeApi::default(),
+            auth: Auth::None,
+            tenant: None,
+            tags: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            retries: DEFAULT_RETRIES,
+            backoff: DEFAULT_BACKOFF,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+        }
+    }
+
+    /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
+    /// `PYROSCOPE_SERVER_ADDRESS` is unset.
+    pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
+        crate::env::pyroscope_config()
+    }
+
+    /// Which API (default [`PyroscopeApi::Push`]).
+    pub fn api(mut self, api: PyroscopeApi) -> Self {
+        self.api = api;
+        self
+    }
+    /// `Authorization: Basic` (Grafana Cloud: user id and access policy token).
+    pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Auth::Basic {
+            user: user.into(),
+            password: password.into(),
+        };
+        self
+    }
+    /// `Authorization: Bearer`.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.auth = Auth::Bearer(token.into());
+        self
+    }
+    /// Tenant, sent as `X-Scope-OrgID` (multi-tenant Pyroscope).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+    /// A static tag on every profile (`env=prod`, `region=eu-west-1`...).
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.tags.push((key.into(), value.into()));
+        self
+    }
+    /// Time one request may take (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Batches that may wait to be sent (default [`DEFAULT_QUEUE_CAPACITY`], at least 1).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+    /// Retries per batch and the first wait (doubled each time).
+    pub fn retries(mut self, retries: u32, first_backoff: Duration) -> Self {
+        self.retries = retries;
+        self.backoff = first_backoff;
+        self
+    }
+    /// How long dropping the exporter waits for queued batches (default [`DEFAULT_FLUSH_TIMEOUT`]).
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), PyroscopeError> {
+        let invalid = |m: String| Err(PyroscopeError::Invalid(m));
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return invalid(format!(
+                "the server address must start with http:// or https://, got {}",
+                redact_url(&self.url)
+            ));
+        }
+        if self.url.starts_with("https://") && !cfg!(feature = "tls") {
+            return invalid("https needs the `tls` feature of tracing-prof-export".into());
+        }
+        if self.url[self.url.find("://").map_or(0, |i| i + 3)..]
+            .split('/')
+            .next()
+            .is_some_and(|h| h.contains('@'))
+        {
+            return invalid(
+                "put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into(),
+            );
+        }
+        let authority = self.url[self.url.find("://").map_or(0, |i| i + 3)..]
+            .split(['/', '?', '#'])
+            .next()
+            .unwrap_or("");
+        if let Err(why) = check_authority(authority) {
+            return invalid(format!(
+                "the server address ({ENV_SERVER_ADDRESS}) {}: {why}",
+                redact_url(&self.url)
+            ));
+        }
+        if self
+            .url
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+        {
+            return invalid(format!(
+                "the server address ({ENV_SERVER_ADDRESS}) has a space, a control or a non-ASCII \
+                 character: {:?}",
+                redact_url(&self.url)
+            ));
+        }
+        // Header values: a CR or LF would split the request (ureq refuses it at every push),
+        // non-ASCII is not sent as written.
+        let header_ok = |v: &str| !v.is_empty() && v.bytes().all(|b| (0x20..0x7f).contains(&b));
+        let secret = |what: &str, var: &str| {
+            invalid(format!(
+                "{what} ({var}) must be printable ASCII, without CR or LF, and not empty"
+            ))
+        };
+        match &self.auth {
+            Auth::None => {}
+            Auth::Bearer(t) if !header_ok(t) => return secret("the bearer token", ENV_AUTH_TOKEN),
+            Auth::Basic { user, password }
+                if !header_ok(user) || !header_ok(password) || user.contains(':') =>
+            {
+                return secret(
+                    "the basic-auth user (no ':') and password",
+                    "PYROSCOPE_BASIC_AUTH_USER, PYROSCOPE_BASIC_AUTH_PASSWORD",
+                );
+            }
+            _ => {}
+        }
+        if let Some(t) = &self.tenant {
+            if !header_ok(t) {
+                return invalid(format!(
+                    "the tenant ({ENV_TENANT_ID}) {t:?} must be printable ASCII, without CR or LF"
+                ));
+            }
+        }
+        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
+            return invalid(format!(
+                "the request timeout ({ENV_TIMEOUT}) must be from 100ms to 10m, got {:?}",
+                self.timeout
+            ));
+        }
+        if self.flush_timeout > MAX_TIMEOUT
+            || self.retries > MAX_RETRIES
+            || self.backoff > MAX_TIMEOUT
+        {
+            return invalid(format!(
+                "flush timeout and first backoff must be at most 10m and retries at most \
+                 {MAX_RETRIES}; got {:?}, {:?}, {}",
+                self.flush_timeout, self.backoff, self.retries
+            ));
+        }
+        // `service_name` is a label value (at most 2048 bytes, `pkg/validation/limits.go`);
+        // `/ingest` also parses it from `name=APP{...}` and allows only letters, digits and
+        // `_ . - /` (`api/model/labelset/validate.go`, `IsServiceNameRuneAllowed`).
+        let ingest_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/');
+        if self.app.is_empty()
+            || self.app.len() > MAX_LABEL_VALUE
+            || self.app.chars().any(char::is_control)
+            || self.app.contains(['{', '}', ',', '=', '"'])
+            || (self.api == PyroscopeApi::Ingest && !self.app.chars().all(ingest_ok))
+        {
+            return invalid(format!(
+                "application name ({ENV_APPLICATION_NAME}) {:?}: {}",
+                self.app,
+                if self.api == PyroscopeApi::Ingest {
+                    "the ingest API allows letters, digits and _ . - / only"
+                } else {
+                    "must be 1 to 2048 bytes without control characters or { } , = \""
+                }
+            ));
+        }
+        if self.tags.len() > MAX_TAGS {
+            return invalid(format!(
+                "{} tags ({ENV_LABELS}); Pyroscope allows {MAX_TAGS} beside the labels we set",
+                self.tags.len()
+            ));
+        }
+        for (i, (k, v)) in self.tags.iter().enumerate() {
+            let key_ok = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                && k.len() <= MAX_LABEL_NAME
+                && !k.starts_with("__")
+                && !RESERVED_TAGS.contains(&k.as_str());
+            let value_ok = !v.is_empty()
+                && v.len() <= MAX_LABEL_VALUE
+                && v.trim() == v
+                && !v.chars().any(char::is_control)
+                && !v.contains(['{', '}', ',', '=', '"']);
+            if !key_ok || !value_ok {
+                return invalid(format!(
+                    "tag {k}={v:?} ({ENV_LABELS}): keys are [A-Za-z_][A-Za-z0-9_.]* (not starting \
+                     with __, not {}); values are not empty, have no space at either end and \
+                     none of {{ }} , = \"",
+                    RESERVED_TAGS.join(", ")
+                ));
+            }
+            if self.tags[..i].iter().any(|(earlier, _)| earlier == k) {
+                return invalid(format!(
+                    "tag {k} ({ENV_LABELS}) is given twice; Pyroscope rejects duplicate label names"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bounds on the request timeout: below 100 ms every push to a real server fails; above 10 min
+/// a dead server holds the queue for good.
+const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+const MAX_RETRIES: u32 = 16;
+/// Pyroscope's default `validation.max-length-label-name` and `-label-value`.
+const MAX_LABEL_NAME: usize = 1024;
+const MAX_LABEL_VALUE: usize = 2048;
+/// Labels we set ourselves, or the server sets on `/ingest` (`pkg/og/convert/pprof/profile.go`,
+/// `createLabels`): a tag of the same name would be a duplicate label.
+const RESERVED_TAGS: [&str; 3] = ["service_name", "app_name", "pyroscope_spy"];
+
+/// `host[:port]` of a URL: a host, and a port that is a number from 1 to 65535 when given.
+fn check_authority(authority: &str) -> Result<(), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        // [IPv6]:port
+        Some(rest) => {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or("an IPv6 address needs its closing ]")?;
+            (h, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    if let Some(p) = port {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => return Err(format!("the port {p:?} is not a number from 1 to 65535")),
+        }
+    }
+    Ok(())
+}
+
+/// Pyroscope's default `validation.max-label-names-per-series` is 30; `__name__`,
+/// `service_name`, `__delta__` and (on `/ingest`) `pyroscope_spy` leave 26 for tags.
+pub const MAX_TAGS: usize = 26;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_debug_and_errors() {
+        let c = PyroscopeConfig::new("https://user:pw@host:4040", "app").basic_auth("u", "hunter2");
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("pw@"),
+            "{shown}"
+        );
+        let e = PyroscopeConfig::new("https://user:pw@host:4040", "app")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_a_reason() {
+        assert!(PyroscopeConfig::new("ftp://x", "a").validate().is_err());
+        assert!(PyroscopeConfig::new("http://x", "a{b}").validate().is_err());
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("9x", "v")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("env", "a,b")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://x", "a")
+                .tag("env", "prod")
+                .validate()
+                .is_ok()
+        );
+        let refused = |c: PyroscopeConfig| c.validate().unwrap_err().to_string();
+        let e = refused(PyroscopeConfig::new("http://127.0.0.1:notaport", "a"));
+        assert!(
+            e.contains("PYROSCOPE_SERVER_ADDRESS") && e.contains("notaport"),
+            "{e}"
+        );
+        assert!(
+            PyroscopeConfig::new("http://:4040", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(PyroscopeConfig::new("http://h:0", "a").validate().is_err());
+        assert!(
+            PyroscopeConfig::new("http://h:65536", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://[::1:4040", "a")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PyroscopeConfig::new("http://h st:4040", "a")
+                .validate()
+                .is_err()
+        );
+        for ok in [
+            "http://[::1]:4040",
+            "http://h:4040/prefix",
+            "http://h",
+            "https://h/x?y=1",
+        ] {
+            if ok.starts_with("https") && !cfg!(feature = "tls") {
+                continue;
+            }
+            assert!(PyroscopeConfig::new(ok, "a").validate().is_ok(), "{ok}");
+        }
+        let base = || PyroscopeConfig::new("http://h:4040", "a");
+        let e = refused(base().tenant("t\r\nX-Evil: 1"));
+        assert!(e.contains("PYROSCOPE_TENANT_ID"), "{e}");
+        assert!(base().tenant("tenant-é").validate().is_err());
+        let e = refused(base().bearer_token("s3cr3t\n"));
+        assert!(
+            e.contains("PYROSCOPE_AUTH_TOKEN") && !e.contains("s3cr3t"),
+            "{e}"
+        );
+        assert!(base().basic_auth("u:x", "p").validate().is_err());
+        let e = refused(base().timeout(Duration::from_micros(1)));
+        assert!(e.contains("TRACING_PROF_PYROSCOPE_TIMEOUT"), "{e}");
+        assert!(
+            base()
+                .retries(u32::MAX, Duration::from_secs(1))
+                .validate()
+                .is_err()
+        );
+        assert!(base().retries(3, Duration::MAX).validate().is_err());
+        // What Pyroscope would reject, refused at start instead of at every push.
+        let ingest =
+            |app: &str| PyroscopeConfig::new("http://h:4040", app).api(PyroscopeApi::Ingest);
+        assert!(ingest("shop-api/v2.eu_1").validate().is_ok());
+        let e = refused(ingest("shop api"));
+        assert!(
+            e.contains("PYROSCOPE_APPLICATION_NAME") && e.contains("_ . - /"),
+            "{e}"
+        );
+        assert!(ingest("café").validate().is_err());
+        assert!(base().tag("env", "a").tag("env", "b").validate().is_err());
+        for key in ["__delta__", "service_name", "pyroscope_spy", "app_name"] {
+            assert!(base().tag(key, "x").validate().is_err(), "{key}");
+        }
+        for value in ["", " prod", "prod ", "a\nb"] {
+            assert!(base().tag("env", value).validate().is_err(), "{value:?}");
+        }
+        let many = (0..=MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        assert!(refused(many).contains("26"));
+        let enough = (0..MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        assert!(enough.validate().is_ok());
+        assert!(base().tag("k".repeat(1025), "v").validate().is_err());
+        assert!(base().tag("k", "v".repeat(2049)).validate().is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! The series of one window, each a gzip'd pprof within Pyroscope's limits.
+
+use super::PyroscopeApi;
+use tracing_prof_model::{Profile, ProfileKind, SampleType, Snapshot};
+
+/// One pprof of a batch and the Pyroscope series it belongs to.
+pub(super) struct Series {
+    /// `__name__` on the push API (the ingest API derives the same one from the sample types).
+    pub(super) name: &'static str,
+    pub(super) sample_types: Vec<SampleType>,
+    /// Gzip'd pprof.
+    pub(super) pprof: Vec<u8>,
+}
+
+/// Pyroscope's default `validation.max-profile-stacktrace-samples` (`pkg/validation/limits.go`):
+/// a profile with more samples is rejected whole.
+pub const MAX_SAMPLES: usize = 16_000;
+/// Pyroscope's default `validation.max-profile-size-bytes`, of the uncompressed pprof.
+pub const MAX_PROFILE_BYTES: usize = 4 << 20;
+
+/// The series of one window, named as the Pyroscope UI knows them (see the module docs).
+pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, usize) {
+    let mut out: Vec<(&'static str, Profile)> = Vec::new();
+    let spans = window.profile(ProfileKind::Spans);
+    if ProfileKind::Cpu.is_available(window) {
+        out.push(("process_cpu", window.profile(ProfileKind::Cpu)));
+    } else if let Some(mut cpu) = spans.with_sample_types(&["cpu"]) {
+        // Measured by the CPU clock on enter and exit: exact CPU time per span path, Go's CPU
+        // type without the sample count.
+        cpu.period_type = Some(SampleType::new("cpu", "nanoseconds"));
+        cpu.period = 1;
+        out.push(("process_cpu", cpu));
+    }
+    out.push(("memory", window.profile(ProfileKind::Heap)));
+    if api == PyroscopeApi::Push && ProfileKind::Heap.is_sampled(window) {
+        // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
+        // `/ingest` would name it `memory` too (from its sample types), counting memory twice.
+        out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
+    }
+    if let Some(counts) = spans.with_sample_types(&["spans"]) {
+        out.push(("spans", counts));
+    }
+    let mut merged = 0;
+    let series = out
+        .into_iter()
+        // Nothing to store (the server keeps nothing of a profile without samples).
+        .filter(|(_, p)| !p.samples.is_empty())
+        .map(|(name, mut p)| {
+            merged += p.keep_largest(MAX_SAMPLES);
+            let message = loop {
+                let message = p.to_proto();
+                if prost::Message::encoded_len(&message) <= MAX_PROFILE_BYTES
+                    || p.samples.len() <= 1
+                {
+                    break message;
+                }
+                merged += p.keep_largest(p.samples.len() / 2);
+            };
+            Series {
+                name,
+                sample_types: p.sample_types,
+                pprof: tracing_prof_model::pprof::gzip(&message),
+            }
+        })
+        .collect();
+    (series, merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    /// A window with `n` CPU stacks, stack `i` sampled `i + 1` times, and CPU sampling on.
+    fn cpu_window(n: u64) -> Snapshot {
+        use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame};
+        let mut w = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
+        w.window = true;
+        w.cpu = CpuSource::Sampled { hz: 100 };
+        let span = vec![SpanFrame::new("app", "request", None, None)];
+        for i in 0..n {
+            let mut s = CpuStack::new(
+                PathKind::Span,
+                span.clone(),
+                vec![CodeFrame::named(&format!("f{i}"))],
+            );
+            s.samples = i + 1;
+            s.cpu_ns = (i + 1) * 10_000_000;
+            w.cpu_stacks.push(s);
+        }
+        w
+    }
+
+    #[test]
+    fn a_window_beyond_pyroscopes_sample_limit_is_merged_not_rejected() {
+        let n = MAX_SAMPLES as u64 + 500;
+        let (series, merged) = series_of(&cpu_window(n), PyroscopeApi::Push);
+        assert_eq!(merged, 501);
+        let cpu = series.iter().find(|s| s.name == "process_cpu").unwrap();
+        let p = Profile::decode(&cpu.pprof).unwrap();
+        assert_eq!(p.samples.len(), MAX_SAMPLES);
+        // Every sample still counted: 1 + 2 + ... + n samples.
+        assert_eq!(p.total(0), (n * (n + 1) / 2) as i64);
+        let other = p
+            .samples
+            .iter()
+            .find(|s| s.stack[0].function.contains("merged"))
+            .unwrap();
+        assert_eq!(&*other.stack[0].function, "(501 smaller stacks merged)");
+        assert_eq!(other.values[0], (1..=501).sum::<i64>(), "the smallest ones");
+
+        let (series, merged) = series_of(&cpu_window(100), PyroscopeApi::Push);
+        assert_eq!(merged, 0);
+        let names: Vec<&str> = series.iter().map(|s| s.name).collect();
+        // No span path and no memory in this window: only CPU.
+        assert_eq!(names, ["process_cpu"]);
+    }
+}
