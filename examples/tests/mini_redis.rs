@@ -236,16 +236,26 @@ fn mini_redis_under_load_reads_as_its_source_says() {
             vec![RUN, leaf]
         }
     }
+    // Besides its own, a handler's path may hold tokio's list of deferred wakers: a worker
+    // allocates it (4 wakers, 64 bytes) the first time a task it polls runs out of its
+    // cooperative budget, and keeps it for its life. Under load that can be inside a handler's
+    // span; one per worker at most (2 here).
+    let own_and_tokios = |path: &'static str, objects: usize, bytes: usize| {
+        let (o, b) = (
+            m.value(&stack(path), "inuse_objects"),
+            m.value(&stack(path), "inuse_space"),
+        );
+        let deferred = o - objects as i64;
+        assert!(
+            (0..=2).contains(&deferred) && b == bytes as i64 + 64 * deferred,
+            "{path} holds {o} objects, {b} bytes; its own are {objects} and {bytes}"
+        );
+    };
     // GET: a 24-byte shared header per value read.
-    assert_eq!(m.value(&stack(GET), "inuse_space"), (KEYS * 24) as i64);
-    assert_eq!(m.value(&stack(GET), "inuse_objects"), KEYS as i64);
+    own_and_tokios(GET, KEYS, KEYS * 24);
     // SET: the table, 81 bytes per bucket + 16 (20 000 keys: 32 768 buckets).
     let buckets = ((KEYS * 8 / 7) + 1).next_power_of_two();
-    assert_eq!(m.value(&stack(SET), "inuse_objects"), 1);
-    assert_eq!(
-        m.value(&stack(SET), "inuse_space"),
-        (buckets * 81 + 16) as i64
-    );
+    own_and_tokios(SET, 1, buckets * 81 + 16);
     // run: each key (16 bytes) and value, parsed before `apply`, and a few bytes of tokio's
     // and the registry's own.
     let (objects, bytes) = (
