@@ -1,0 +1,280 @@
+//! The aggregator thread: every interval a snapshot to each sink, and the reports of leaks,
+//! giant allocations and long polls.
+
+use super::sink::Sink;
+use super::{GiantReport, Shared};
+use crate::leak::LeakDetector;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tracing_prof_alloc::{Tag, set_current_tag};
+use tracing_prof_model::SuspectedLeak;
+
+pub(super) enum Command {
+    Flush(Sender<()>),
+    Shutdown,
+}
+
+pub(super) struct Aggregator {
+    pub(super) shared: Arc<Shared>,
+    pub(super) sinks: Vec<Box<dyn Sink>>,
+    pub(super) interval: Duration,
+    /// Last error reported per sink, to report each distinct failure once.
+    pub(super) reported: HashMap<String, String>,
+    pub(super) leaks: Option<LeakDetector>,
+    pub(super) leak_level: tracing::Level,
+    pub(super) giants: bool,
+    /// Span paths whose long polls were reported (once each).
+    pub(super) long_polls_reported: std::collections::HashSet<Vec<tracing_prof_model::SpanFrame>>,
+    /// Whether a toggle signal is configured, and the toggles handled so far.
+    pub(super) toggle_signal: bool,
+    pub(super) toggles_seen: u64,
+    /// `seq` of the last giant allocation read.
+    pub(super) next_giant: u64,
+}
+
+impl Aggregator {
+    pub(super) fn run(&mut self, inbox: Receiver<Command>) {
+        // Everything this thread allocates is the profiler's own; its events reach no layer.
+        set_current_tag(Tag::PROFILER);
+        let mut no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+        let mut next = Instant::now() + self.interval;
+        let mut next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
+        let mut drains = 0u64;
+        loop {
+            let sampling = tracing_prof_cpu::is_running();
+            let mut wake = if sampling { next.min(next_drain) } else { next };
+            if self.toggle_signal {
+                wake = wake.min(Instant::now() + crate::pause::TOGGLE_POLL);
+                if crate::pause::toggles_since(&mut self.toggles_seen) % 2 == 1 {
+                    let paused = self.shared.paused.load(Ordering::Acquire);
+                    self.shared.set_paused(!paused);
+                }
+            }
+            match inbox.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) if Instant::now() < next && !sampling => {}
+                Err(RecvTimeoutError::Timeout) if Instant::now() < next => {
+                    // A drain tick: keep the samplers' rings from filling up.
+                    next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
+                    drains += 1;
+                    crate::cpu::drain();
+                    if drains % 10 == 0 {
+                        self.watch_cpu_sampler();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.export(&mut no_events);
+                    next += self.interval;
+                    if next < Instant::now() {
+                        next = Instant::now() + self.interval; // fell behind: skip, don't burst
+                    }
+                }
+                Ok(Command::Flush(reply)) => {
+                    self.export(&mut no_events);
+                    let _ = reply.send(());
+                }
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    self.export(&mut no_events);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Once a second while CPU sampling runs: stops it if someone replaced our SIGPROF handler
+    /// (our timers' signals would go to theirs), and follows libraries loaded since.
+    fn watch_cpu_sampler(&self) {
+        crate::monotonic::recheck();
+        if !tracing_prof_cpu::is_running() {
+            return;
+        }
+        if !tracing_prof_cpu::handler_installed() {
+            crate::cpu::stop();
+            let msg = "another SIGPROF handler replaced tracing-prof's; CPU sampling stopped";
+            eprintln!("tracing-prof: {msg}");
+            *self.shared.cpu_error.lock() = Some(msg.to_owned());
+            return;
+        }
+        tracing_prof_cpu::refresh_modules();
+    }
+
+    /// Captures, runs leak detection, and hands the profile to every sink.
+    ///
+    /// `no_events` is this thread's no-op dispatcher guard: its own work never reaches the
+    /// application's subscriber, except the leak events, which are meant for it.
+    fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
+        if self.sinks.is_empty()
+            && self.leaks.is_none()
+            && !self.giants
+            && !crate::long_poll::enabled()
+        {
+            return;
+        }
+        if self.shared.paused.load(Ordering::Acquire) {
+            return; // paused: no files, no pushes
+        }
+        let mut events: Vec<Box<dyn Fn()>> = Vec::new();
+        if self.giants {
+            let (new, missed, next) = tracing_prof_alloc::giant_allocations_since(self.next_giant);
+            self.next_giant = next;
+            self.shared
+                .giants_missed
+                .fetch_add(missed, Ordering::Relaxed);
+            let mut reports = Vec::new();
+            for g in new {
+                if g.tag == Tag::PROFILER {
+                    continue; // the profiler's own (symbolization, encoding): never refused
+                }
+                let report = GiantReport {
+                    size: g.size,
+                    span_path: crate::span_path::display(g.tag),
+                    refused: g.refused,
+                    stack: crate::symbolize::code_stack(
+                        &g.ips,
+                        crate::span_path::innermost(g.tag).as_ref(),
+                        crate::symbolize::Leaf::TrimAllocator,
+                    ),
+                };
+                events.push(Box::new({
+                    let r = report.clone();
+                    move || log_giant(&r)
+                }));
+                reports.push(report);
+            }
+            // Symbolized above, outside the lock: a ForkSafe lock is held briefly, alone.
+            let mut kept = self.shared.giants.lock();
+            for report in reports {
+                if kept.len() == tracing_prof_alloc::GIANT_RING {
+                    kept.pop_front();
+                }
+                kept.push_back(report);
+            }
+            drop(kept);
+        }
+        let mut profile = crate::capture(self.shared.started.elapsed());
+        for p in &profile.paths {
+            if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
+                let (path, count) = (p.display_path(), p.time.long_polls);
+                events.push(Box::new(move || log_long_poll(&path, count)));
+            }
+        }
+        if let Some(detector) = &mut self.leaks {
+            let (now, new) = detector.observe(&profile);
+            profile.suspected_leaks = now.clone();
+            *self.shared.leaks.lock() = now;
+            let level = self.leak_level;
+            for leak in new {
+                events.push(Box::new(move || log_leak(level, &leak)));
+            }
+        }
+        if !events.is_empty() {
+            // These events are meant for the application's subscriber: leave the no-op one.
+            drop(no_events.take());
+            for emit in &events {
+                emit();
+            }
+            *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+        }
+        for (sink, counters) in self.sinks.iter_mut().zip(&self.shared.sinks) {
+            let name = sink.name().to_owned();
+            // A panicking sink is a failed export, not the end of profiling.
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.export(&profile)))
+                    .unwrap_or_else(|panic| {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a non-string payload".into());
+                        Err(format!("the sink panicked: {what}").into())
+                    });
+            match result {
+                Ok(()) => {
+                    self.shared.exports.fetch_add(1, Ordering::Relaxed);
+                    counters.exports.fetch_add(1, Ordering::Relaxed);
+                    *counters.last_error.lock() = None;
+                    if self.reported.remove(&name).is_some() {
+                        eprintln!("tracing-prof: {name}: exporting works again");
+                    }
+                }
+                Err(e) => {
+                    self.shared.export_errors.fetch_add(1, Ordering::Relaxed);
+                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
+                    let msg = e.to_string();
+                    *counters.last_error.lock() = Some(msg.clone());
+                    if self.reported.get(&name) != Some(&msg) {
+                        eprintln!(
+                            "tracing-prof: {name}: export failed: {msg} \
+                             (will retry every interval; this error is reported once)"
+                        );
+                        self.reported.insert(name, msg);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn log_giant(g: &GiantReport) {
+    tracing::warn!(
+        target: "tracing_prof::giant",
+        size = g.size,
+        span_path = %g.span_path,
+        refused = g.refused,
+        site = %g.site(),
+        "giant allocation of {} bytes in span path `{}`{}",
+        g.size,
+        g.span_path,
+        if g.refused { ", refused" } else { "" }
+    );
+}
+
+fn log_long_poll(path: &str, count: u64) {
+    tracing::warn!(
+        target: "tracing_prof::long_poll",
+        span_path = %path,
+        long_polls = count,
+        "span path `{path}` blocked an async worker thread: {count} poll(s) at least the \
+         long-poll threshold long so far (see Profiler::long_polls)"
+    );
+}
+
+fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {
+    macro_rules! at {
+        ($lvl:expr) => {
+            tracing::event!(
+                target: "tracing_prof::leak",
+                $lvl,
+                span_path = %leak.path,
+                in_use_bytes = leak.inuse_bytes,
+                growth_bytes = leak.growth_bytes,
+                snapshots = leak.snapshots,
+                "suspected memory leak: the in-use memory of span path `{}` grew in each of the last {} \
+                 captures, by {} bytes, to {} bytes",
+                leak.path,
+                leak.snapshots,
+                leak.growth_bytes,
+                leak.inuse_bytes
+            )
+        };
+    }
+    match level {
+        tracing::Level::ERROR => at!(tracing::Level::ERROR),
+        tracing::Level::WARN => at!(tracing::Level::WARN),
+        tracing::Level::INFO => at!(tracing::Level::INFO),
+        tracing::Level::DEBUG => at!(tracing::Level::DEBUG),
+        _ => at!(tracing::Level::TRACE),
+    }
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Command::Flush(_) => "Flush",
+            Command::Shutdown => "Shutdown",
+        })
+    }
+}

@@ -1,0 +1,364 @@
+//! [`ProfilerBuilder`]: the settings, applied in one place, and the threads started.
+
+use super::aggregator::{Aggregator, Command};
+use super::guard::ProfilerGuard;
+use super::sink::{Sink, SinkCounters};
+use super::{Profiler, Shared};
+use crate::config::{Config, ConfigError};
+use crate::fork::ForkSafe;
+use crate::layer::ProfileLayer;
+use crate::leak::LeakDetector;
+use crossbeam_channel::bounded;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Why the profiler could not start.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The aggregator thread could not be spawned.
+    #[error("cannot spawn the tracing-prof aggregator thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// Another profiler is running in this process (its guard is alive, or its final export
+    /// has not finished). Everything it configures is process-wide (the allocator's sampling,
+    /// span path table, giant policy, CPU timers), and two would write the same files and prune
+    /// each other's: drop the first guard, or use its [`Profiler`] handle.
+    #[error("a tracing-prof profiler is already running in this process")]
+    AlreadyRunning,
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// Set while a profiler runs: from `build` until its aggregator thread has finished.
+pub(super) static RUNNING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Owns [`RUNNING`]: clears it when dropped (the aggregator's end, or a failed build).
+struct RunningToken(());
+
+impl RunningToken {
+    fn take() -> Result<Self, BuildError> {
+        RUNNING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| RunningToken(()))
+            .map_err(|_| BuildError::AlreadyRunning)
+    }
+}
+
+impl Drop for RunningToken {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
+
+/// In a child of `fork`: no aggregator runs there.
+pub(crate) fn after_fork_in_child() {
+    RUNNING.store(false, Ordering::Release);
+}
+
+/// Configures and starts a profiler.
+///
+/// # Examples
+/// ```
+/// use tracing_subscriber::prelude::*;
+/// let (layer, guard) = tracing_prof_core::Profiler::builder()
+///     .interval(std::time::Duration::from_secs(30))
+///     .build()
+///     .unwrap();
+/// let subscriber = tracing_subscriber::registry().with(layer);
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::info_span!("request").in_scope(|| { /* work */ });
+/// });
+/// let profile = guard.profiler().snapshot();
+/// assert!(profile.path(&["request"]).is_some());
+/// ```
+#[derive(Default)]
+pub struct ProfilerBuilder {
+    pub(super) config: Config,
+    pub(super) sinks: Vec<Box<dyn Sink>>,
+}
+
+impl fmt::Debug for ProfilerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sinks: Vec<&str> = self.sinks.iter().map(|s| s.name()).collect();
+        f.debug_struct("ProfilerBuilder")
+            .field("config", &self.config)
+            .field("sinks", &sinks)
+            .finish()
+    }
+}
+
+impl ProfilerBuilder {
+    /// Replaces all settings.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Overrides settings from the `TRACING_PROF_*` environment variables that are set.
+    pub fn from_env(mut self) -> Result<Self, ConfigError> {
+        self.config.apply_env()?;
+        Ok(self)
+    }
+
+    /// How often profiles are exported. Default [`DEFAULT_INTERVAL`](crate::config::DEFAULT_INTERVAL).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.config.interval = interval;
+        self
+    }
+
+    /// Cap on distinct span paths. Default [`DEFAULT_MAX_SPAN_PATHS`](crate::config::DEFAULT_MAX_SPAN_PATHS).
+    pub fn max_span_paths(mut self, n: usize) -> Self {
+        self.config.max_span_paths = n;
+        self
+    }
+
+    /// Span fields whose values become labels on every profile kind (`route`, `method`):
+    /// `go tool pprof -tagfocus=route=/users`, `tracing-prof top --tag route=/users`. Each
+    /// field keeps its first [`DEFAULT_LABEL_VALUES`](crate::config::DEFAULT_LABEL_VALUES)
+    /// distinct values (see [`ProfilerBuilder::max_label_values`]), later ones show as
+    /// `(other)`. None by default. See [`crate::labels`] for what it costs and what counts.
+    ///
+    /// # Examples
+    /// ```
+    /// let builder = tracing_prof_core::Profiler::builder().span_field_labels(["route", "method"]);
+    /// ```
+    pub fn span_field_labels<I, T>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.config.label_fields = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Distinct values kept per label field before `(other)`, 1 to
+    /// [`MAX_LABEL_VALUES`](crate::labels::MAX_LABEL_VALUES).
+    pub fn max_label_values(mut self, n: usize) -> Self {
+        self.config.label_values = n;
+        self
+    }
+
+    /// How per-span CPU time is measured: from the CPU samples, exactly on every enter and
+    /// exit, or not at all. Default [`DEFAULT_CPU_TIME`](crate::config::DEFAULT_CPU_TIME).
+    pub fn cpu_time(mut self, mode: crate::CpuTime) -> Self {
+        self.config.cpu_time = mode;
+        self
+    }
+
+    /// CPU stack samples per second of CPU time on each thread (`0`: off). Default
+    /// [`DEFAULT_CPU_HZ`](crate::config::DEFAULT_CPU_HZ). Process-wide.
+    pub fn cpu_sampling(mut self, hz: u32) -> Self {
+        self.config.cpu_hz = hz;
+        self
+    }
+
+    /// How the CPU sampler walks stacks. Default
+    /// [`DEFAULT_CPU_UNWIND`](crate::config::DEFAULT_CPU_UNWIND).
+    pub fn cpu_unwind(mut self, unwind: crate::Unwind) -> Self {
+        self.config.cpu_unwind = unwind;
+        self
+    }
+
+    /// Which CPU clock. Default [`DEFAULT_CPU_CLOCK`](crate::config::DEFAULT_CPU_CLOCK); see
+    /// [`CpuClock`](crate::CpuClock).
+    pub fn cpu_clock(mut self, clock: crate::CpuClock) -> Self {
+        self.config.cpu_clock = clock;
+        self
+    }
+
+    /// Leak detection: a span path is a suspected leak once its in-use memory grew in `snapshots`
+    /// consecutive captures by at least `min_bytes` in all; `snapshots == 0` turns it off.
+    /// Defaults [`DEFAULT_LEAK_SNAPSHOTS`](crate::config::DEFAULT_LEAK_SNAPSHOTS) and
+    /// [`DEFAULT_LEAK_MIN_BYTES`](crate::config::DEFAULT_LEAK_MIN_BYTES).
+    pub fn leak_detection(mut self, snapshots: usize, min_bytes: u64) -> Self {
+        self.config.leak_snapshots = snapshots;
+        self.config.leak_min_bytes = min_bytes;
+        self
+    }
+
+    /// Level of the event logged when a path becomes a suspected leak. Default
+    /// [`DEFAULT_LEAK_LEVEL`](crate::config::DEFAULT_LEAK_LEVEL).
+    pub fn leak_level(mut self, level: tracing::Level) -> Self {
+        self.config.leak_level = level;
+        self
+    }
+
+    /// Reports allocations of at least `bytes` (with their span path: [`Profiler::giant_allocations`]
+    /// and a WARN event, target `tracing_prof::giant`), and refuses them if `refuse`: null is
+    /// returned before the inner allocator is asked, so the program's allocation-error handling
+    /// runs and nothing leaks. Needs the tagging allocator. Off by default. `bytes` must be at
+    /// least [`MIN_GIANT_BYTES`](crate::config::MIN_GIANT_BYTES). Process-wide.
+    pub fn giant_allocations(mut self, bytes: usize, refuse: bool) -> Self {
+        self.config.giant_bytes = Some(bytes);
+        self.config.giant_refuse = refuse;
+        self
+    }
+
+    /// Heap sampling: a mean of one allocation sampled, with its code stack, per `rate` bytes
+    /// allocated (`0`: off; `1`: every allocation, for tests). Default
+    /// [`DEFAULT_SAMPLE_RATE`](crate::config::DEFAULT_SAMPLE_RATE). Needs the tagging allocator.
+    /// Process-wide (one profiler runs at a time: [`BuildError::AlreadyRunning`]).
+    pub fn heap_sampling(mut self, rate: u64) -> Self {
+        self.config.sample_rate = rate;
+        self
+    }
+
+    /// Counts an enter-to-exit interval of a span's own (less its child spans) on an async
+    /// runtime's worker thread at least `threshold` long as a long poll: it kept the worker
+    /// from its other tasks. `None` counts none. Default
+    /// [`DEFAULT_LONG_POLL`](crate::config::DEFAULT_LONG_POLL); `TRACING_PROF_LONG_POLL`.
+    /// See [`Profiler::long_polls`].
+    pub fn long_poll(mut self, threshold: Option<Duration>) -> Self {
+        self.config.long_poll = threshold;
+        self
+    }
+
+    /// A signal that pauses and resumes profiling, each time it arrives (see
+    /// [`Profiler::pause`]); `TRACING_PROF_TOGGLE_SIGNAL`. None by default: `SIGUSR1` and
+    /// `SIGUSR2` kill a process that does not handle them, and a profiler must not change
+    /// that unasked. Building fails if the application already handles (or ignores) it.
+    pub fn toggle_signal(mut self, signal: Option<crate::ToggleSignal>) -> Self {
+        self.config.toggle_signal = signal;
+        self
+    }
+
+    /// Sampled allocations freed sooner than `threshold` count as temporary. Default
+    /// [`DEFAULT_TEMPORARY_THRESHOLD`](crate::config::DEFAULT_TEMPORARY_THRESHOLD).
+    pub fn temporary_threshold(mut self, threshold: Duration) -> Self {
+        self.config.temporary_threshold = threshold;
+        self
+    }
+
+    /// How long the guard's drop waits for the final export. Default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::config::DEFAULT_SHUTDOWN_TIMEOUT).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Adds a destination for the profiles exported every interval and at shutdown.
+    pub fn sink(mut self, sink: impl Sink) -> Self {
+        self.sinks.push(Box::new(sink));
+        self
+    }
+
+    /// The settings as they stand.
+    pub fn current_config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Starts the aggregator thread and returns the layer to install and the guard to keep.
+    pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
+        self.config.validate()?;
+        let running = RunningToken::take()?;
+        crate::span_path::set_cap(self.config.max_span_paths);
+        crate::labels::configure(&self.config.label_fields, self.config.label_values);
+        crate::fork::register();
+        crate::long_poll::set_threshold(self.config.long_poll);
+        tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
+        if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
+            return Err(BuildError::Config(ConfigError::Value {
+                setting: "sample_rate",
+                reason: "the system allocator refused the sample table".into(),
+            }));
+        }
+        let shared = Arc::new(Shared {
+            started: Instant::now(),
+            exports: AtomicU64::new(0),
+            export_errors: AtomicU64::new(0),
+            leaks: ForkSafe::new(Vec::new()),
+            giants: ForkSafe::new(std::collections::VecDeque::new()),
+            giants_missed: AtomicU64::new(0),
+            cpu_error: ForkSafe::new(None),
+            services: ForkSafe::new(Vec::new()),
+            sinks: self
+                .sinks
+                .iter()
+                .map(|sink| SinkCounters {
+                    name: sink.name().to_owned(),
+                    exports: AtomicU64::new(0),
+                    export_errors: AtomicU64::new(0),
+                    last_error: ForkSafe::new(None),
+                    delivery: sink.delivery(),
+                })
+                .collect(),
+            paused: AtomicBool::new(false),
+            toggle: ForkSafe::new(()),
+            sample_rate: self.config.sample_rate,
+            cpu_time: self.config.cpu_time,
+            cpu_hz: self.config.cpu_hz,
+            cpu_unwind: self.config.cpu_unwind,
+        });
+        if let Some(sig) = self.config.toggle_signal {
+            crate::pause::install(sig).map_err(|reason| {
+                BuildError::Config(ConfigError::Value {
+                    setting: "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
+                    reason,
+                })
+            })?;
+        }
+        if let Err(e) = crate::cpu::start(
+            self.config.cpu_time,
+            self.config.cpu_hz,
+            self.config.cpu_unwind,
+        ) {
+            eprintln!("tracing-prof: CPU sampling is off: {e}");
+            *shared.cpu_error.lock() = Some(e.to_string());
+        }
+        let (commands, inbox) = bounded::<Command>(4);
+        let (done_tx, done) = bounded::<()>(1);
+        let mut aggregator = Aggregator {
+            shared: Arc::clone(&shared),
+            sinks: self.sinks,
+            interval: self.config.interval,
+            reported: HashMap::new(),
+            leaks: (self.config.leak_snapshots > 0)
+                .then(|| LeakDetector::new(self.config.leak_snapshots, self.config.leak_min_bytes)),
+            leak_level: self.config.leak_level,
+            giants: self.config.giant_bytes.is_some(),
+            long_polls_reported: std::collections::HashSet::new(),
+            toggle_signal: self.config.toggle_signal.is_some(),
+            toggles_seen: 0,
+            // Only records made from now on: older ones belong to an earlier profiler.
+            next_giant: tracing_prof_alloc::giant_allocations_end(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("tracing-prof".into())
+            .spawn(move || {
+                aggregator.run(inbox);
+                // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
+                drop(aggregator);
+                crate::cpu::stop();
+                drop(running);
+                let _ = done_tx.send(());
+            })
+            .map_err(BuildError::Spawn)?;
+        let layer = ProfileLayer::new()
+            .with_cpu_time(self.config.cpu_time == crate::CpuTime::Exact)
+            .with_clock(crate::SystemClock::new(self.config.cpu_clock));
+        // Last: what `build` itself allocates is never refused.
+        tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
+        let guard = ProfilerGuard {
+            profiler: Profiler { shared },
+            commands,
+            done,
+            thread: Some(thread),
+            timeout: self.config.shutdown_timeout,
+            attached: Vec::new(),
+        };
+        Ok((layer, guard))
+    }
+}

@@ -1,0 +1,323 @@
+//! The profiler: a builder, a background aggregator thread that exports to sinks, and the
+//! guard that flushes on drop.
+//!
+//! `sink` (what an exporter implements, and the delivery counters), `builder` (the settings
+//! applied, the threads started), this module (the [`Profiler`] handle and the state it shares
+//! with the aggregator), `aggregator` (the thread: snapshots, exports, leak, giant and
+//! long-poll reports) and `guard` (the final export on drop).
+
+mod aggregator;
+mod builder;
+mod guard;
+mod sink;
+
+use builder::RUNNING;
+pub(crate) use builder::after_fork_in_child;
+pub use builder::{BuildError, ProfilerBuilder};
+pub use guard::{FlushTimeout, ProfilerGuard};
+pub use sink::{Delivery, DeliveryProbe, ServiceStatus, Sink, SinkError, SinkStats};
+
+use crate::fork::ForkSafe;
+use sink::SinkCounters;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tracing_prof_alloc::Tag;
+use tracing_prof_model::{CodeFrame, Snapshot, SuspectedLeak};
+
+/// Counters about the profiler itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Profiles exported successfully, summed over sinks.
+    pub exports: u64,
+    /// Exports that failed, summed over sinks.
+    pub export_errors: u64,
+    /// Spans counted under `(other span paths)` because the path cap was reached.
+    pub overflowed_spans: u64,
+    /// Giant allocations overwritten in their ring before the aggregator read them.
+    pub giant_allocations_missed: u64,
+    /// Per-thread counter tables made (threads seen; exited threads' tables are reused).
+    pub thread_tables: usize,
+    /// Heap sampling rate in bytes (0: off).
+    pub sample_rate: u64,
+    /// Stack buckets of the heap sampler in use, out of `tracing_prof_alloc::MAX_STACKS - 1`.
+    pub sampled_stacks: usize,
+    /// Samples counted under `(stack table full)` because no bucket was left for their stack.
+    pub stack_table_full: u64,
+    /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
+    pub untracked_span_instances: u64,
+    /// Bytes of memory the span table holds: 64 per open span, in 4 KiB pages, outside the
+    /// allocator (an anonymous mapping, so not in the profiles' `(tracing-prof)` path). Pages
+    /// that no open span uses any more are given back at each capture.
+    pub span_table_bytes: usize,
+    /// Spans created so far that found no room in the span table (both of their places taken,
+    /// or the table's reservation refused): kept in the registry's extensions, at the cost of a
+    /// registry lookup per enter and about 200 bytes the registry keeps.
+    pub spans_outside_table: u64,
+    /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
+    pub cpu: tracing_prof_cpu::SamplerStats,
+    /// Whether profiling is paused (see [`Profiler::pause`]).
+    pub paused: bool,
+    /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying
+    /// again); [`Profiler::services`] says which and why.
+    pub services_down: usize,
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) started: Instant,
+    pub(super) exports: AtomicU64,
+    pub(super) export_errors: AtomicU64,
+    /// What the aggregator's leak detection last found.
+    pub(super) leaks: ForkSafe<Vec<SuspectedLeak>>,
+    /// The most recent giant allocations, at most GIANT_RING.
+    pub(super) giants: ForkSafe<std::collections::VecDeque<GiantReport>>,
+    pub(super) giants_missed: AtomicU64,
+    /// Why CPU sampling is not running, when it was asked for.
+    pub(super) cpu_error: ForkSafe<Option<String>>,
+    /// Per sink, in the order they were added.
+    pub(super) sinks: Vec<SinkCounters>,
+    /// The services beside the sinks, by name, in the order they first reported.
+    pub(super) services: ForkSafe<Vec<ServiceStatus>>,
+    /// Whether profiling is paused; changed under `toggle`.
+    pub(super) paused: AtomicBool,
+    /// Serializes pause and resume.
+    pub(super) toggle: ForkSafe<()>,
+    /// What resume starts again.
+    pub(super) sample_rate: u64,
+    pub(super) cpu_time: crate::CpuTime,
+    pub(super) cpu_hz: u32,
+    pub(super) cpu_unwind: crate::Unwind,
+}
+
+impl Shared {
+    /// Pauses (`true`) or resumes profiling; returns whether that changed anything.
+    fn set_paused(&self, paused: bool) -> bool {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let _one_at_a_time = self.toggle.lock();
+        if self.paused.load(Ordering::Acquire) == paused {
+            return false;
+        }
+        if paused {
+            self.paused.store(true, Ordering::Release);
+            tracing_prof_alloc::set_sample_rate(0);
+            crate::cpu::stop();
+        } else {
+            tracing_prof_alloc::set_sample_rate(self.sample_rate);
+            if self.cpu_hz > 0 {
+                if let Err(e) = crate::cpu::start(self.cpu_time, self.cpu_hz, self.cpu_unwind) {
+                    eprintln!("tracing-prof: CPU sampling did not start again: {e}");
+                    *self.cpu_error.lock() = Some(e.to_string());
+                }
+            }
+            self.paused.store(false, Ordering::Release);
+        }
+        true
+    }
+}
+
+/// The long polls of one span path (see [`Profiler::long_polls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LongPolls {
+    /// The span names, root first, joined by ` -> `.
+    pub path: String,
+    /// The path's frames, root first.
+    pub frames: Vec<tracing_prof_model::SpanFrame>,
+    /// Long polls since the start.
+    pub count: u64,
+    /// The longest of them.
+    pub longest: Duration,
+}
+
+/// A giant allocation, as the aggregator read it (see [`ProfilerBuilder::giant_allocations`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GiantReport {
+    /// Bytes requested.
+    pub size: usize,
+    /// The span path it was requested in.
+    pub span_path: String,
+    /// Whether it was refused.
+    pub refused: bool,
+    /// The code that asked, root first (trimmed like the sampled stacks).
+    pub stack: Vec<CodeFrame>,
+}
+
+impl GiantReport {
+    /// The innermost code frame: the function that asked, or `?` when unknown.
+    pub fn site(&self) -> &str {
+        self.stack.last().map_or("?", |f| &f.function)
+    }
+}
+
+/// A handle to read the profiler's numbers from any thread.
+#[derive(Clone, Debug)]
+pub struct Profiler {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Profiler {
+    /// Starts configuring a profiler with the documented defaults.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Whether a profiler is running in this process: built, and its aggregator not finished
+    /// (the guard is alive, or its final export is still under way). While it is, building
+    /// another fails with [`BuildError::AlreadyRunning`].
+    pub fn running() -> bool {
+        RUNNING.load(Ordering::Acquire)
+    }
+
+    /// Everything counted so far, read now on the calling thread, with the suspected leaks the
+    /// aggregator last found.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut p = crate::capture(self.shared.started.elapsed());
+        p.suspected_leaks = self.suspected_leaks();
+        p
+    }
+
+    /// What is running now, as Go's goroutine dump shows goroutines: each thread that entered a
+    /// span, with the span path it is in and since when; each span path with open spans, its
+    /// count and its oldest spans' ages (at most [`LISTED_PER_PATH`]), the path with the oldest
+    /// span first. Reads the span table without a lock: the cost grows with the spans open now,
+    /// never with those closed, and the answer's size with the span paths (capped).
+    ///
+    /// Spans of the registry's extensions (no room in the table, see
+    /// [`Stats::spans_outside_table`]) are not listed; `unlisted` counts them. Ages assume the
+    /// real clock (a layer given a test clock lists nonsense ages).
+    ///
+    /// [`LISTED_PER_PATH`]: tracing_prof_model::LISTED_PER_PATH
+    pub fn in_flight(&self) -> tracing_prof_model::InFlight {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        crate::in_flight::read(&crate::capture::path_index(), crate::monotonic::now_ns())
+    }
+
+    /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
+    /// capture; see [`ProfilerBuilder::giant_allocations`].
+    pub fn giant_allocations(&self) -> Vec<GiantReport> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let g = self.shared.giants.lock();
+        g.iter().cloned().collect()
+    }
+
+    /// Span paths whose in-use memory grew in each of the last captures (see the leak detection in the README),
+    /// as of the aggregator's last capture.
+    pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared.leaks.lock().clone()
+    }
+
+    /// Counters about the profiler itself.
+    pub fn stats(&self) -> Stats {
+        let sampler = tracing_prof_alloc::sampler_stats();
+        Stats {
+            exports: self.shared.exports.load(Ordering::Relaxed),
+            export_errors: self.shared.export_errors.load(Ordering::Relaxed),
+            overflowed_spans: crate::span_path::overflowed_spans(),
+            giant_allocations_missed: self.shared.giants_missed.load(Ordering::Relaxed),
+            thread_tables: tracing_prof_alloc::thread_tables(),
+            sample_rate: sampler.rate,
+            sampled_stacks: sampler.stacks,
+            stack_table_full: sampler.table_full,
+            untracked_span_instances: tracing_prof_alloc::untracked_instances(),
+            span_table_bytes: crate::span_index::resident_bytes(),
+            spans_outside_table: crate::span_index::spans_outside(),
+            cpu: tracing_prof_cpu::stats(),
+            paused: self.is_paused(),
+            services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
+        }
+    }
+
+    /// Records the state of a service run beside the profiler (the `/debug/pprof` server
+    /// does), replacing the last one of the same name; [`Profiler::services`] and
+    /// [`Stats::services_down`] read it, and the `/debug/pprof/` index shows it.
+    pub fn set_service_status(&self, status: ServiceStatus) {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let mut services = self.shared.services.lock();
+        match services.iter_mut().find(|s| s.name == status.name) {
+            Some(s) => *s = status,
+            None => services.push(status),
+        }
+    }
+
+    /// Forgets the service `name` (it stopped): it is no longer listed.
+    pub fn remove_service(&self, name: &str) {
+        self.shared.services.lock().retain(|s| s.name != name);
+    }
+
+    /// The services run beside the profiler, as they last said (see
+    /// [`Profiler::set_service_status`]).
+    pub fn services(&self) -> Vec<ServiceStatus> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared.services.lock().clone()
+    }
+
+    /// Pauses profiling: no heap sampling, no CPU sampling, no exports (so no files and no
+    /// pushes) until [`Profiler::resume`]. The exact counters keep counting, so in-use memory
+    /// is right again after resuming, and the first export after it covers the pause too.
+    /// Returns whether it was running. Takes effect at once on every thread (a thread in the
+    /// middle of its next heap sample finishes it).
+    pub fn pause(&self) -> bool {
+        self.shared.set_paused(true)
+    }
+
+    /// Resumes profiling after [`Profiler::pause`]; returns whether it was paused.
+    pub fn resume(&self) -> bool {
+        self.shared.set_paused(false)
+    }
+
+    /// Whether profiling is paused.
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::Acquire)
+    }
+
+    /// The span paths with long polls (see [`ProfilerBuilder::long_poll`]), most first: how
+    /// many since the start, and the longest. Worker threads are those named as tokio names
+    /// its workers; the span whose own time was long is counted, not its parents.
+    pub fn long_polls(&self) -> Vec<LongPolls> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let mut out: Vec<LongPolls> = crate::span_path::all_paths()
+            .into_iter()
+            .filter_map(|(tag, frames)| {
+                let (count, longest_ns) = crate::long_poll::of(tag);
+                (count > 0).then(|| LongPolls {
+                    path: tracing_prof_model::display_path(&frames),
+                    frames,
+                    count,
+                    longest: Duration::from_nanos(longest_ns),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.count.cmp(&a.count).then(b.longest.cmp(&a.longest)));
+        out
+    }
+
+    /// Each sink's counters, in the order the sinks were added: exports and failures as the
+    /// aggregator saw them, the last error, and for a sink that delivers later (Pyroscope) its
+    /// own delivery counters, read now. A push that fails after `export` queued it shows here,
+    /// not in [`Stats::export_errors`].
+    pub fn sink_stats(&self) -> Vec<SinkStats> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared
+            .sinks
+            .iter()
+            .map(|c| SinkStats {
+                name: c.name.clone(),
+                exports: c.exports.load(Ordering::Relaxed),
+                export_errors: c.export_errors.load(Ordering::Relaxed),
+                last_error: c.last_error.lock().clone(),
+                delivery: c.delivery.as_ref().map(|probe| probe()),
+            })
+            .collect()
+    }
+
+    /// Why CPU sampling is not running although it was asked for (another SIGPROF handler in
+    /// the process, an unsupported platform...), or `None`.
+    pub fn cpu_error(&self) -> Option<String> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        self.shared.cpu_error.lock().clone()
+    }
+}
