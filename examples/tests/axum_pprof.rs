@@ -112,7 +112,9 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
     let answered = tracing::info_span!("client").in_scope(|| {
         (0..20)
             .map(|_| {
-                get(&open_addr, "/debug/pprof/span_memory?debug=1", "").1.len()
+                get(&open_addr, "/debug/pprof/span_memory?debug=1", "")
+                    .1
+                    .len()
                     + get(&open_addr, "/debug/pprof/heap", "").1.len()
             })
             .sum::<usize>() as u64
