@@ -26,6 +26,37 @@ pub fn env_bytes(name: &'static std::ffi::CStr) -> &'static [u8] {
     unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()
 }
 
+/// A numeric setting from the environment (`TRACING_PROF_BENCH_ROUNDS`...), or `default`.
+pub fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The cheap-request workload as a child of the cheap benchmarks runs it:
+/// `TRACING_PROF_BENCH_REQUESTS` requests (default 400 000), 256 in flight, on a tokio runtime
+/// with one worker per CPU (tokio's default); returns its wall time, the runtime's shutdown
+/// included.
+pub fn run_cheap() -> std::time::Duration {
+    let requests = setting("TRACING_PROF_BENCH_REQUESTS", 400_000);
+    let start = std::time::Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The requests are spawned from a task on the runtime, as a server's connection tasks do,
+    // not from outside it (each spawn from outside wakes a worker: context switches dominate).
+    let total = rt.block_on(async move {
+        tokio::spawn(tracing_prof_examples::run_cheap(requests, 256))
+            .await
+            .expect("the request loop")
+    });
+    std::hint::black_box(total);
+    drop(rt);
+    start.elapsed()
+}
+
 /// One child's numbers.
 pub struct Run {
     pub wall_s: f64,
@@ -41,15 +72,21 @@ pub fn report(wall: std::time::Duration, flush: std::time::Duration) {
 
 /// Runs this binary again with `env=mode` and returns what the child reported.
 pub fn spawn(env: &str, mode: &str) -> Run {
+    spawn_with(env, mode, None)
+}
+
+/// [`spawn`], with one more environment variable set in the child.
+pub fn spawn_with(env: &str, mode: &str, extra: Option<(&str, &str)>) -> Run {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(env, mode).stdout(Stdio::piped());
+    if let Some((k, v)) = extra {
+        command.env(k, v);
+    }
     #[allow(
         clippy::zombie_processes,
         reason = "reaped below by wait4, which also returns its rusage"
     )]
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .env(env, mode)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the benchmark child");
+    let mut c = command.spawn().expect("spawn the benchmark child");
     let mut out = String::new();
     c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     let mut status = 0;
@@ -78,11 +115,21 @@ pub fn spawn(env: &str, mode: &str) -> Run {
 
 /// Runs every mode `rounds` times, rotating the order each round; runs per mode, in `modes` order.
 pub fn rotate(env: &str, modes: &[&str], rounds: usize) -> Vec<Vec<Run>> {
+    rotate_with(env, modes, rounds, &|_| None)
+}
+
+/// [`rotate`], with `extra(mode)` naming one more environment variable for that mode's child.
+pub fn rotate_with(
+    env: &str,
+    modes: &[&str],
+    rounds: usize,
+    extra: &dyn Fn(&str) -> Option<(&'static str, &'static str)>,
+) -> Vec<Vec<Run>> {
     let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for j in 0..modes.len() {
             let i = (round + j) % modes.len();
-            runs[i].push(spawn(env, modes[i]));
+            runs[i].push(spawn_with(env, modes[i], extra(modes[i])));
         }
     }
     runs

@@ -43,13 +43,6 @@ const MODES: [&str; 6] = [
     "off-layer-only",
 ];
 
-fn setting(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn child(mode: &str) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cheap-{}", std::process::id()));
     let guard = if mode == "off" || mode == "alloc-only" {
@@ -75,23 +68,7 @@ fn child(mode: &str) {
         tracing_subscriber::registry().with(layer).init();
         Some(guard)
     };
-    let requests = setting("TRACING_PROF_BENCH_REQUESTS", 400_000);
-    let start = Instant::now();
-    // tokio's default: one worker per CPU.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    // The requests are spawned from a task on the runtime, as a server's connection tasks do,
-    // not from outside it (each spawn from outside wakes a worker: context switches dominate).
-    let total = rt.block_on(async move {
-        tokio::spawn(tracing_prof_examples::run_cheap(requests, 256))
-            .await
-            .expect("the request loop")
-    });
-    std::hint::black_box(total);
-    drop(rt);
-    let wall = start.elapsed();
+    let wall = child::run_cheap();
     let flush = Instant::now();
     drop(guard);
     let flush = flush.elapsed();
@@ -109,11 +86,11 @@ fn main() {
     {
         return; // filtered out by `cargo bench -- NAME`
     }
-    let rounds = setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
+    let rounds = child::setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
     let runs = child::rotate(ENV, &MODES, rounds);
     println!(
         "\n### Cheap requests ({} requests, 256 in flight, a worker per CPU): the default configuration vs off\n",
-        setting("TRACING_PROF_BENCH_REQUESTS", 400_000)
+        child::setting("TRACING_PROF_BENCH_REQUESTS", 400_000)
     );
     println!(
         "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
