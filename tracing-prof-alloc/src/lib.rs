@@ -37,8 +37,9 @@
 //!   pointers) with the CPU sampler's unwinder, which the profiler installs for the threads
 //!   that sampler armed, 5 µs with `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample`
 //!   bench of `tracing-prof-core`).
-//! - Per thread: one counter table of `MAX_TAGS` slots (88 bytes each, 352 KiB of address space,
-//!   touched only for the tags the thread uses), reused by later threads once it exits.
+//! - Per thread: one counter table of `MAX_TAGS` slots (160 bytes each: memory, span times and
+//!   the interval histogram; 657 KiB of address space), touched only for the tags the thread
+//!   uses, reused by later threads once it exits.
 //!
 //! # Heap sampling
 //! [`set_sample_rate`] turns on sampling of code stacks: sample points fall on average every
