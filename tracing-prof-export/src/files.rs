@@ -434,7 +434,7 @@ fn profile_name(s: &Snapshot) -> &str {
 fn utc_stamp(us: u64) -> String {
     let secs = us / 1_000_000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
+    let (y, m, day) = tracing_prof_model::units::civil_date(days as i64);
     format!(
         "{y:04}{m:02}{day:02}T{:02}{:02}{:02}.{:06}Z",
         rem / 3600,
@@ -442,19 +442,6 @@ fn utc_stamp(us: u64) -> String {
         rem % 60,
         us % 1_000_000
     )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]

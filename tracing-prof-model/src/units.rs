@@ -41,6 +41,21 @@ pub fn percent(part: i64, whole: i64) -> String {
     }
 }
 
+/// Days since 1970-01-01 (negative before it) to (year, month, day) in the proleptic Gregorian
+/// calendar (Howard Hinnant's `civil_from_days`): the dates of file names and of the command's
+/// output.
+pub fn civil_date(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +71,15 @@ mod tests {
         assert_eq!(format_value(42, "count"), "42");
         assert_eq!(percent(1, 3), "33.3%");
         assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn civil_dates_across_leap_years_and_before_the_epoch() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(11_016), (2000, 2, 29));
+        assert_eq!(civil_date(11_017), (2000, 3, 1));
+        assert_eq!(civil_date(-1), (1969, 12, 31));
+        assert_eq!(civil_date(20_782), (2026, 11, 25));
+        assert_eq!(civil_date(-719_468), (0, 3, 1));
     }
 }
