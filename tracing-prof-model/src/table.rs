@@ -350,11 +350,17 @@ impl Top {
         for (c, h) in header.iter().enumerate() {
             let _ = write!(out, "{h:>w$}  ", w = width[c]);
         }
-        out.push_str(if self.rows.iter().any(|r| r.name.contains(" -> ")) {
-            "span path\n"
-        } else {
-            "name\n"
-        });
+        out.push_str(
+            if self
+                .rows
+                .iter()
+                .any(|r| r.name.contains(crate::PATH_SEPARATOR))
+            {
+                "span path\n"
+            } else {
+                "name\n"
+            },
+        );
         for (r, row) in self.rows.iter().zip(&cells) {
             for (c, cell) in row.iter().enumerate() {
                 let _ = write!(out, "{cell:>w$}  ", w = width[c]);

@@ -783,7 +783,7 @@ pub(crate) mod tests {
             stack: spans.iter().map(|s| span(s)).chain(code).collect(),
             values: vec![cpu / 10_000_000, cpu],
             labels: vec![
-                Label::str("span_path", spans.join(" -> ")),
+                Label::str("span_path", spans.join(tracing_prof_model::PATH_SEPARATOR)),
                 Label::str("long_poll", "true"),
             ],
         };
