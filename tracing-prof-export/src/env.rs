@@ -27,7 +27,8 @@ pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
 /// `1` to serve on a non-loopback address without a token (refused otherwise).
 pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
 /// `1` makes a `/debug/pprof` server that cannot listen an error at start; by default the
-/// service runs without it and the server tries again every [`BIND_RETRY`].
+/// service runs without it and the server tries again every
+/// [`BIND_RETRY`](crate::http::BIND_RETRY).
 pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
 
 // Pyroscope.
@@ -134,7 +135,7 @@ fn default_app_name() -> String {
         .unwrap_or_else(|| "rust-app".into())
 }
 
-pub(crate) fn parse_tags(s: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_tags(s: &str) -> Result<Vec<(String, String)>, String> {
     s.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|pair| {

@@ -36,6 +36,33 @@ mod tests {
             })
             .collect();
         read.retain(|n| *n != "TRACING_PROF_"); // this test's own pattern
+        // ... and env.rs is the only module that reads the environment.
+        let others = [
+            ("files.rs", include_str!("files.rs")),
+            ("http/mod.rs", include_str!("http/mod.rs")),
+            ("http/handler.rs", include_str!("http/handler.rs")),
+            ("http/pages.rs", include_str!("http/pages.rs")),
+            ("http/server.rs", include_str!("http/server.rs")),
+            ("http/wire.rs", include_str!("http/wire.rs")),
+            ("http/axum.rs", include_str!("http/axum.rs")),
+            ("pyroscope/mod.rs", include_str!("pyroscope/mod.rs")),
+            ("pyroscope/config.rs", include_str!("pyroscope/config.rs")),
+            ("pyroscope/series.rs", include_str!("pyroscope/series.rs")),
+            (
+                "pyroscope/exporter.rs",
+                include_str!("pyroscope/exporter.rs"),
+            ),
+            ("pyroscope/sender.rs", include_str!("pyroscope/sender.rs")),
+            ("pyroscope/wire.rs", include_str!("pyroscope/wire.rs")),
+        ];
+        for (file, source) in others {
+            for reader in ["env_var(", "env::var", "var_os("] {
+                assert!(
+                    !source.contains(reader),
+                    "{file} reads the environment ({reader})"
+                );
+            }
+        }
         read.sort_unstable();
         read.dedup();
         assert!(!read.is_empty());

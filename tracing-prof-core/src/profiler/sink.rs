@@ -23,7 +23,7 @@ pub trait Sink: Send + 'static {
 
     /// For a sink that delivers after `export` returns (a push queue): a way to read its
     /// delivery counters from any thread, asked once when the profiler is built, shown by
-    /// [`Profiler::sink_stats`]. `None` (the default): `export`'s result is the whole story.
+    /// [`Profiler::sink_stats`](super::Profiler::sink_stats). `None` (the default): `export`'s result is the whole story.
     fn delivery(&self) -> Option<DeliveryProbe> {
         None
     }
@@ -58,7 +58,7 @@ impl Delivery {
     }
 }
 
-/// One sink's counters; see [`Profiler::sink_stats`].
+/// One sink's counters; see [`Profiler::sink_stats`](super::Profiler::sink_stats).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SinkStats {
@@ -75,7 +75,7 @@ pub struct SinkStats {
 }
 
 /// The state of a service the profiler runs beside its sinks, such as the `/debug/pprof`
-/// server; see [`Profiler::set_service_status`].
+/// server; see [`Profiler::set_service_status`](super::Profiler::set_service_status).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServiceStatus {

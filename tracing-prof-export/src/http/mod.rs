@@ -11,7 +11,7 @@
 //! | `/debug/pprof/spans` | time per span path | `cpu` |
 //! | `/debug/pprof/span_memory`, `lifetimes`, `threads` | as the files of the same names | |
 //! | `/debug/pprof/goroutine` | what runs now: open spans per span path, each thread's path | `open_spans` |
-//! | `/debug/pprof/live` | one window (default 1 s) for `tracing-prof live`: a [`LiveFrame`] | |
+//! | `/debug/pprof/live` | one window (default 1 s) for `tracing-prof live`: a [`LiveFrame`](tracing_prof_model::LiveFrame) | |
 //!
 //! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
 //! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.

@@ -130,7 +130,7 @@ impl HttpServer {
     }
 
     /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
-    /// [`DEFAULT_HTTP_ADDR`]), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is
+    /// [`DEFAULT_HTTP_ADDR`](super::DEFAULT_HTTP_ADDR)), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is
     /// set. A bad setting is an error. An address that cannot be listened on now (a port
     /// another process holds) is not: it is said once on stderr, the server tries again every
     /// [`BIND_RETRY`] in the background, and its state is in

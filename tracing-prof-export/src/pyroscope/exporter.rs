@@ -41,7 +41,8 @@ impl PushStats {
         self.queued.load(Ordering::Relaxed)
     }
     /// Samples summed into a `(N smaller stacks merged)` sample so that a profile stays within
-    /// Pyroscope's limits ([`MAX_SAMPLES`], [`MAX_PROFILE_BYTES`]); totals are unchanged.
+    /// Pyroscope's limits ([`MAX_SAMPLES`](super::MAX_SAMPLES),
+    /// [`MAX_PROFILE_BYTES`](super::MAX_PROFILE_BYTES)); totals are unchanged.
     pub fn merged_samples(&self) -> u64 {
         self.merged.load(Ordering::Relaxed)
     }

@@ -1,6 +1,6 @@
 //! Pushing profiles to Pyroscope / Grafana Cloud Profiles.
 //!
-//! Every interval, [`PyroscopeExporter`] (a [`Sink`]) turns the profile into a window since the
+//! Every interval, [`PyroscopeExporter`] (a [`Sink`](tracing_prof_core::Sink)) turns the profile into a window since the
 //! previous push (counters over the interval, in-use memory at its end), encodes its series as
 //! pprof and hands them to its own sender thread through a bounded queue. The aggregator never
 //! waits on the network: when the queue is full the oldest batch is dropped and counted. The
