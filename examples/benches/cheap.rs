@@ -12,6 +12,8 @@
 //!   10 s (and at exit);
 //! - `no-cpu-sampling`: the default less CPU sampling (`TRACING_PROF_CPU_HZ=0`), to see what
 //!   sampling itself costs;
+//! - `no-heap-sampling`: the default less heap sampling (`TRACING_PROF_SAMPLE_RATE=0`), to see
+//!   what heap sampling costs;
 //! - `exact-cpu`: the previous default: no CPU sampling, a CPU clock read on every enter and
 //!   exit;
 //! - `alloc-only`: the tagging allocator with no layer and no profiler;
@@ -34,10 +36,11 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: switch::Switch = switch::Switch;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
-const MODES: [&str; 6] = [
+const MODES: [&str; 7] = [
     "off",
     "default",
     "no-cpu-sampling",
+    "no-heap-sampling",
     "exact-cpu",
     "alloc-only",
     "off-layer-only",
@@ -60,6 +63,7 @@ fn child(mode: &str) {
         b = match mode {
             "default" => b,
             "no-cpu-sampling" => b.cpu_sampling(0),
+            "no-heap-sampling" => b.heap_sampling(0),
             "exact-cpu" => b.cpu_sampling(0).cpu_time(CpuTime::Exact),
             "no-sampling" => b.cpu_sampling(0).heap_sampling(0),
             other => panic!("unknown mode {other}"),
@@ -96,12 +100,19 @@ fn main() {
         "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
     child::table(&MODES, &runs);
-    let (default, no_cpu) = (&runs[1], &runs[2]);
+    let (default, no_cpu, no_heap) = (&runs[1], &runs[2], &runs[3]);
     println!(
         "\nCPU sampling at 100 Hz against the same configuration without it (median of per-round \
          ratios): wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
         child::ratio(default, no_cpu, &|r| r.wall_s),
         child::ratio(default, no_cpu, &|r| r.cpu_s),
         child::ratio(default, no_cpu, &|r| r.maxrss_mib),
+    );
+    println!(
+        "\nHeap sampling at 512 KiB against the same configuration without it (median of per-round \
+         ratios): wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
+        child::ratio(default, no_heap, &|r| r.wall_s),
+        child::ratio(default, no_heap, &|r| r.cpu_s),
+        child::ratio(default, no_heap, &|r| r.maxrss_mib),
     );
 }
