@@ -137,11 +137,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     let leaks = profiler.suspected_leaks();
     if leaks.is_empty() {
         println!(
-            "No suspected leaks (a path is suspected after its in-use memory grows in 5 captures in a row;"
+            "No suspected leaks (a path is suspected when over 5 captures its in-use memory never falls and grows in 3;"
         );
         println!("run longer, e.g. SERVICE_DURATION_SECS=20, to see the deliberate one found).\n");
     } else {
-        println!("Suspected leaks (in-use memory grew in each of the last captures):");
+        println!("Suspected leaks (in-use memory grew in the last captures without falling):");
         for l in &leaks {
             println!(
                 "  {}: +{} over {} captures, {} in use now",

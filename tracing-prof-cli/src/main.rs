@@ -498,15 +498,8 @@ fn leaks(
     // The profiler's own memory grows as it meets new stacks, up to its bounds (README,
     // "Overhead"); it is shown apart so that it is not taken for the application's leak.
     let own = |g: &series::Growth| g.name.starts_with(PROFILER_FRAME);
-    // Over the last `steps` steps: never fell, grew in at least half of them (a sampled
-    // estimate moves only when a sample is taken, so it may stand still for a step), and by
-    // `min_growth` in all.
-    let trend = |g: &series::Growth| {
-        let tail = &g.values[g.values.len() - 1 - steps..];
-        let ups = tail.windows(2).filter(|w| w[1] > w[0]).count();
-        let downs = tail.windows(2).filter(|w| w[1] < w[0]).count();
-        downs == 0 && ups * 2 >= steps && tail[steps] - tail[0] >= a.min_growth
-    };
+    // The profiler's own rule (`series::is_suspected_leak`), over the last `steps` steps.
+    let trend = |g: &series::Growth| series::is_suspected_leak(&g.values, steps, a.min_growth);
     let suspected: Vec<_> = growth.iter().filter(|g| trend(g) && !own(g)).collect();
     if suspected.is_empty() {
         out.push_str(&format!(

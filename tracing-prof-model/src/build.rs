@@ -389,7 +389,7 @@ impl Snapshot {
         let mut out = Vec::new();
         for leak in &self.suspected_leaks {
             out.push(format!(
-                "tracing-prof: suspected leak: {}: in-use grew in each of the last {} captures, by {} bytes, to {} bytes",
+                "tracing-prof: suspected leak: {}: in-use grew in {} captures without falling, by {} bytes, to {} bytes",
                 leak.path, leak.snapshots, leak.growth_bytes, leak.inuse_bytes
             ));
         }

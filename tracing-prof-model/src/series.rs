@@ -32,6 +32,33 @@ impl Growth {
     }
 }
 
+/// The one rule that makes a series of in-use values a suspected leak, in the profiler (one
+/// value per capture) and in `tracing-prof leaks` (one per file) alike: over its last `steps`
+/// steps the value never fell, rose in at least half of them (a sampled estimate moves only when
+/// a sample is taken or freed, so it may stand still for a step), and rose by at least
+/// `min_growth` in all. With fewer than `steps + 1` values, not yet. A steady working set,
+/// allocations freed at the pace they are made, never qualifies however large it is; a cache
+/// still warming up looks the same as a leak until it stops growing.
+///
+/// # Examples
+/// ```
+/// use tracing_prof_model::series::is_suspected_leak;
+/// assert!(is_suspected_leak(&[0, 10, 10, 20, 30], 4, 25)); // 3 rises of 4, never fell
+/// assert!(!is_suspected_leak(&[0, 10, 5, 20, 30], 4, 25)); // fell once
+/// assert!(!is_suspected_leak(&[0, 0, 0, 0, 30], 4, 25)); // rose in 1 step of 4
+/// assert!(!is_suspected_leak(&[0, 5, 10, 15, 20], 4, 25)); // not by enough
+/// ```
+pub fn is_suspected_leak(values: &[i64], steps: usize, min_growth: i64) -> bool {
+    let steps = steps.max(1);
+    if values.len() <= steps {
+        return false;
+    }
+    let tail = &values[values.len() - 1 - steps..];
+    let rises = tail.windows(2).filter(|w| w[1] > w[0]).count();
+    let falls = tail.windows(2).filter(|w| w[1] < w[0]).count();
+    falls == 0 && rises * 2 >= steps && tail[steps].saturating_sub(tail[0]) >= min_growth
+}
+
 /// The key of a sample in a series: its span path, plus its innermost code frame when
 /// `grouping` is by function (stacks).
 fn key(s: &Sample, grouping: Grouping) -> String {

@@ -541,8 +541,9 @@ impl ThreadProfile {
     }
 }
 
-/// A span path, or a sampled stack under one, whose in-use memory grew in every one of the
-/// last `snapshots` captures.
+/// A span path, or a sampled stack under one, whose in-use memory looks like a leak by
+/// [`is_suspected_leak`](crate::series::is_suspected_leak): over the last captures it never
+/// fell, grew in at least half of them, and by enough.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SuspectedLeak {
@@ -557,9 +558,9 @@ pub struct SuspectedLeak {
     pub path: String,
     /// In-use bytes now.
     pub inuse_bytes: u64,
-    /// Growth since the captures began to rise.
+    /// Growth since its in-use memory last fell (or was first seen).
     pub growth_bytes: u64,
-    /// Consecutive growing captures so far.
+    /// Captures that rose since then.
     pub snapshots: usize,
 }
 

@@ -252,8 +252,8 @@ fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {
                 in_use_bytes = leak.inuse_bytes,
                 growth_bytes = leak.growth_bytes,
                 snapshots = leak.snapshots,
-                "suspected memory leak: the in-use memory of span path `{}` grew in each of the last {} \
-                 captures, by {} bytes, to {} bytes",
+                "suspected memory leak: the in-use memory of span path `{}` grew in {} captures \
+                 without falling, by {} bytes, to {} bytes",
                 leak.path,
                 leak.snapshots,
                 leak.growth_bytes,

@@ -179,8 +179,11 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Leak detection: a span path is a suspected leak once its in-use memory grew in `snapshots`
-    /// consecutive captures by at least `min_bytes` in all; `snapshots == 0` turns it off.
+    /// Leak detection: a span path (or a sampled stack under it) is a suspected leak when, over
+    /// the last `snapshots` captures, its in-use memory never fell, grew in at least half of
+    /// them, and by at least `min_bytes` in all (the rule of `tracing-prof leaks` too:
+    /// [`is_suspected_leak`](tracing_prof_model::series::is_suspected_leak)); `snapshots == 0`
+    /// turns it off.
     /// Defaults [`DEFAULT_LEAK_SNAPSHOTS`](crate::config::DEFAULT_LEAK_SNAPSHOTS) and
     /// [`DEFAULT_LEAK_MIN_BYTES`](crate::config::DEFAULT_LEAK_MIN_BYTES).
     pub fn leak_detection(mut self, snapshots: usize, min_bytes: u64) -> Self {

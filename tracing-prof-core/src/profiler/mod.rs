@@ -203,7 +203,7 @@ impl Profiler {
         g.iter().cloned().collect()
     }
 
-    /// Span paths whose in-use memory grew in each of the last captures (see the leak detection in the README),
+    /// Span paths whose in-use memory grew over the last captures without falling (see the leak detection in the README),
     /// as of the aggregator's last capture.
     pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
