@@ -1,8 +1,7 @@
 //! `/debug/pprof` mounted in a service's own axum server (the `axum` feature), answered with
 //! the right status codes and read by `go tool pprof`.
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,8 +1,7 @@
 //! Flame graphs, folded stacks and delta files for the example workload, read back by inferno's
 //! own parser and by `go tool pprof`.
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,8 +1,7 @@
 //! The real `go tool pprof` fetches `/debug/pprof/heap`, `/allocs`, `/spans` and a `-seconds 2`
 //! window from the running example service over HTTP, and finds the expected top span paths.
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 mod running;
 
 use running::Service;

@@ -71,8 +71,7 @@ mod common_mini_redis {
     }
 }
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 
 use common_mini_redis::{command, send_all};
 use std::io::{BufRead, BufReader, Write};

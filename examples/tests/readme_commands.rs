@@ -11,8 +11,7 @@
 //! commands (CI runs them), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
 //! `cli.rs` runs it as written).
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 mod running;
 
 use std::io::{Read, Write};

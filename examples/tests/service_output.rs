@@ -2,8 +2,7 @@
 //! command it prints to "look further" names one whole profile (a `.latest.pb.gz` file, never
 //! a glob over cumulative files, never an SVG), and each of them runs.
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 mod running;
 
 use running::example;

@@ -5,8 +5,7 @@
 //! `alloc_zeroed` and `realloc` as one object of their (new) size, as heap profilers count them
 //! (and the default resize mode does). Both sides leave out the profiler's own allocations.
 
-#[path = "../../tracing-prof/tests/common/mod.rs"]
-mod common;
+use tracing_prof_test_support as common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! async functions below it. Before, every trailing `{{closure}}` frame (an async fn's body is
 //! one) was cut at the span's entry point, and the samples sat directly under the span frame.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! though `/debug/pprof/profile` served its stacks), and, as Go's, it carries its duration
 //! (`Duration:` in `go tool pprof`; before, none).
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

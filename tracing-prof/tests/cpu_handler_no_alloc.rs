@@ -4,12 +4,12 @@
 //! module; a handler that allocated would show here, since glibc's and jemalloc's allocators
 //! lock.)
 
-mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;
 use std::time::Duration;
 use tracing_prof::{Profiler, TaggingAllocator};
+use tracing_prof_test_support as common;
 use tracing_subscriber::prelude::*;
 
 thread_local! {

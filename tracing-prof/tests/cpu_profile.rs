@@ -8,7 +8,7 @@
 //! built with `-C force-frame-pointers=yes` and `TRACING_PROF_EXPECT_FRAME_POINTERS=1`,
 //! unwinding with frame pointers.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::future::Future;
 use std::hint::black_box;

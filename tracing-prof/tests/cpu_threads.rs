@@ -2,10 +2,10 @@
 //! what their own CPU clocks say. (A process-wide `setitimer` fails this once several threads
 //! are busy: golang/go#35057.)
 
-mod common;
 use std::hint::black_box;
 use std::time::Duration;
 use tracing_prof::Profiler;
+use tracing_prof_test_support as common;
 use tracing_subscriber::prelude::*;
 
 use common::thread_cpu_ns;

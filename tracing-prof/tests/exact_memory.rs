@@ -2,7 +2,7 @@
 //!
 //! One test per file: the global allocator and the global subscriber are the process's.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::alloc::{Layout, alloc, alloc_zeroed, dealloc, realloc};
 use std::future::Future;

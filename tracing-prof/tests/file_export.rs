@@ -4,7 +4,7 @@
 //!
 //! The error case runs in a child process (this same test binary) so that its stderr can be read.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

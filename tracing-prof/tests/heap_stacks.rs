@@ -2,7 +2,7 @@
 //! `go tool pprof -traces` shows the function that allocated under the span frames, below the
 //! closure that ran in the span.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::time::Duration;
 use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};

@@ -3,7 +3,7 @@
 //! `?debug=2`, and read back by `go tool pprof`); each thread shows the span path it is in;
 //! a thread that exits and a span that closes leave the listing.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Barrier};

@@ -2,7 +2,7 @@
 //! (API, a log event, the pprof file); a steady working set is not; a leak that stops is no
 //! longer suspected. Captures are driven by `flush`, so every step is deterministic.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Lifetimes and temporary allocations are exact at sampling rate 1; the per-thread view names
 //! threads and credits frees to the thread that allocated. Both read back by `go tool pprof`.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -6,12 +6,12 @@
 //! `long_poll=true` in the CPU profile, with the function that spun; the same work off the
 //! workers is not marked.
 
-mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tracing::{Instrument, info_span};
 use tracing_prof::Profiler;
 use tracing_prof::model::ProfileKind;
+use tracing_prof_test_support as common;
 use tracing_subscriber::prelude::*;
 
 static EVENTS: AtomicU64 = AtomicU64::new(0);

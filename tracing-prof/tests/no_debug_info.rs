@@ -9,7 +9,7 @@
 //! once on stderr and in the profile's comments. Before, the first case showed the span frame
 //! and nothing under it, with no word.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

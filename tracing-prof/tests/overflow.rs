@@ -1,7 +1,7 @@
 //! Beyond the span path cap, new paths are lumped into `(other span paths)`, counted, and said
 //! so in the pprof file. The path table is process-wide, so this is a test binary of its own.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use tracing_prof::Profiler;
 use tracing_prof::core::{OVERFLOW_FRAME, PathKind};

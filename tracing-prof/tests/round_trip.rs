@@ -2,7 +2,7 @@
 //! and `go tool pprof` reads the re-encoded file with the same stacks and values (one test
 //! per kind, on one real capture: spans on threads, sampled heap, CPU samples).
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

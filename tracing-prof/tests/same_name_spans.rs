@@ -8,7 +8,7 @@
 //! `TRACING_PROF_WRITE_FIXTURES=DIR` also writes the files to `DIR` (the `tracing-prof`
 //! command's tests read them from `tracing-prof-cli/tests/fixtures/same_name`).
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::hint::black_box;
 use std::time::Duration;

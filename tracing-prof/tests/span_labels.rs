@@ -2,7 +2,7 @@
 //! with `(other)`, on the span-path kinds and the sampled kinds alike, and read by
 //! `go tool pprof -tagfocus`.
 
-mod common;
+use tracing_prof_test_support as common;
 
 use std::time::Duration;
 use tracing_prof::{Profile, ProfileKind};

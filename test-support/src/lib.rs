@@ -1,10 +1,6 @@
-//! Reading profiles back with the real client, `go tool pprof`; and this thread's CPU clock,
-//! which the CPU tests burn time by.
-#![allow(
-    dead_code,
-    unreachable_pub,
-    reason = "each test binary uses a part of this module"
-)]
+//! What the tests of tracing-prof share (a crate of their own, never published, instead of a
+//! module each test binary includes by path): reading profiles back with the real client,
+//! `go tool pprof`, and this thread's CPU clock, which the CPU tests burn time by.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -208,8 +204,8 @@ pub fn traces(text: &str) -> Vec<Vec<String>> {
 
 /// Writes `profile` as `kind` into a fresh temporary file and returns its path.
 pub fn write_profile(
-    profile: &tracing_prof::Snapshot,
-    kind: tracing_prof::ProfileKind,
+    profile: &tracing_prof_model::Snapshot,
+    kind: tracing_prof_model::ProfileKind,
     name: &str,
 ) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tracing-prof-test-{}", std::process::id()));
