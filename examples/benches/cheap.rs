@@ -100,19 +100,17 @@ fn main() {
         "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
     child::table(&MODES, &runs);
-    let (default, no_cpu, no_heap) = (&runs[1], &runs[2], &runs[3]);
-    println!(
-        "\nCPU sampling at 100 Hz against the same configuration without it (median of per-round \
-         ratios): wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
-        child::ratio(default, no_cpu, &|r| r.wall_s),
-        child::ratio(default, no_cpu, &|r| r.cpu_s),
-        child::ratio(default, no_cpu, &|r| r.maxrss_mib),
-    );
-    println!(
-        "\nHeap sampling at 512 KiB against the same configuration without it (median of per-round \
-         ratios): wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
-        child::ratio(default, no_heap, &|r| r.wall_s),
-        child::ratio(default, no_heap, &|r| r.cpu_s),
-        child::ratio(default, no_heap, &|r| r.maxrss_mib),
-    );
+    let default = &runs[1];
+    for (what, without) in [
+        ("CPU sampling at 100 Hz", &runs[2]),
+        ("Heap sampling at 512 KiB", &runs[3]),
+    ] {
+        println!(
+            "\n{what} against the same configuration without it (median of per-round ratios): \
+             wall time {:.3}, CPU time {:.3}, peak RSS {:.3}.",
+            child::ratio(default, without, &|r| r.wall_s),
+            child::ratio(default, without, &|r| r.cpu_s),
+            child::ratio(default, without, &|r| r.maxrss_mib),
+        );
+    }
 }
