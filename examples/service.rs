@@ -227,7 +227,7 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
 
 /// The functions that used the most CPU, from the CPU samples under span frames, and what
 /// sampling cost.
-fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::SamplerStats) {
+fn print_cpu(profile: &Snapshot, stats: &tracing_prof::core::CpuSamplerStats) {
     let hz = profile.cpu_sample_rate();
     if hz == 0 || stats.handler_runs == 0 {
         return;

@@ -108,8 +108,8 @@ pub use instances::{
 };
 #[doc(hidden)]
 pub use sample::{
-    LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_FRAMES, MAX_STACKS, SamplerStats, StackTotals,
-    read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
+    HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,
+    StackTotals, read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
     set_temporary_threshold, temporary_threshold,
 };
 #[doc(hidden)]

@@ -25,7 +25,7 @@
 //! A free reads the header anyway: only blocks flagged as live samples come here, to credit
 //! the bucket and record the block's lifetime.
 //!
-//! Memory is bounded: [`MAX_STACKS`] buckets of up to [`MAX_FRAMES`] frames (about 6 MiB of
+//! Memory is bounded: [`MAX_STACKS`] buckets of up to [`MAX_HEAP_FRAMES`] frames (about 6 MiB of
 //! address space, allocated from the system allocator when sampling is first enabled and touched
 //! as buckets fill). Samples whose stack finds no free bucket are counted in one overflow bucket.
 //!
@@ -44,7 +44,7 @@ pub const DEFAULT_SAMPLE_RATE: u64 = 512 * 1024;
 /// Stack buckets in the sample table (bucket 0 counts samples that found no room).
 pub const MAX_STACKS: usize = 8192;
 /// Frames kept per stack, innermost first.
-pub const MAX_FRAMES: usize = 64;
+pub const MAX_HEAP_FRAMES: usize = 64;
 /// Upper bounds of the lifetime histogram's buckets, in nanoseconds; the last bucket holds the
 /// rest: `<1µs, <10µs, <100µs, <1ms, <10ms, <100ms, <1s, <10s, >=10s`.
 pub const LIFETIME_BOUNDS_NS: [u64; LIFETIME_BUCKETS - 1] = [
@@ -85,7 +85,7 @@ struct Bucket {
     ready: AtomicBool,
     tag: AtomicU32,
     depth: AtomicU32,
-    ips: [AtomicUsize; MAX_FRAMES],
+    ips: [AtomicUsize; MAX_HEAP_FRAMES],
     samples: AtomicU64,
     sampled_bytes: AtomicU64,
     freed_samples: AtomicU64,
@@ -386,7 +386,7 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
         })
         .unwrap_or((1, 0));
     let weight = weight_for(size, RATE.load(Ordering::Relaxed), points);
-    let mut ips = [0usize; MAX_FRAMES];
+    let mut ips = [0usize; MAX_HEAP_FRAMES];
     let depth = crate::unwind::capture(&mut ips);
     let index = find_or_insert(table, tag, &ips[..depth]);
     let b = &table.buckets[index];
@@ -527,7 +527,7 @@ pub fn read_stacks() -> Vec<StackTotals> {
         t.alloc_bytes = load(&b.alloc_bytes);
         if i != 0 {
             t.tag = Tag::new(b.tag.load(Ordering::Relaxed));
-            let depth = (b.depth.load(Ordering::Relaxed) as usize).min(MAX_FRAMES);
+            let depth = (b.depth.load(Ordering::Relaxed) as usize).min(MAX_HEAP_FRAMES);
             t.ips = b.ips[..depth]
                 .iter()
                 .map(|ip| ip.load(Ordering::Relaxed))
@@ -541,7 +541,7 @@ pub fn read_stacks() -> Vec<StackTotals> {
 /// Counters about the sampler itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SamplerStats {
+pub struct HeapSamplerStats {
     /// Mean bytes between samples (0: off).
     pub rate: u64,
     /// Stack buckets in use, out of [`MAX_STACKS`] - 1.
@@ -551,7 +551,7 @@ pub struct SamplerStats {
 }
 
 /// Counters about the sampler itself.
-pub fn sampler_stats() -> SamplerStats {
+pub fn sampler_stats() -> HeapSamplerStats {
     let stacks = table().map_or(0, |t| {
         t.buckets
             .iter()
@@ -559,7 +559,7 @@ pub fn sampler_stats() -> SamplerStats {
             .filter(|b| b.key.load(Ordering::Relaxed) != 0)
             .count()
     });
-    SamplerStats {
+    HeapSamplerStats {
         rate: sample_rate(),
         stacks,
         table_full: TABLE_FULL.load(Ordering::Relaxed),

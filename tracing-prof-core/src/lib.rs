@@ -66,7 +66,7 @@ pub use profiler::{
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
-pub use tracing_prof_cpu::SamplerStats;
+pub use tracing_prof_cpu::CpuSamplerStats;
 pub use tracing_prof_model as model;
 pub use tracing_prof_model::SuspectedLeak;
 pub use tracing_prof_model::{

@@ -1,6 +1,6 @@
 //! What one CPU sample costs the sampled thread, and how deep its stack walk gets: a thread
 //! burns CPU at the bottom of a chain of `depth` non-inlined calls while the sampler runs at
-//! 1000 Hz; the handler times itself (`SamplerStats::handler_ns` and its histogram) and counts
+//! 1000 Hz; the handler times itself (`CpuSamplerStats::handler_ns` and its histogram) and counts
 //! the frames it found. Rounds alternate between the unwinders and depths; the table gives the
 //! median over rounds of each round's mean and of each round's median.
 //!

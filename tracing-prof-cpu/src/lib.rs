@@ -24,7 +24,7 @@
 //! See `signal`: no allocation, no lock, and no system call but two `clock_gettime` reads that
 //! time the handler itself (served by the vDSO where the clocksource allows);
 //! `errno` is saved and restored; a full ring drops the sample and counts it
-//! ([`SamplerStats::dropped`]). [`SamplerStats`] gives the handler's mean cost and the mean
+//! ([`CpuSamplerStats::dropped`]). [`CpuSamplerStats`] gives the handler's mean cost and the mean
 //! depth it reached. A timer that expired several
 //! times before its signal could be delivered counts once per expiry (the sample's weight).
 //!
@@ -35,7 +35,7 @@
 //!   refuses with [`StartError::ForeignHandler`] instead of replacing it.
 //! - A thread that blocks SIGPROF is not interrupted while it does: the CPU time it used then
 //!   is counted, as the weight of one sample, where it unblocks; a thread that blocks it for
-//!   good is never sampled ([`SamplerStats::threads_blocking`] counts those seen blocking it
+//!   good is never sampled ([`CpuSamplerStats::threads_blocking`] counts those seen blocking it
 //!   when armed).
 //! - Threads the profiler never sees (no allocation through the tagging allocator, no span
 //!   entered) are not sampled.
@@ -84,7 +84,7 @@ mod unwind;
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-pub use unwind::{MAX_FRAMES, Unwind};
+pub use unwind::{MAX_CPU_FRAMES, Unwind};
 
 #[cfg(not(all(
     target_os = "linux",
@@ -155,7 +155,7 @@ pub struct RawSample<'a> {
     /// Timer expiries it stands for (1, or more when the thread could not take the signal in
     /// time).
     pub weight: u64,
-    /// Whether the stack was deeper than [`MAX_FRAMES`] (its outermost frames are missing).
+    /// Whether the stack was deeper than [`MAX_CPU_FRAMES`] (its outermost frames are missing).
     pub truncated: bool,
     /// Whether the thread was in a long poll (see [`watch_long_polls`]).
     pub long_poll: bool,
@@ -166,14 +166,14 @@ pub struct RawSample<'a> {
 /// Counters about the sampler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SamplerStats {
+pub struct CpuSamplerStats {
     /// The rate sampling runs at (0: stopped).
     pub hz: u32,
     /// Samples recorded (weighted), since the process started.
     pub samples: u64,
     /// Samples dropped because a thread's ring was full (weighted).
     pub dropped: u64,
-    /// Samples whose stack was cut at [`MAX_FRAMES`].
+    /// Samples whose stack was cut at [`MAX_CPU_FRAMES`].
     pub truncated: u64,
     /// Handler runs that unwound a stack (each stands for `weight` samples).
     pub handler_runs: u64,
@@ -182,10 +182,10 @@ pub struct SamplerStats {
     /// Nanoseconds those runs took in all, from entering the handler to leaving it (read from
     /// `CLOCK_MONOTONIC`). Wall time: on a host with more runnable threads than cores, a
     /// handler preempted by the scheduler counts the time it waited, so the mean
-    /// (`handler_ns / handler_runs`) reads high; [`SamplerStats::handler_ns_quantile`] does not.
+    /// (`handler_ns / handler_runs`) reads high; [`CpuSamplerStats::handler_ns_quantile`] does not.
     pub handler_ns: u64,
     /// Handler runs by time taken, two buckets per doubling from 256 ns to 16 ms (see
-    /// [`SamplerStats::handler_ns_quantile`]).
+    /// [`CpuSamplerStats::handler_ns_quantile`]).
     pub handler_ns_histogram: [u64; HANDLER_BUCKETS],
     /// Frames the DWARF unwinder found in its rule caches.
     pub unwind_cache_hits: u64,
@@ -207,7 +207,7 @@ pub struct SamplerStats {
     pub late_signals: u64,
 }
 
-/// Buckets of [`SamplerStats::handler_ns_histogram`].
+/// Buckets of [`CpuSamplerStats::handler_ns_histogram`].
 pub const HANDLER_BUCKETS: usize = 32;
 
 /// The bucket of a handler run that took `ns`: two per doubling, bucket 0 below 362 ns, the
@@ -227,7 +227,7 @@ fn bucket_floor(b: usize) -> u64 {
     (1u64 << octave) + if b % 2 == 1 { 1u64 << (octave - 1) } else { 0 }
 }
 
-impl SamplerStats {
+impl CpuSamplerStats {
     /// The time within which a fraction `q` (0 to 1) of the handler runs finished, to within
     /// a bucket (about 20%): `handler_ns_quantile(0.5)` is the median cost of one sample.
     /// `None` before any run.
@@ -273,7 +273,7 @@ pub(crate) fn record_header(
     truncated: bool,
     long_poll: bool,
 ) -> u64 {
-    let depth = depth.min(MAX_FRAMES) as u64;
+    let depth = depth.min(MAX_CPU_FRAMES) as u64;
     let weight = weight.min(u64::from(u16::MAX));
     u64::from(tag)
         | depth << 32
@@ -346,7 +346,7 @@ mod api {
         // SAFETY: a state from `thread::acquire`, owned by this thread; states are never freed.
         let ts = unsafe { &*ts };
         let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
-        let mut ips = [0u64; MAX_FRAMES];
+        let mut ips = [0u64; MAX_CPU_FRAMES];
         let walk = unwind::own_stack(ts, &mut ips, hint);
         // From the third: the first is inside `own_stack`, the second is in this function
         // (neither is ever inlined), the third is where this function was called from.
@@ -409,10 +409,10 @@ mod api {
     }
 
     /// Counters about the sampler.
-    pub fn stats() -> SamplerStats {
+    pub fn stats() -> CpuSamplerStats {
         let t = thread::totals();
         let (unwind_cache_hits, unwind_cache_misses) = unwind::cache_stats();
-        SamplerStats {
+        CpuSamplerStats {
             unwind_cache_hits,
             unwind_cache_misses,
             hz: hz(),
@@ -470,7 +470,7 @@ mod tests {
             assert_eq!(handler_bucket(bucket_floor(b + 1)), b + 1);
             assert_eq!(handler_bucket(bucket_floor(b + 1) - 1), b);
         }
-        let mut s = SamplerStats::default();
+        let mut s = CpuSamplerStats::default();
         assert_eq!(s.handler_ns_quantile(0.5), None);
         s.handler_ns_histogram[handler_bucket(1_100)] = 90; // 1024..1536
         s.handler_ns_histogram[handler_bucket(20_000)] = 10; // 16384..24576

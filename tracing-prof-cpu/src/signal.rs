@@ -22,7 +22,7 @@
 
 use crate::thread::{LOCAL, ThreadSampler};
 use crate::timer::COOKIE;
-use crate::unwind::{self, MAX_FRAMES, Regs, Stack};
+use crate::unwind::{self, MAX_CPU_FRAMES, Regs, Stack};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -139,7 +139,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     // SAFETY: forwarded from the caller.
     let regs = unsafe { Regs::from_ucontext(uc) };
     let stack = Stack::of(ts, regs.sp);
-    let mut ips = [0u64; MAX_FRAMES];
+    let mut ips = [0u64; MAX_CPU_FRAMES];
     let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
     let walk = unwind::walk(regs, stack, &mut ips, hint);
     let long_poll = crate::long_poll::now();

@@ -1,9 +1,9 @@
 //! Platforms without per-thread CPU timers: sampling never starts.
 
-use crate::{RawSample, SamplerStats, StartError};
+use crate::{CpuSamplerStats, RawSample, StartError};
 
 /// Frames kept per sample.
-pub const MAX_FRAMES: usize = 128;
+pub const MAX_CPU_FRAMES: usize = 128;
 
 /// How the signal handler walks the stack (no effect on this platform).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -49,6 +49,6 @@ pub fn handler_installed() -> bool {
 }
 
 /// All zero.
-pub fn stats() -> SamplerStats {
-    SamplerStats::default()
+pub fn stats() -> CpuSamplerStats {
+    CpuSamplerStats::default()
 }

@@ -22,7 +22,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Frames kept per sample, innermost first; deeper stacks are cut (and counted).
-pub const MAX_FRAMES: usize = 128;
+pub const MAX_CPU_FRAMES: usize = 128;
 
 /// How the signal handler walks the stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -139,14 +139,14 @@ impl Stack {
 pub(crate) struct Walk {
     /// Frames written.
     pub(crate) depth: usize,
-    /// Whether the stack went on beyond [`MAX_FRAMES`].
+    /// Whether the stack went on beyond [`MAX_CPU_FRAMES`].
     pub(crate) truncated: bool,
 }
 
 /// Walks the stack from `regs`, writing the code addresses into `out`, innermost first: the
 /// interrupted instruction first, then return addresses. `hint` (the thread id) spreads
 /// threads over the rule caches.
-pub(crate) fn walk(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES], hint: usize) -> Walk {
+pub(crate) fn walk(regs: Regs, stack: Stack, out: &mut [u64; MAX_CPU_FRAMES], hint: usize) -> Walk {
     if mode() == Unwind::Dwarf
         && let Some(unwinder) = modules::unwinder()
         && let Some(mut cache) = CachePool::take(hint)
@@ -163,7 +163,7 @@ pub(crate) fn walk(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES], hint: 
 #[inline(never)]
 pub(crate) fn own_stack(
     ts: &crate::thread::ThreadSampler,
-    out: &mut [u64; MAX_FRAMES],
+    out: &mut [u64; MAX_CPU_FRAMES],
     hint: usize,
 ) -> Walk {
     let regs = here();
@@ -214,7 +214,7 @@ fn here() -> Regs {
     Regs { pc, sp, fp, lr }
 }
 
-fn frame_pointers(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES]) -> Walk {
+fn frame_pointers(regs: Regs, stack: Stack, out: &mut [u64; MAX_CPU_FRAMES]) -> Walk {
     out[0] = regs.pc;
     let mut depth = 1;
     #[cfg(target_arch = "aarch64")]
@@ -224,7 +224,7 @@ fn frame_pointers(regs: Regs, stack: Stack, out: &mut [u64; MAX_FRAMES]) -> Walk
         depth = 2;
     }
     let mut fp = regs.fp;
-    while depth < MAX_FRAMES {
+    while depth < MAX_CPU_FRAMES {
         let (Ok(next), Ok(ret)) = (stack.read(fp), stack.read(fp.wrapping_add(8))) else {
             return Walk {
                 depth,
@@ -261,7 +261,7 @@ fn dwarf(
     cache: &mut modules::Cache,
     regs: Regs,
     stack: Stack,
-    out: &mut [u64; MAX_FRAMES],
+    out: &mut [u64; MAX_CPU_FRAMES],
 ) -> Walk {
     use framehop::Unwinder as _;
     #[cfg(target_arch = "x86_64")]
@@ -274,7 +274,7 @@ fn dwarf(
     loop {
         match frames.next() {
             Ok(Some(f)) => {
-                if depth == MAX_FRAMES {
+                if depth == MAX_CPU_FRAMES {
                     return Walk {
                         depth,
                         truncated: true,

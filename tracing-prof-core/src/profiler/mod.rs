@@ -56,7 +56,7 @@ pub struct Stats {
     /// registry lookup per enter and about 200 bytes the registry keeps.
     pub spans_outside_table: u64,
     /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
-    pub cpu: tracing_prof_cpu::SamplerStats,
+    pub cpu: tracing_prof_cpu::CpuSamplerStats,
     /// Whether profiling is paused (see [`Profiler::pause`]).
     pub paused: bool,
     /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying

@@ -13,7 +13,7 @@
 //! checks everything `go tool pprof` checks: string 0 is empty, there are sample types, every
 //! sample has one value per sample type, ids are non-zero, unique and resolve, string indices
 //! are in range. Input is bounded: at most [`MAX_DECODED_BYTES`] once decompressed (a gzip
-//! bomb stops there) and [`MAX_FRAMES`] frames in all samples together. Nothing panics on bad
+//! bomb stops there) and [`MAX_DECODED_FRAMES`] frames in all samples together. Nothing panics on bad
 //! input: every problem is a [`DecodeError`].
 
 pub mod proto;
@@ -28,7 +28,7 @@ use std::time::{Duration, UNIX_EPOCH};
 /// The largest profile [`Profile::decode`] accepts once decompressed: 256 MiB.
 pub const MAX_DECODED_BYTES: u64 = 256 << 20;
 /// The most frames [`Profile::decode`] builds over all samples together: 4 million.
-pub const MAX_FRAMES: usize = 4 << 20;
+pub const MAX_DECODED_FRAMES: usize = 4 << 20;
 
 /// Mapping filename of span frames.
 const SPANS_MAPPING: &str = "[spans]";
@@ -429,9 +429,9 @@ impl Profile {
                     invalid(format!("sample {n} refers to unknown location {id}"))
                 })?;
                 total_frames += frames.len();
-                if total_frames > MAX_FRAMES {
+                if total_frames > MAX_DECODED_FRAMES {
                     return Err(invalid(format!(
-                        "more than {MAX_FRAMES} frames over all samples"
+                        "more than {MAX_DECODED_FRAMES} frames over all samples"
                     )));
                 }
                 stack.extend(frames.iter().cloned());
