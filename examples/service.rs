@@ -144,7 +144,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!("Suspected leaks (in-use memory grew in the last captures without falling):");
         for l in &leaks {
             println!(
-                "  {}: +{} over {} captures, {} in use now",
+                "  {}: +{} since it last fell (rising in {} captures), {} in use now",
                 l.path,
                 bytes(l.growth_bytes),
                 l.snapshots,
