@@ -137,7 +137,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let leaks = profiler.suspected_leaks();
     if leaks.is_empty() {
         println!(
-            "No suspected leaks (a path is suspected when over 5 captures its in-use memory never falls and grows in 3;"
+            "No suspected leaks (a path is suspected when its in-use memory keeps growing over the last captures without falling;"
         );
         println!("run longer, e.g. SERVICE_DURATION_SECS=20, to see the deliberate one found).\n");
     } else {

@@ -5,7 +5,7 @@
 //! tracing-prof top profiles/cpu.latest.pb.gz                    # hottest functions, span frames marked [span]
 //! tracing-prof top --by span -t inuse_space profiles/span_memory.latest.pb.gz
 //! tracing-prof diff before/heap.latest.pb.gz after/heap.latest.pb.gz --flamegraph grew.svg
-//! tracing-prof leaks profiles/heap.1234.*.pb.gz                 # what grew at every step
+//! tracing-prof leaks profiles/heap.1234.*.pb.gz                 # what kept growing
 //! tracing-prof report profiles/*.latest.pb.gz -o report.html    # one self-contained page
 //! tracing-prof sqlite profiles/*.pb.gz -o profiles.db && tracing-prof query profiles.db "SELECT ..."
 //! ```
@@ -189,7 +189,7 @@ struct LeaksArgs {
     /// Rows: stacks (span path and the function that allocated) or span paths.
     #[arg(long, value_enum, default_value_t)]
     by: By,
-    /// Growth over the series (last minus first) below which nothing is suspected, in the
+    /// Growth over the steps judged (see --steps) below which nothing is suspected, in the
     /// sample type's unit.
     #[arg(long, default_value_t = 65536)]
     min_growth: i64,

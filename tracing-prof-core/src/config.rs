@@ -72,7 +72,8 @@ pub const ENV_CPU_UNWIND: &str = "TRACING_PROF_CPU_UNWIND";
 pub const ENV_LABEL_FIELDS: &str = "TRACING_PROF_LABEL_FIELDS";
 /// Distinct values kept per label field.
 pub const ENV_LABEL_VALUES: &str = "TRACING_PROF_LABEL_VALUES";
-/// Captures the leak rule looks back over (see `leak_detection`); `0` turns detection off.
+/// Captures the leak rule looks back over (see `leak_detection`), at most 1024; `0` turns
+/// detection off.
 pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
 /// Least growth, in bytes, over those captures.
 pub const ENV_LEAK_MIN_BYTES: &str = "TRACING_PROF_LEAK_MIN_BYTES";

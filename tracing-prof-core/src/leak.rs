@@ -10,8 +10,11 @@
 //! pace they are made) never qualifies, however large it is. It is a heuristic: a cache still
 //! warming up looks the same as a leak until it stops growing.
 //!
-//! A suspected leak reports its growth and its rises since the series last fell (or since it
-//! was first seen), which may be longer ago than the window the rule looks at.
+//! Once suspected, a series stays suspected (and is reported once) until it falls or rises in
+//! none of the last `snapshots` captures: a leak that rises every other capture would
+//! otherwise meet the rule at one capture and miss it at the next. A suspected leak reports its
+//! growth and its rises since the series last fell (or since it was first seen), which may be
+//! longer ago than the window the rule looks at.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -20,6 +23,9 @@ use tracing_prof_model::{CodeFrame, PathKind, Snapshot, SpanFrame, SuspectedLeak
 
 /// Captures the rule looks back over: 5.
 pub const DEFAULT_LEAK_SNAPSHOTS: usize = 5;
+/// The most captures the rule looks back over; a larger setting is taken as this (each series
+/// keeps that many values).
+pub(crate) const MAX_LEAK_SNAPSHOTS: usize = 1024;
 /// Least growth over those captures: 64 KiB.
 pub const DEFAULT_LEAK_MIN_BYTES: u64 = 64 * 1024;
 
@@ -30,7 +36,10 @@ struct Track {
     /// The value when the series last fell (or was first seen), and the rises since.
     base: u64,
     rises: usize,
-    reported: bool,
+    /// Suspected since the rule last held; it stays so until the series falls or rises in
+    /// none of the window's steps, so that a leak whose rises come every other capture is not
+    /// suspected, cleared and reported again at every other capture.
+    suspected: bool,
 }
 
 /// Compares each capture with the previous ones; see the module docs.
@@ -44,7 +53,7 @@ pub(crate) struct LeakDetector {
 impl LeakDetector {
     pub(crate) fn new(snapshots: usize, min_bytes: u64) -> Self {
         LeakDetector {
-            snapshots: snapshots.max(1),
+            snapshots: snapshots.clamp(1, MAX_LEAK_SNAPSHOTS),
             min_bytes,
             tracks: HashMap::new(),
         }
@@ -73,10 +82,10 @@ impl LeakDetector {
             seen.insert(key.clone());
             let window = self.snapshots + 1;
             let t = self.tracks.entry(key).or_insert(Track {
-                recent: VecDeque::with_capacity(window),
+                recent: VecDeque::new(),
                 base: inuse,
                 rises: 0,
-                reported: false,
+                suspected: false,
             });
             let value = i64::try_from(inuse).unwrap_or(i64::MAX);
             match t.recent.back().map(|last| value.cmp(last)) {
@@ -84,6 +93,7 @@ impl LeakDetector {
                 Some(std::cmp::Ordering::Less) => {
                     t.base = inuse;
                     t.rises = 0;
+                    t.suspected = false;
                 }
                 _ => {}
             }
@@ -92,8 +102,12 @@ impl LeakDetector {
             }
             t.recent.push_back(value);
             let min = i64::try_from(self.min_bytes).unwrap_or(i64::MAX);
-            if !is_suspected_leak(t.recent.make_contiguous(), self.snapshots, min) {
-                t.reported = false;
+            let recent = t.recent.make_contiguous();
+            let held = is_suspected_leak(recent, self.snapshots, min);
+            let still_rising = recent.windows(2).any(|w| w[1] > w[0]);
+            let was = t.suspected;
+            t.suspected = held || (was && still_rising);
+            if !t.suspected {
                 continue;
             }
             let leak = SuspectedLeak::new(
@@ -104,8 +118,7 @@ impl LeakDetector {
                 inuse.saturating_sub(t.base),
                 t.rises,
             );
-            if !t.reported {
-                t.reported = true;
+            if !was {
                 new.push(leak.clone());
             }
             now.push(leak);
@@ -113,5 +126,64 @@ impl LeakDetector {
         // A path gone from the capture holds nothing now: forget it (bounded by the path count).
         self.tracks.retain(|k, _| seen.contains(k));
         (now, new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+    use tracing_prof_model::PathProfile;
+
+    /// Feeds one span path's in-use bytes, capture by capture; returns, per capture, whether
+    /// it was suspected and whether it was new.
+    fn run(detector: &mut LeakDetector, values: &[u64]) -> Vec<(bool, bool)> {
+        values
+            .iter()
+            .map(|&inuse| {
+                let mut s = Snapshot::new(SystemTime::UNIX_EPOCH, Duration::ZERO);
+                let mut p = PathProfile::new(
+                    PathKind::Span,
+                    vec![SpanFrame::new("app", "cache", None, None)],
+                );
+                p.memory.inuse_bytes = inuse;
+                s.paths.push(p);
+                let (now, new) = detector.observe(&s);
+                (!now.is_empty(), !new.is_empty())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_leak_rising_every_other_capture_is_reported_once() {
+        const K: u64 = 64 * 1024;
+        let mut d = LeakDetector::new(5, K);
+        // 0, K, K, 2K, 2K, 3K, ...: 3 rises in one window of 5 steps, 2 in the next.
+        let values: Vec<u64> = (0..16).map(|i| (i + 1) / 2 * K).collect();
+        let seen = run(&mut d, &values);
+        let first = seen.iter().position(|s| s.0).unwrap();
+        assert_eq!(first, 5, "{seen:?}");
+        assert!(seen[first..].iter().all(|s| s.0), "{seen:?}");
+        assert_eq!(seen.iter().filter(|s| s.1).count(), 1, "{seen:?}");
+        // It stops: suspected while the window still holds a rise, then not; and a fall clears
+        // it at once.
+        let top = values[15];
+        let seen = run(&mut d, &[top; 6]);
+        assert_eq!(
+            seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [true, true, true, true, false, false]
+        );
+        let mut d = LeakDetector::new(2, 1);
+        let seen = run(&mut d, &[1, 2, 3, 2]);
+        assert_eq!(
+            seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [false, false, true, false]
+        );
+    }
+
+    #[test]
+    fn a_huge_window_setting_is_capped() {
+        let d = LeakDetector::new(usize::MAX, 1);
+        assert_eq!(d.snapshots, MAX_LEAK_SNAPSHOTS);
     }
 }

@@ -1,7 +1,7 @@
 //! A series of cumulative profiles of one process, in time order: how a sample type grew per
 //! span path or per stack from one profile to the next. What the `tracing-prof leaks` command
 //! reads from a folder of files, and what a leak looks like from outside the process: in-use
-//! memory that grows at every step.
+//! memory that keeps growing and never falls ([`is_suspected_leak`]).
 
 use crate::ModelError;
 use crate::profile::{Profile, Sample};
