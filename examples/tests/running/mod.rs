@@ -1,7 +1,11 @@
 //! The example service and the `tracing-prof` CLI as tests run them: built by `cargo test`
 //! beside the test binaries.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each test binary uses a part of this module"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
