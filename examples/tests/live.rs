@@ -10,20 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Whether tmux can be run. Under `CI=true` a missing tmux fails the test instead of skipping.
+/// Whether tmux can be run (under `CI=true` it must).
 fn have_tmux() -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tmux is not installed, and CI=true: the live view must be tested (install tmux)"
-        );
-        eprintln!("tmux is not installed: skipping");
-    }
-    ok
+    tracing_prof_test_support::have("tmux", "-V", "tmux", "the live view's terminal tests")
 }
 
 /// A tmux server of its own (`-L`), killed when dropped.

@@ -17,22 +17,32 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Whether `go` can be run. Under `CI=true` a missing `go` fails the test instead of skipping.
-pub fn have_go() -> bool {
-    let ok = Command::new("go")
-        .arg("version")
+/// Whether `program` runs (`program version_arg` succeeds). Under `CI=true` a missing one fails
+/// the test instead of skipping it: `package` names what to install, `needed_for` what would
+/// not be tested.
+pub fn have(program: &str, version_arg: &str, package: &str, needed_for: &str) -> bool {
+    let ok = Command::new(program)
+        .arg(version_arg)
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "`go` is not installed, and CI=true: the pprof read-back tests must run (install golang-go)"
+            "`{program}` is not installed, and CI=true: {needed_for} must run (install {package})"
         );
-        eprintln!(
-            "SKIPPED: `go` is not installed, so profiles cannot be read back with go tool pprof"
-        );
+        eprintln!("SKIPPED: `{program}` is not installed, so {needed_for} cannot run");
     }
     ok
+}
+
+/// Whether `go` can be run (see [`have`]).
+pub fn have_go() -> bool {
+    have(
+        "go",
+        "version",
+        "golang-go",
+        "the tests that read profiles back with go tool pprof",
+    )
 }
 
 /// Runs `go tool pprof ARGS TARGET` (a file or a URL) and returns stdout; panics with stderr on

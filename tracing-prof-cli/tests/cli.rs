@@ -6,6 +6,7 @@
 use assert_cmd::Command;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tracing_prof_test_support::have_go;
 
 fn fixture(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -223,23 +224,6 @@ fn parse_top(text: &str, go: bool) -> BTreeMap<String, (i64, i64, usize)> {
         e.2 += 1;
     }
     rows
-}
-
-/// Whether `go` can be run (under `CI=true` it must).
-fn have_go() -> bool {
-    if std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "`go` is missing and CI=true"
-        );
-        eprintln!("SKIPPED: go is not installed");
-        return false;
-    }
-    true
 }
 
 #[test]

@@ -185,152 +185,142 @@ fn first_enter(s: &mut Stack) {
 pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, cpu: bool) {
     // The tag is switched only where the exit can restore it: on a tracked frame, or as an
     // untracked level that exit restores from the frame below.
-    let Some(Ok(mut s)) = stack().map(RefCell::try_borrow_mut) else {
+    let Some(Ok(mut guard)) = stack().map(RefCell::try_borrow_mut) else {
         return;
     };
-    {
-        let s = &mut **s;
-        let (prev_tag, prev_instance) = set_current_span(state.tag, state.instance);
-        let len = s.len;
-        if len == 0 {
-            // A thread's outermost span: make sure the CPU sampler covers it.
-            tracing_prof_cpu::ensure_armed();
-            if !s.asked {
-                first_enter(s);
-            }
+    let s = &mut **guard;
+    let (prev_tag, prev_instance) = set_current_span(state.tag, state.instance);
+    let len = s.len;
+    if len == 0 {
+        // A thread's outermost span: make sure the CPU sampler covers it.
+        tracing_prof_cpu::ensure_armed();
+        if !s.asked {
+            first_enter(s);
         }
-        if len == MAX_DEPTH {
-            s.untracked += 1;
-            if let Some(n) = s.now {
-                n.publish(state.tag, 0);
-            }
-            return;
-        }
-        let reentry = s.frames[..len].iter().any(|e| e.id == id);
-        if cpu {
-            s.cpu[len] = Cpu {
-                start: if reentry {
-                    CpuSample::default()
-                } else {
-                    clock.thread_cpu()
-                },
-                children: CpuSample::default(),
-            };
-        }
-        let slot = match home {
-            Home::Index(slot) => slot.index(),
-            Home::Extensions(b) => {
-                s.extensions[len] = Some(b);
-                NO_SLOT
-            }
-        };
-        let start_ns = if reentry { 0 } else { clock.now_ns() };
-        s.frames[len] = Entered {
-            id,
-            instance: state.instance,
-            prev_instance,
-            start_ns,
-            child_busy_ns: 0,
-            tag: state.tag,
-            parent: state.parent,
-            prev_tag,
-            slot,
-            reentry,
-        };
-        s.len = len + 1;
+    }
+    if len == MAX_DEPTH {
+        s.untracked += 1;
         if let Some(n) = s.now {
-            n.publish(state.tag, start_ns);
+            n.publish(state.tag, 0);
         }
-        if s.worker && clock.is_monotonic() {
-            tracing_prof_alloc::set_stretch_start(start_ns);
+        return;
+    }
+    let reentry = s.frames[..len].iter().any(|e| e.id == id);
+    if cpu {
+        s.cpu[len] = Cpu {
+            start: if reentry {
+                CpuSample::default()
+            } else {
+                clock.thread_cpu()
+            },
+            children: CpuSample::default(),
+        };
+    }
+    let slot = match home {
+        Home::Index(slot) => slot.index(),
+        Home::Extensions(b) => {
+            s.extensions[len] = Some(b);
+            NO_SLOT
         }
+    };
+    let start_ns = if reentry { 0 } else { clock.now_ns() };
+    s.frames[len] = Entered {
+        id,
+        instance: state.instance,
+        prev_instance,
+        start_ns,
+        child_busy_ns: 0,
+        tag: state.tag,
+        parent: state.parent,
+        prev_tag,
+        slot,
+        reentry,
+    };
+    s.len = len + 1;
+    if let Some(n) = s.now {
+        n.publish(state.tag, start_ns);
+    }
+    if s.worker && clock.is_monotonic() {
+        tracing_prof_alloc::set_stretch_start(start_ns);
     }
 }
 
 /// Span `id` is exited on this thread.
 #[inline]
 pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
-    let Some(Ok(mut s)) = stack().map(RefCell::try_borrow_mut) else {
+    let Some(Ok(mut guard)) = stack().map(RefCell::try_borrow_mut) else {
         return;
     };
+    let s = &mut **guard;
+    if s.untracked > 0 {
+        s.untracked -= 1;
+        let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
+        let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
+        set_current_span(tag, instance);
+        if let Some(n) = s.now {
+            n.publish(tag, 0);
+        }
+        return;
+    }
+    let len = s.len;
+    let Some(pos) = s.frames[..len].iter().rposition(|e| e.id == id) else {
+        return; // exit without a matching enter on this thread: nothing to measure
+    };
+    let e = s.frames[pos];
+    let cpu_frame = s.cpu[pos];
+    let extensions = if e.slot == NO_SLOT {
+        s.extensions[pos].take()
+    } else {
+        None
+    };
+    // One clock read per exit, as before; a re-entry's exit measures nothing and reads none.
+    let now_ns = if e.reentry { 0 } else { clock.now_ns() };
+    if pos + 1 == len {
+        set_current_span(e.prev_tag, e.prev_instance);
+        if let Some(n) = s.now {
+            n.publish(e.prev_tag, now_ns);
+        }
+        if s.worker && clock.is_monotonic() {
+            // The span below resumes: a new stretch (none outside every span).
+            tracing_prof_alloc::set_stretch_start(if pos > 0 { now_ns } else { 0 });
+        }
+    } else {
+        out_of_order(s, pos, len, &e);
+    }
+    s.len = len - 1;
+    if e.reentry {
+        return;
+    }
+    let busy = now_ns.saturating_sub(e.start_ns);
+    let used = if cpu {
+        clock.thread_cpu().since(cpu_frame.start)
+    } else {
+        CpuSample::default()
+    };
+    if let Some(i) = pos.checked_sub(1)
+        && s.frames[i].tag == e.parent
     {
-        let s = &mut **s;
-        if s.untracked > 0 {
-            s.untracked -= 1;
-            let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
-            let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
-            set_current_span(tag, instance);
-            if let Some(n) = s.now {
-                n.publish(tag, 0);
-            }
-            return;
-        }
-        let len = s.len;
-        let Some(pos) = s.frames[..len].iter().rposition(|e| e.id == id) else {
-            return; // exit without a matching enter on this thread: nothing to measure
-        };
-        let e = s.frames[pos];
-        let cpu_frame = s.cpu[pos];
-        let extensions = if e.slot == NO_SLOT {
-            s.extensions[pos].take()
-        } else {
-            None
-        };
-        // One clock read per exit, as before; a re-entry's exit measures nothing and reads none.
-        let now_ns = if e.reentry { 0 } else { clock.now_ns() };
-        if pos + 1 == len {
-            set_current_span(e.prev_tag, e.prev_instance);
-            if let Some(n) = s.now {
-                n.publish(e.prev_tag, now_ns);
-            }
-            if s.worker && clock.is_monotonic() {
-                // The span below resumes: a new stretch (none outside every span).
-                tracing_prof_alloc::set_stretch_start(if pos > 0 { now_ns } else { 0 });
-            }
-        } else {
-            out_of_order(s, pos, len, &e);
-        }
-        s.len = len - 1;
-        if e.reentry {
-            return;
-        }
-        let busy = now_ns.saturating_sub(e.start_ns);
-        let used = if cpu {
-            clock.thread_cpu().since(cpu_frame.start)
-        } else {
-            CpuSample::default()
-        };
-        if let Some(i) = pos.checked_sub(1)
-            && s.frames[i].tag == e.parent
-        {
-            s.frames[i].child_busy_ns += busy;
-            if cpu {
-                s.cpu[i].children.add(used);
-            }
-        }
-        match extensions {
-            Some(b) => {
-                b.fetch_add(busy, Ordering::Relaxed);
-            }
-            None => span_index::add_busy(span_index::Slot::at(e.slot), e.id, busy),
-        }
-        // The span's own time: a child span's interval counts for the child.
-        let own_busy = busy.saturating_sub(e.child_busy_ns);
-        if s.worker {
-            crate::long_poll::exited(e.tag, own_busy);
-        }
+        s.frames[i].child_busy_ns += busy;
         if cpu {
-            let own = used.since(cpu_frame.children);
-            tracing_prof_alloc::record_interval(
-                e.tag,
-                own_busy,
-                own.total_ns,
-                own.user_ns,
-                own.sys_ns,
-            );
-        } else {
-            tracing_prof_alloc::record_interval(e.tag, own_busy, 0, 0, 0);
+            s.cpu[i].children.add(used);
         }
+    }
+    match extensions {
+        Some(b) => {
+            b.fetch_add(busy, Ordering::Relaxed);
+        }
+        None => span_index::add_busy(span_index::Slot::at(e.slot), e.id, busy),
+    }
+    // The span's own time: a child span's interval counts for the child.
+    let own_busy = busy.saturating_sub(e.child_busy_ns);
+    if s.worker {
+        crate::long_poll::exited(e.tag, own_busy);
+    }
+    if cpu {
+        let own = used.since(cpu_frame.children);
+        tracing_prof_alloc::record_interval(e.tag, own_busy, own.total_ns, own.user_ns, own.sys_ns);
+    } else {
+        tracing_prof_alloc::record_interval(e.tag, own_busy, 0, 0, 0);
     }
 }
 

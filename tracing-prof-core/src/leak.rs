@@ -159,7 +159,7 @@ mod tests {
         const K: u64 = 64 * 1024;
         let mut d = LeakDetector::new(5, K);
         // 0, K, K, 2K, 2K, 3K, ...: 3 rises in one window of 5 steps, 2 in the next.
-        let values: Vec<u64> = (0..16).map(|i| (i + 1) / 2 * K).collect();
+        let values: Vec<u64> = (0..16u64).map(|i| i.div_ceil(2) * K).collect();
         let seen = run(&mut d, &values);
         let first = seen.iter().position(|s| s.0).unwrap();
         assert_eq!(first, 5, "{seen:?}");

@@ -33,6 +33,38 @@
 //! assert_eq!(top.rows[0].flat, 4096);
 //! ```
 
+/// `PartialEq`, `Eq`, `Hash`, `PartialOrd` and `Ord` for a type from its `identity()` tuple:
+/// the fields that say which thing it is (a frame's path name, carried for display, is not one).
+macro_rules! compared_by_identity {
+    ($t:ty) => {
+        impl PartialEq for $t {
+            fn eq(&self, other: &Self) -> bool {
+                self.identity() == other.identity()
+            }
+        }
+
+        impl Eq for $t {}
+
+        impl std::hash::Hash for $t {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.identity().hash(state);
+            }
+        }
+
+        impl PartialOrd for $t {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $t {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.identity().cmp(&other.identity())
+            }
+        }
+    };
+}
+
 mod build;
 mod folded;
 mod in_flight;

@@ -77,31 +77,7 @@ impl Frame {
     }
 }
 
-impl PartialEq for Frame {
-    fn eq(&self, other: &Self) -> bool {
-        self.identity() == other.identity()
-    }
-}
-
-impl Eq for Frame {}
-
-impl std::hash::Hash for Frame {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.identity().hash(state);
-    }
-}
-
-impl PartialOrd for Frame {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Frame {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.identity().cmp(&other.identity())
-    }
-}
+compared_by_identity!(Frame);
 
 /// The mark that span frames carry after their name in pprof files and flame graphs, so that a
 /// span and a function of the same name stay apart.

@@ -74,31 +74,7 @@ impl SpanFrame {
     }
 }
 
-impl PartialEq for SpanFrame {
-    fn eq(&self, other: &Self) -> bool {
-        self.identity() == other.identity()
-    }
-}
-
-impl Eq for SpanFrame {}
-
-impl std::hash::Hash for SpanFrame {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.identity().hash(state);
-    }
-}
-
-impl PartialOrd for SpanFrame {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for SpanFrame {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.identity().cmp(&other.identity())
-    }
-}
+compared_by_identity!(SpanFrame);
 
 impl SpanFrame {
     /// The frame of a callsite, with no field labels, going by its name in span paths.
