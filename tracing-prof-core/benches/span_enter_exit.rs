@@ -5,6 +5,12 @@
 //! baseline to compare with.)
 //!
 //! `cargo bench -p tracing-prof-core --bench span_enter_exit`
+//!
+//! With `--features opentelemetry` (trace links compiled in), two more comparisons: the same
+//! layer in a subscriber with `tracing-opentelemetry` against that subscriber alone, where the
+//! span is a local root whose samples are linked (`span/otel_enter_exit`), and a whole request
+//! (`span/otel_lifecycle`). Run the bench with and without the feature to read what the
+//! feature costs a layer without links.
 
 #[path = "../../benches/ab.rs"]
 mod ab;
@@ -31,6 +37,16 @@ fn lifecycle(dispatch: &Dispatch, n: u64) {
             tracing::info_span!("bench_child").in_scope(|| black_box(()));
         }
     });
+}
+
+/// A subscriber with `tracing-opentelemetry` (an SDK tracer that samples every span and exports
+/// nowhere), and `layer` if given.
+#[cfg(feature = "opentelemetry")]
+fn with_otel(layer: Option<ProfileLayer>) -> Dispatch {
+    use opentelemetry::trace::TracerProvider as _;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+    Dispatch::new(tracing_subscriber::registry().with(layer).with(otel))
 }
 
 fn main() {
@@ -71,4 +87,39 @@ fn main() {
             ],
         );
     }
+    #[cfg(feature = "opentelemetry")]
+    {
+        let otel = with_otel(None);
+        let linked = with_otel(Some(ProfileLayer::new()));
+        if ab::wanted("span/otel_enter_exit") {
+            ab::compare(
+                "span enter+exit of a linked local root: registry and OpenTelemetry layer vs with the layer",
+                31,
+                vec![
+                    ab::variant("registry + otel", |n| enter_exit(&otel, n)),
+                    ab::variant("+ layer (default), linked", |n| enter_exit(&linked, n)),
+                ],
+            );
+        }
+        if ab::wanted("span/otel_lifecycle") {
+            ab::compare(
+                "a linked request: a local root created, entered, exited and closed",
+                31,
+                vec![
+                    ab::variant("registry + otel", |n| root_lifecycle(&otel, n)),
+                    ab::variant("+ layer (default), linked", |n| root_lifecycle(&linked, n)),
+                ],
+            );
+        }
+    }
+}
+
+/// `n` local roots, each created, entered, exited and closed.
+#[cfg(feature = "opentelemetry")]
+fn root_lifecycle(dispatch: &Dispatch, n: u64) {
+    tracing::dispatcher::with_default(dispatch, || {
+        for _ in 0..n {
+            tracing::info_span!("bench_request").in_scope(|| black_box(()));
+        }
+    });
 }

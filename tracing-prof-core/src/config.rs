@@ -68,6 +68,9 @@ pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
 pub const ENV_CPU_HZ: &str = "TRACING_PROF_CPU_HZ";
 /// How the CPU sampler walks stacks: `dwarf` or `fp` (frame pointers).
 pub const ENV_CPU_UNWIND: &str = "TRACING_PROF_CPU_UNWIND";
+/// Which spans' OpenTelemetry ids label CPU samples (the `opentelemetry` feature): `roots`,
+/// `all` or `off`. See [`TraceLinks`](crate::TraceLinks).
+pub const ENV_TRACE_LINKS: &str = "TRACING_PROF_TRACE_LINKS";
 /// Span fields shown as labels, comma-separated (`route,method`).
 pub const ENV_LABEL_FIELDS: &str = "TRACING_PROF_LABEL_FIELDS";
 /// Distinct values kept per label field.
@@ -143,6 +146,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_CPU_CLOCK",
     "TRACING_PROF_CPU_HZ",
     "TRACING_PROF_CPU_UNWIND",
+    "TRACING_PROF_TRACE_LINKS",
     "TRACING_PROF_SAMPLE_RATE",
     "TRACING_PROF_TEMPORARY",
     "TRACING_PROF_SHUTDOWN_TIMEOUT",
@@ -310,6 +314,8 @@ pub struct Config {
     pub toggle_signal: Option<ToggleSignal>,
     /// See [`DEFAULT_LONG_POLL`]; `None`: long polls are not counted.
     pub long_poll: Option<Duration>,
+    /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
+    pub trace_links: crate::TraceLinks,
 }
 
 impl Default for Config {
@@ -333,6 +339,7 @@ impl Default for Config {
             label_values: DEFAULT_LABEL_VALUES,
             toggle_signal: None,
             long_poll: DEFAULT_LONG_POLL,
+            trace_links: crate::TraceLinks::default(),
         }
     }
 }
@@ -363,6 +370,14 @@ impl Config {
             _ => Err(format!("expected sampled, exact or off, got {s:?}")),
         })? {
             self.cpu_time = t;
+        }
+        if let Some(l) = env_var(ENV_TRACE_LINKS, |s| match s.to_ascii_lowercase().as_str() {
+            "roots" => Ok(crate::TraceLinks::LocalRoots),
+            "all" => Ok(crate::TraceLinks::AllSpans),
+            "off" | "0" | "false" | "no" => Ok(crate::TraceLinks::Off),
+            _ => Err(format!("expected roots, all or off, got {s:?}")),
+        })? {
+            self.trace_links = l;
         }
         if let Some(hz) = env_var(ENV_CPU_HZ, |s| match s.parse::<u32>() {
             Ok(n) if n <= tracing_prof_cpu::MAX_HZ => Ok(n),

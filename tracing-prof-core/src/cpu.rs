@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tracing_prof_alloc::Tag;
-use tracing_prof_model::{CodeFrame, CpuSource, CpuStack, PathKind, SpanFrame, TABLE_FULL_FRAME};
+use tracing_prof_cpu::TraceLink;
+use tracing_prof_model::{
+    CodeFrame, CpuSource, CpuStack, LinkedSamples, PathKind, SpanFrame, TABLE_FULL_FRAME,
+};
 
 /// How often the aggregator drains the samplers' rings: 100 ms (a thread's ring holds about
 /// 0.6 s of samples at 100 Hz).
@@ -34,19 +37,53 @@ static RAN_HZ: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Default)]
 struct Store {
-    /// Weighted samples per (tag, code addresses innermost first) since the last compaction.
-    raw: HashMap<(u32, Box<[u64]>), u64>,
-    /// Weighted samples per (tag, symbolized code stack, root first, as indices into
-    /// `frames`): what `raw` becomes when it is compacted. Keyed by function and line, not by
+    /// Weighted samples per (tag, trace link, code addresses innermost first) since the last
+    /// compaction.
+    raw: HashMap<(u32, TraceLink, Box<[u64]>), u64>,
+    /// The id of each (tag, symbolized code stack, root first, as indices into `frames`):
+    /// what `raw` becomes when it is compacted. Keyed by function and line, not by
     /// instruction, so it stops growing once the program's hot stacks have been seen; an empty
     /// stack counts the samples that found it full.
-    resolved: HashMap<(u32, Box<[u32]>), u64>,
+    resolved: HashMap<(u32, Box<[u32]>), u32>,
+    /// Weighted samples per stack id.
+    counts: Vec<u64>,
+    /// The part of a stack's samples taken in one trace span's work, per (stack id, link).
+    /// Bounded: see [`MAX_LINKED`].
+    linked: HashMap<(u32, TraceLink), Linked>,
     /// Every distinct frame of the stacks in `resolved`, once: a stack costs 4 bytes a frame
     /// (40 as `CodeFrame`s: the example service's store grew 0.5 MiB a minute that way).
     frames: Vec<CodeFrame>,
     frame_ids: HashMap<CodeFrame, u32>,
     /// Samples that arrived while `resolved` was full.
     overflowed: u64,
+    /// When the store was made: `Linked::seen` counts seconds from it.
+    born: Option<std::time::Instant>,
+}
+
+/// Samples of one stack in one trace span's work.
+#[derive(Clone, Copy)]
+struct Linked {
+    samples: u64,
+    /// When it was last added to, in seconds of the store's life.
+    seen: u64,
+}
+
+/// (Stack, trace span) pairs kept: 65 536, about 4 MiB. A busy service makes one per sample
+/// it takes in a request (16 busy threads at 100 Hz: 1 600 a second). Past it, the pairs least
+/// recently sampled are let go, and so are pairs not sampled for [`LINK_SECONDS`]: their
+/// samples stay in their stack's count, and a window taken after that no longer names their
+/// span.
+pub(crate) const MAX_LINKED: usize = 65_536;
+/// Seconds after which a pair no longer sampled is let go: 5 minutes, longer than any export
+/// interval takes to come round.
+const LINK_SECONDS: u64 = 300;
+
+/// Pairs let go so far (see [`MAX_LINKED`]).
+static LINKS_LET_GO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// (Stack, trace span) pairs let go so far, to bound the store.
+pub(crate) fn links_let_go() -> u64 {
+    LINKS_LET_GO.load(Ordering::Relaxed)
 }
 
 impl Store {
@@ -59,6 +96,45 @@ impl Store {
         self.frames.push(frame.clone());
         self.frame_ids.insert(frame.clone(), id);
         id
+    }
+
+    /// The id of stack `key`, added if new and there is room (always, for an empty stack:
+    /// where a tag's samples go once the table is full).
+    fn stack_id(&mut self, key: (u32, Box<[u32]>)) -> Option<u32> {
+        if let Some(&id) = self.resolved.get(&key) {
+            return Some(id);
+        }
+        if self.resolved.len() >= MAX_CPU_STACKS && !key.1.is_empty() {
+            return None;
+        }
+        let id = self.counts.len() as u32;
+        self.counts.push(0);
+        self.resolved.insert(key, id);
+        Some(id)
+    }
+
+    /// Seconds since the store was made.
+    fn now_s(&mut self) -> u64 {
+        self.born
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed()
+            .as_secs()
+    }
+
+    /// Lets go of pairs not sampled for [`LINK_SECONDS`], then of the least recently
+    /// sampled ones while there are more than [`MAX_LINKED`].
+    fn trim_links(&mut self) {
+        let now = self.now_s();
+        let before = self.linked.len();
+        self.linked
+            .retain(|_, l| now.saturating_sub(l.seen) < LINK_SECONDS);
+        if self.linked.len() > MAX_LINKED {
+            let mut seen: Vec<u64> = self.linked.values().map(|l| l.seen).collect();
+            let cut = self.linked.len() - MAX_LINKED * 3 / 4;
+            let (_, &mut oldest_kept, _) = seen.select_nth_unstable(cut);
+            self.linked.retain(|_, l| l.seen >= oldest_kept);
+        }
+        LINKS_LET_GO.fetch_add((before - self.linked.len()) as u64, Ordering::Relaxed);
     }
 }
 
@@ -131,7 +207,8 @@ pub(crate) fn drain() {
     let s = guard.get_or_insert_with(Store::default);
     tracing_prof_cpu::drain(|sample| {
         let tag = sample.tag | if sample.long_poll { LONG_POLL } else { 0 };
-        let key = (tag, Box::<[u64]>::from(sample.ips));
+
+        let key = (tag, sample.link, Box::<[u64]>::from(sample.ips));
         *s.raw.entry(key).or_insert(0) += sample.weight;
     });
     if s.raw.len() >= MAX_RAW {
@@ -146,18 +223,19 @@ fn compact(s: &mut Store) {
     if s.raw.is_empty() {
         return;
     }
+    let now = s.now_s();
     let raw = std::mem::take(&mut s.raw);
     let leaves = crate::symbolize::resolve_transient(
         raw.keys()
-            .filter_map(|(_, ips)| ips.first().map(|&ip| ip as usize)),
+            .filter_map(|(_, _, ips)| ips.first().map(|&ip| ip as usize)),
     );
     crate::symbolize::prepare(
         raw.keys()
-            .flat_map(|(_, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
+            .flat_map(|(_, _, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
     );
     // The innermost span of each path: stacks are cut where it was entered.
     let mut spans: HashMap<u32, Option<SpanFrame>> = HashMap::new();
-    for ((tag, ips), n) in raw {
+    for ((tag, link, ips), n) in raw {
         let code: Box<[u32]> = match ips.split_first() {
             None => Box::from([]),
             Some((&pc, rest)) => {
@@ -177,16 +255,23 @@ fn compact(s: &mut Store) {
                 .collect()
             }
         };
-        let key = (tag, code);
-        if let Some(c) = s.resolved.get_mut(&key) {
-            *c += n;
-        } else if s.resolved.len() < MAX_CPU_STACKS {
-            s.resolved.insert(key, n);
-        } else {
+        let Some(id) = s.stack_id((tag, code)).or_else(|| {
             s.overflowed += n;
-            *s.resolved.entry((tag, Box::from([]))).or_insert(0) += n;
+            s.stack_id((tag, Box::from([])))
+        }) else {
+            continue; // not reached: an empty stack always has room
+        };
+        s.counts[id as usize] += n;
+        if link.is_some() {
+            let l = s.linked.entry((id, link)).or_insert(Linked {
+                samples: 0,
+                seen: now,
+            });
+            l.samples += n;
+            l.seen = now;
         }
     }
+    s.trim_links();
 }
 
 /// How the snapshot's per-span CPU time was measured.
@@ -219,16 +304,29 @@ pub(crate) fn period_ns() -> u64 {
 /// stack, and the sampled CPU time per tag.
 pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
     drain();
-    let counts: Vec<(u32, Arc<[CodeFrame]>, u64)> = {
+    /// A stack of the store, symbolized: its tag, code, samples and samples per trace span.
+    type Counted = (u32, Arc<[CodeFrame]>, u64, Vec<LinkedSamples>);
+    let counts: Vec<Counted> = {
         let mut guard = store();
         guard.as_mut().map_or_else(Vec::new, |s| {
             compact(s);
+            let mut links: HashMap<u32, Vec<LinkedSamples>> = HashMap::new();
+            for (&(id, link), l) in &s.linked {
+                links.entry(id).or_default().push(LinkedSamples {
+                    link: tracing_prof_model::TraceLink {
+                        trace_id: link.trace_id,
+                        span_id: link.span_id,
+                    },
+                    samples: l.samples,
+                });
+            }
             s.resolved
                 .iter()
-                .map(|((tag, code), n)| {
+                .map(|((tag, code), &id)| {
                     let frames: Arc<[CodeFrame]> =
                         code.iter().map(|&i| s.frames[i as usize].clone()).collect();
-                    (*tag, frames, *n)
+                    let links = links.remove(&id).unwrap_or_default();
+                    (*tag, frames, s.counts[id as usize], links)
                 })
                 .collect()
         })
@@ -237,7 +335,7 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
     let mut merged: Vec<CpuStack> = Vec::new();
     type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>, bool);
     let mut index: HashMap<Key, usize> = HashMap::new();
-    for (key, code, n) in counts {
+    for (key, code, n, links) in counts {
         let long_poll = key & LONG_POLL != 0;
         let tag = Tag::new(key & !LONG_POLL);
         *per_tag.entry(tag).or_insert(0) += n * period_ns;
@@ -258,6 +356,18 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
             });
         merged[i].samples += n;
         merged[i].cpu_ns += n * period_ns;
+        merged[i].links.extend(links);
+    }
+    for stack in &mut merged {
+        // Two tags of one path may share a span: one entry per span, in span order.
+        stack.links.sort_by_key(|l| l.link);
+        stack.links.dedup_by(|b, a| {
+            let same = a.link == b.link;
+            if same {
+                a.samples += b.samples;
+            }
+            same
+        });
     }
     // Largest first, then by stack: a stable order for files and tables.
     merged.sort_by(|a, b| {

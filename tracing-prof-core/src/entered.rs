@@ -14,6 +14,7 @@
 use crate::clock::{Clock, CpuSample};
 use crate::in_flight::ThreadSlot;
 use crate::span_index::{self, SpanState};
+use crate::trace_link::{self, Link};
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -65,6 +66,10 @@ struct Cpu {
 struct Stack {
     frames: [Entered; MAX_DEPTH],
     cpu: [Cpu; MAX_DEPTH],
+    /// The thread's trace link before each frame was entered, restored on its exit (an array
+    /// of zero-sized values without the `opentelemetry` feature; apart from the frames, which
+    /// stay one cache line each with it).
+    links: [Link; MAX_DEPTH],
     /// Where the busy time of a frame outside the span index goes, at the frame's depth.
     extensions: [Option<Arc<AtomicU64>>; MAX_DEPTH],
     len: usize,
@@ -136,6 +141,7 @@ thread_local! {
         RefCell::new(ManuallyDrop::new(Stack {
             frames: [EMPTY; MAX_DEPTH],
             cpu: [NO_CPU; MAX_DEPTH],
+            links: [trace_link::UNRESOLVED; MAX_DEPTH],
             extensions: [const { None }; MAX_DEPTH],
             len: 0,
             untracked: 0,
@@ -224,6 +230,8 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         }
     };
     let start_ns = if reentry { 0 } else { clock.now_ns() };
+    // After the tag (see `exit`).
+    s.links[len] = trace_link::set_current(state.link);
     s.frames[len] = Entered {
         id,
         instance: state.instance,
@@ -276,6 +284,9 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     // One clock read per exit, as before; a re-entry's exit measures nothing and reads none.
     let now_ns = if e.reentry { 0 } else { clock.now_ns() };
     if pos + 1 == len {
+        // The link goes back before the tag, as enter set it after: a sample taken in between
+        // is the span's, unlinked, never the code outside's, linked.
+        trace_link::set_current(s.links[pos]);
         set_current_span(e.prev_tag, e.prev_instance);
         if let Some(n) = s.now {
             n.publish(e.prev_tag, now_ns);
@@ -329,9 +340,12 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
 #[cold]
 #[inline(never)]
 fn out_of_order(s: &mut Stack, pos: usize, len: usize, e: &Entered) {
+    let prev_link = s.links[pos];
     s.frames[pos..len].rotate_left(1);
     s.cpu[pos..len].rotate_left(1);
+    s.links[pos..len].rotate_left(1);
     s.extensions[pos..len].rotate_left(1);
+    s.links[pos] = prev_link;
     let next = &mut s.frames[pos];
     next.prev_tag = e.prev_tag;
     next.prev_instance = e.prev_instance;
@@ -368,6 +382,7 @@ mod tests {
             parent: Tag::new(parent),
             created_ns: 0,
             instance: 0,
+            link: Default::default(),
         }
     }
 
@@ -402,5 +417,59 @@ mod tests {
             (1, 1)
         );
         assert_eq!(tracing_prof_alloc::current_tag(), Tag::NO_SPAN);
+    }
+
+    /// Entering makes a span's link current; exits restore the one before, out of order too.
+    #[cfg(feature = "opentelemetry")]
+    #[test]
+    fn links_are_restored_on_exit_in_and_out_of_order() {
+        use tracing_prof_cpu::{TraceLink, trace_link::current};
+        let link = |n: u64| TraceLink {
+            trace_id: u128::from(n) << 64 | 9,
+            span_id: n,
+        };
+        let linked = |tag, parent, n| SpanState {
+            link: link(n),
+            ..state(tag, parent)
+        };
+        enter(
+            11,
+            linked(600, 0, 1),
+            Home::Index(span_index::Slot::at(NO_SLOT)),
+            &Manual,
+            false,
+        );
+        enter(
+            12,
+            linked(601, 600, 2),
+            Home::Index(span_index::Slot::at(NO_SLOT)),
+            &Manual,
+            false,
+        );
+        enter(
+            13,
+            linked(602, 601, 3),
+            Home::Index(span_index::Slot::at(NO_SLOT)),
+            &Manual,
+            false,
+        );
+        assert_eq!(current(), link(3));
+        exit(13, &Manual, false);
+        assert_eq!(current(), link(2));
+        enter(
+            14,
+            linked(603, 601, 4),
+            Home::Index(span_index::Slot::at(NO_SLOT)),
+            &Manual,
+            false,
+        );
+        // The middle one exits first: the innermost stays current, and its exit restores what
+        // the middle one would have restored.
+        exit(12, &Manual, false);
+        assert_eq!(current(), link(4));
+        exit(14, &Manual, false);
+        assert_eq!(current(), link(1));
+        exit(11, &Manual, false);
+        assert_eq!(current(), TraceLink::NONE);
     }
 }

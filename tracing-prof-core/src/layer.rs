@@ -4,6 +4,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::entered::{self, Home};
 use crate::span_index::{self, SpanState};
 use crate::span_path;
+use crate::trace_link::{self, LinkCell, TraceLinks};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tracing_core::Subscriber;
@@ -18,6 +19,8 @@ use tracing_subscriber::registry::LookupSpan;
 struct SpanData {
     state: SpanState,
     busy_ns: Arc<AtomicU64>,
+    /// The span's trace link, once its first enter looked it up.
+    link: LinkCell,
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -41,6 +44,11 @@ pub struct ProfileLayer<C = SystemClock> {
     cpu_time: bool,
     /// This layer's key in the span index: span ids are unique within one registry only.
     owner: AtomicU32,
+    /// Which spans' OpenTelemetry ids label CPU samples (with the `opentelemetry` feature).
+    links: TraceLinks,
+    /// The subscriber this layer is part of, where the OpenTelemetry layer is found.
+    #[cfg(feature = "opentelemetry")]
+    dispatch: std::sync::OnceLock<tracing::dispatcher::WeakDispatch>,
 }
 
 impl<C: Clone> Clone for ProfileLayer<C> {
@@ -49,6 +57,9 @@ impl<C: Clone> Clone for ProfileLayer<C> {
             clock: self.clock.clone(),
             cpu_time: self.cpu_time,
             owner: AtomicU32::new(span_index::new_owner()),
+            links: self.links,
+            #[cfg(feature = "opentelemetry")]
+            dispatch: std::sync::OnceLock::new(),
         }
     }
 }
@@ -62,6 +73,9 @@ impl ProfileLayer {
             clock: SystemClock::default(),
             cpu_time: false,
             owner: AtomicU32::new(span_index::new_owner()),
+            links: TraceLinks::default(),
+            #[cfg(feature = "opentelemetry")]
+            dispatch: std::sync::OnceLock::new(),
         }
     }
 }
@@ -87,6 +101,40 @@ impl<C: Clock> ProfileLayer<C> {
             clock,
             cpu_time: self.cpu_time,
             owner: self.owner,
+            links: self.links,
+            #[cfg(feature = "opentelemetry")]
+            dispatch: self.dispatch,
+        }
+    }
+
+    /// Which spans' OpenTelemetry ids label the CPU samples taken in their work (default:
+    /// local roots). Has an effect with the `opentelemetry` feature and a
+    /// `tracing-opentelemetry` layer in the same subscriber only; see [`TraceLinks`].
+    pub fn with_trace_links(mut self, links: TraceLinks) -> Self {
+        self.links = links;
+        self
+    }
+
+    /// Whether span `state` is linked to its own OpenTelemetry span, not its root's.
+    #[cfg(feature = "opentelemetry")]
+    #[inline(always)]
+    fn links_itself(&self, state: &SpanState) -> bool {
+        state.link == trace_link::UNRESOLVED
+            && match self.links {
+                TraceLinks::LocalRoots => state.parent == Tag::NO_SPAN,
+                TraceLinks::AllSpans => true,
+                TraceLinks::Off => false,
+            }
+    }
+
+    /// Span `id`'s trace link, read from its OpenTelemetry span at its first enter.
+    #[cfg(feature = "opentelemetry")]
+    #[cold]
+    #[inline(never)]
+    fn resolve_link(&self, id: &Id) -> trace_link::Link {
+        match self.dispatch.get().and_then(|d| d.upgrade()) {
+            Some(dispatch) => trace_link::resolve(&dispatch, id),
+            None => trace_link::NO_LINK,
         }
     }
 
@@ -114,7 +162,9 @@ impl<C: Clock> ProfileLayer<C> {
         let span = ctx.span(id)?;
         let ext = span.extensions();
         let data = ext.get::<SpanData>()?;
-        Some((data.state, Home::Extensions(Arc::clone(&data.busy_ns))))
+        let mut state = data.state;
+        state.link = data.link.load();
+        Some((state, Home::Extensions(Arc::clone(&data.busy_ns))))
     }
 }
 
@@ -136,9 +186,13 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     C: Clock,
 {
-    fn on_register_dispatch(&self, _subscriber: &tracing::Dispatch) {
+    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
         // A layer in a new registry: a key of its own in the span index.
         self.owner.store(span_index::new_owner(), Ordering::Relaxed);
+        #[cfg(feature = "opentelemetry")]
+        let _ = self.dispatch.set(subscriber.downgrade());
+        #[cfg(not(feature = "opentelemetry"))]
+        let _ = subscriber;
         let mode = match (self.cpu_time, self.clock.splits_cpu()) {
             (false, _) => 0,
             (true, false) => 1,
@@ -152,10 +206,21 @@ where
         // tag current now (read before the profiler's own tag replaces it).
         let current = tracing_prof_alloc::current_tag();
         let _profiler = TagGuard::new(Tag::PROFILER);
-        let parent = match attrs.parent() {
-            Some(p) => self.state(p, &ctx).map_or(Tag::NO_SPAN, |(s, _)| s.tag),
-            None if attrs.is_contextual() => current,
-            None => Tag::NO_SPAN,
+        let (parent, inherited) = match attrs.parent() {
+            Some(p) => self
+                .state(p, &ctx)
+                .map_or((Tag::NO_SPAN, trace_link::UNRESOLVED), |(s, _)| {
+                    (s.tag, s.link)
+                }),
+            None if attrs.is_contextual() => (current, trace_link::current()),
+            None => (Tag::NO_SPAN, trace_link::UNRESOLVED),
+        };
+        // A span linked to its local root inherits its parent's link; the others look theirs
+        // up at their first enter.
+        let link = if parent != Tag::NO_SPAN && self.links == TraceLinks::LocalRoots {
+            inherited
+        } else {
+            trace_link::UNRESOLVED
         };
         let tag = span_path::intern(parent, attrs.metadata(), crate::labels::of_span(attrs));
         // Span instances only serve the heap sampler's "outlived" counts.
@@ -169,6 +234,7 @@ where
             parent,
             created_ns: self.clock.now_ns(),
             instance,
+            link,
         };
         let owner = self.owner.load(Ordering::Relaxed);
         if span_index::insert(owner, id.into_u64(), state).is_none()
@@ -178,6 +244,7 @@ where
             span.extensions_mut().insert(SpanData {
                 state,
                 busy_ns: Arc::new(AtomicU64::new(0)),
+                link: LinkCell::new(),
             });
         }
     }
@@ -186,6 +253,14 @@ where
         let owner = self.owner.load(Ordering::Relaxed);
         // Written out rather than through `state`: the common case stays in registers.
         if let Some((slot, state)) = span_index::find(owner, id.into_u64()) {
+            #[cfg(feature = "opentelemetry")]
+            let state = if self.links_itself(&state) {
+                let link = self.resolve_link(id);
+                span_index::set_link(slot, id.into_u64(), link);
+                SpanState { link, ..state }
+            } else {
+                state
+            };
             entered::enter(
                 id.into_u64(),
                 state,
@@ -194,6 +269,18 @@ where
                 self.cpu_time,
             );
         } else if let Some((state, home)) = Self::state_outside(id, &ctx) {
+            #[cfg(feature = "opentelemetry")]
+            let state = if self.links_itself(&state) {
+                let link = self.resolve_link(id);
+                if let Some(span) = ctx.span(id)
+                    && let Some(data) = span.extensions().get::<SpanData>()
+                {
+                    data.link.store(link);
+                }
+                SpanState { link, ..state }
+            } else {
+                state
+            };
             entered::enter(id.into_u64(), state, home, &self.clock, self.cpu_time);
         }
     }

@@ -54,6 +54,7 @@ mod span_index;
 mod span_path;
 mod symbolize;
 mod threads;
+mod trace_link;
 
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use capture::capture;
@@ -66,6 +67,7 @@ pub use profiler::{
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;
+pub use trace_link::TraceLinks;
 pub use tracing_prof_cpu::CpuSamplerStats;
 pub use tracing_prof_model as model;
 pub use tracing_prof_model::SuspectedLeak;

@@ -5,7 +5,7 @@
 //! it uses, wherever it runs; a process-wide `setitimer` would undercount beyond a couple of
 //! busy threads and interrupt arbitrary threads (golang/go#35057). The SIGPROF handler reads the
 //! span path tag the span layer keeps current on the thread (the same one the tagging allocator
-//! reads), walks the stack, and appends `(tag, weight, return addresses)` to the thread's own
+//! reads), walks the stack, and appends `(tag, weight, trace link, return addresses)` to the thread's own
 //! lock-free ring. A reader ([`drain`]) turns the rings into a profile off the signal path. The
 //! tag follows the work, not the thread: an instrumented future polled on several workers is
 //! attributed to its span on each of them, across `.await`.
@@ -74,6 +74,7 @@ mod thread;
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod timer;
+pub mod trace_link;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -99,6 +100,7 @@ pub use unsupported::*;
 
 pub use long_poll::watch_long_polls;
 use std::sync::atomic::{AtomicU32, Ordering};
+pub use trace_link::TraceLink;
 
 /// Samples per second of CPU time per thread by default: 100, as Go's.
 pub const DEFAULT_HZ: u32 = 100;
@@ -159,6 +161,9 @@ pub struct RawSample<'a> {
     pub truncated: bool,
     /// Whether the thread was in a long poll (see [`watch_long_polls`]).
     pub long_poll: bool,
+    /// The trace span the thread's work belonged to ([`trace_link::set`]), or
+    /// [`TraceLink::NONE`].
+    pub link: TraceLink,
     /// Code addresses, innermost first: the interrupted instruction, then return addresses.
     pub ips: &'a [u64],
 }
@@ -260,8 +265,8 @@ pub fn is_running() -> bool {
     hz() > 0
 }
 
-/// The header word of a record: tag, depth, weight (saturating at 16 bits), the truncated flag
-/// and the long-poll flag. Never all ones (the ring's wrap marker): depth is at most 128.
+/// The header word of a record: tag, depth, weight (saturating at 16 bits), the truncated flag,
+/// the long-poll flag and whether the body starts with a trace link's three words. Never all ones (the ring's wrap marker): depth is at most 128.
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -272,6 +277,7 @@ pub(crate) fn record_header(
     weight: u64,
     truncated: bool,
     long_poll: bool,
+    linked: bool,
 ) -> u64 {
     let depth = depth.min(MAX_CPU_FRAMES) as u64;
     let weight = weight.min(u64::from(u16::MAX));
@@ -280,7 +286,15 @@ pub(crate) fn record_header(
         | weight << 40
         | u64::from(truncated) << 56
         | u64::from(long_poll) << 57
+        | u64::from(linked) << LINKED_BIT
 }
+
+/// The header bit of a record whose body starts with a trace link.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+const LINKED_BIT: u32 = 58;
 
 /// The body length of a record from its header.
 #[cfg(all(
@@ -288,7 +302,7 @@ pub(crate) fn record_header(
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 pub(crate) fn record_len(header: u64) -> usize {
-    ((header >> 32) & 0xff) as usize
+    ((header >> 32) & 0xff) as usize + 3 * ((header >> LINKED_BIT) & 1) as usize
 }
 
 #[cfg(all(
@@ -385,13 +399,19 @@ mod api {
     /// about 60 samples of 30 frames, 0.6 s of one busy thread at 100 Hz.
     pub fn drain(mut f: impl FnMut(RawSample<'_>)) -> bool {
         thread::drain(|tid, header, body| {
+            let (link, ips) = if (header >> LINKED_BIT) & 1 == 1 && body.len() >= 3 {
+                (TraceLink::from_words(body), &body[3..])
+            } else {
+                (TraceLink::NONE, body)
+            };
             f(RawSample {
                 tid,
                 tag: header as u32,
                 weight: (header >> 40) & 0xffff,
                 truncated: (header >> 56) & 1 == 1,
                 long_poll: (header >> 57) & 1 == 1,
-                ips: body,
+                link,
+                ips,
             })
         })
     }

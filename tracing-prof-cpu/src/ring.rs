@@ -38,11 +38,11 @@ impl Ring {
         })
     }
 
-    /// Appends a record: `header` (never [`WRAP`]) and `body`. Returns false, writing
-    /// nothing, when the ring has no room for it. Producer only.
-    pub(crate) fn push(&self, header: u64, body: &[u64]) -> bool {
+    /// Appends a record: `header` (never [`WRAP`]), then `prefix` and `body` as one body.
+    /// Returns false, writing nothing, when the ring has no room for it. Producer only.
+    pub(crate) fn push(&self, header: u64, prefix: &[u64], body: &[u64]) -> bool {
         debug_assert!(header != WRAP);
-        let need = 1 + body.len();
+        let need = 1 + prefix.len() + body.len();
         if need > WORDS / 2 {
             return false;
         }
@@ -59,7 +59,8 @@ impl Ring {
         }
         let start = (head + skip) % WORDS;
         self.words[start].store(header, Ordering::Relaxed);
-        for (slot, &w) in self.words[start + 1..start + need].iter().zip(body) {
+        let words = prefix.iter().chain(body);
+        for (slot, &w) in self.words[start + 1..start + need].iter().zip(words) {
             slot.store(w, Ordering::Relaxed);
         }
         self.head.store(head + skip + need, Ordering::Release);
@@ -114,7 +115,8 @@ mod tests {
             loop {
                 let len = (next % 37) as usize + 1;
                 let body: Vec<u64> = (0..len as u64).map(|i| next * 1000 + i).collect();
-                if !ring.push(next << 8 | len as u64, &body) {
+                let (prefix, rest) = body.split_at(len / 3);
+                if !ring.push(next << 8 | len as u64, prefix, rest) {
                     break;
                 }
                 next += 1;
@@ -144,7 +146,7 @@ mod tests {
         let ring = Ring::new();
         let body = [7u64; 100];
         let mut n = 0;
-        while ring.push(1, &body) {
+        while ring.push(1, &[], &body) {
             n += 1;
         }
         assert_eq!(n, WORDS / 101);
@@ -158,7 +160,7 @@ mod tests {
         );
         assert_eq!(seen, n);
         assert!(
-            !ring.push(1, &[0u64; WORDS / 2]),
+            !ring.push(1, &[0u64; 2], &[0u64; WORDS / 2 - 2]),
             "a record may take at most half the ring"
         );
     }

@@ -10,9 +10,9 @@
 //! refuse to start rather than replace it; if one replaces ours later, [`still_ours`] says so
 //! and sampling stops.
 //!
-//! In the handler, only: reads of `siginfo_t` and the interrupted registers, three
+//! In the handler, only: reads of `siginfo_t` and the interrupted registers, four
 //! thread-local reads (this thread's sampler state, the span path tag the layer set, when its
-//! stretch began), the stack walk of [`crate::unwind`], stores into this thread's own ring and
+//! stretch began, the trace link of [`crate::trace_link`]), the stack walk of [`crate::unwind`], stores into this thread's own ring and
 //! counters, two `clock_gettime(CLOCK_MONOTONIC)` reads timing the handler (async-signal-safe;
 //! vDSO, no system call, on a `tsc` clocksource), on an async runtime's worker in a span one
 //! read of the layer's clock (the counter or the same vDSO call: see
@@ -143,9 +143,19 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
     let walk = unwind::walk(regs, stack, &mut ips, hint);
     let long_poll = crate::long_poll::now();
-    let header = crate::record_header(tag, walk.depth, weight, walk.truncated, long_poll);
+    let link = crate::trace_link::current();
+    let header = crate::record_header(
+        tag,
+        walk.depth,
+        weight,
+        walk.truncated,
+        long_poll,
+        link.is_some(),
+    );
+    let words = link.to_words();
+    let prefix: &[u64] = if link.is_some() { &words } else { &[] };
     let bump = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    if ts.ring.push(header, &ips[..walk.depth]) {
+    if ts.ring.push(header, prefix, &ips[..walk.depth]) {
         bump(&ts.samples, weight);
         if walk.truncated {
             bump(&ts.truncated, 1);

@@ -3,7 +3,7 @@
 //! | kind | samples | sample types | default |
 //! |------|---------|--------------|---------|
 //! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds | `cpu`, else `wall_busy` |
-//! | `cpu` | sampled code stacks under span paths (label `span_path`) | `samples/count`, `cpu/nanoseconds` | `cpu` |
+//! | `cpu` | sampled code stacks under span paths (label `span_path`; `span_id` and `trace_id` on samples linked to a trace span) | `samples/count`, `cpu/nanoseconds` | `cpu` |
 //! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
 //! | `allocs` | as `heap` | as `heap` | `alloc_space` |
 //! | `span_memory` | span paths, exact | as `heap` | `inuse_space` |
@@ -263,11 +263,32 @@ impl Snapshot {
             if s.long_poll {
                 labels.push(Label::str("long_poll", "true"));
             }
-            out.samples.push(Sample {
-                stack: stack(&s.frames, &s.code),
-                values: vec![int(s.samples), int(s.cpu_ns)],
-                labels: labels_of(&s.frames, labels),
-            });
+            let labels = labels_of(&s.frames, labels);
+            let frames = stack(&s.frames, &s.code);
+            // CPU time of `n` of the stack's samples (each sample's share of `cpu_ns`).
+            let cpu =
+                |n: u64| (u128::from(s.cpu_ns) * u128::from(n) / u128::from(s.samples)) as u64;
+            // Samples linked to a trace span on samples of their own, labelled as Pyroscope's
+            // span profiles and Grafana's "profiles for this span" expect.
+            for l in &s.links {
+                let mut labels = labels.clone();
+                labels.push(Label::str("span_id", l.link.span_id_hex()));
+                labels.push(Label::str("trace_id", l.link.trace_id_hex()));
+                out.samples.push(Sample {
+                    stack: frames.clone(),
+                    values: vec![int(l.samples), int(cpu(l.samples))],
+                    labels,
+                });
+            }
+            let rest = s.unlinked_samples();
+            if rest > 0 {
+                let linked_cpu: u64 = s.links.iter().map(|l| cpu(l.samples)).sum();
+                out.samples.push(Sample {
+                    stack: frames,
+                    values: vec![int(rest), int(s.cpu_ns.saturating_sub(linked_cpu))],
+                    labels,
+                });
+            }
         }
         out
     }

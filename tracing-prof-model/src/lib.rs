@@ -76,6 +76,7 @@ mod profile;
 pub mod series;
 mod snapshot;
 mod table;
+mod trace_link;
 pub mod units;
 
 pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
@@ -94,6 +95,7 @@ pub use snapshot::{
     ThreadProfile, TimeStats, display_path,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
+pub use trace_link::{LinkedSamples, TraceLink};
 
 /// Why a profile could not be read, compared or drawn as asked.
 #[derive(Debug, thiserror::Error)]

@@ -447,6 +447,10 @@ pub struct CpuStack {
     /// entered or left no span for at least the long-poll threshold. The same stack outside
     /// long polls is another `CpuStack`.
     pub long_poll: bool,
+    /// The part of `samples` taken while a trace span's work ran, per span, in span order
+    /// (see `TraceLink`); the rest of `samples` belongs to no known trace span. Empty unless
+    /// the profiler links samples to OpenTelemetry spans.
+    pub links: Vec<crate::LinkedSamples>,
 }
 
 impl CpuStack {
@@ -459,7 +463,14 @@ impl CpuStack {
             samples: 0,
             cpu_ns: 0,
             long_poll: false,
+            links: Vec::new(),
         }
+    }
+
+    /// Samples of this stack that belong to no trace span.
+    pub fn unlinked_samples(&self) -> u64 {
+        let linked: u64 = self.links.iter().map(|l| l.samples).sum();
+        self.samples.saturating_sub(linked)
     }
 }
 
@@ -782,6 +793,30 @@ impl Snapshot {
                 if let Some(b) = before.get(&key(s)) {
                     out.samples = s.samples.saturating_sub(b.samples);
                     out.cpu_ns = s.cpu_ns.saturating_sub(b.cpu_ns);
+                    // A span missing from `base` is new in the window (or was let go by the
+                    // profiler meanwhile: then its samples before `base` are counted again
+                    // here, and no more than the stack's own growth).
+                    out.links = s
+                        .links
+                        .iter()
+                        .filter_map(|l| {
+                            let was = b
+                                .links
+                                .binary_search_by(|x| x.link.cmp(&l.link))
+                                .map_or(0, |i| b.links[i].samples);
+                            let samples = l.samples.saturating_sub(was);
+                            (samples > 0).then_some(crate::LinkedSamples {
+                                link: l.link,
+                                samples,
+                            })
+                        })
+                        .collect();
+                    let mut room = out.samples;
+                    for l in &mut out.links {
+                        l.samples = l.samples.min(room);
+                        room -= l.samples;
+                    }
+                    out.links.retain(|l| l.samples > 0);
                 }
                 (out.samples > 0).then_some(out)
             })

@@ -5,7 +5,8 @@
 //! extensions (a boxed state, an `Arc` and the extensions' own map, about 200 bytes, charged to
 //! the profiler), and the registry keeps every slot's map after the span closes: 197 MB charged
 //! to the profiler with the spans open, 143 MB still after they had all closed. Now: one
-//! 64-byte entry per open span in a table outside the allocator, given back at the next capture.
+//! 64-byte entry per open span in a table outside the allocator, given back at the next capture
+//! (128 bytes with the `opentelemetry` feature, which keeps each span's trace link there too).
 
 use std::time::Duration;
 use tracing_prof::{Profiler, TaggingAllocator};
@@ -56,8 +57,13 @@ fn a_million_open_spans_cost_64_bytes_each_and_come_back() {
     );
 
     let per_span = (table1 - table0) as f64 / SPANS as f64;
+    let entry = if cfg!(feature = "opentelemetry") {
+        128.0
+    } else {
+        64.0
+    };
     assert!(
-        (64.0..=66.0).contains(&per_span),
+        (entry..=entry + 2.0).contains(&per_span),
         "span table: {per_span:.1} bytes per open span"
     );
     assert!(

@@ -158,6 +158,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Which spans' OpenTelemetry ids label the CPU samples of their work (default: local
+    /// roots). Needs the `opentelemetry` feature and a `tracing-opentelemetry` layer in the
+    /// subscriber; see [`TraceLinks`](crate::TraceLinks).
+    pub fn trace_links(mut self, links: crate::TraceLinks) -> Self {
+        self.config.trace_links = links;
+        self
+    }
+
     /// CPU stack samples per second of CPU time on each thread (`0`: off). Default
     /// [`DEFAULT_CPU_HZ`](crate::config::DEFAULT_CPU_HZ). Process-wide.
     pub fn cpu_sampling(mut self, hz: u32) -> Self {
@@ -351,6 +359,7 @@ impl ProfilerBuilder {
             .map_err(BuildError::Spawn)?;
         let layer = ProfileLayer::new()
             .with_cpu_time(self.config.cpu_time == crate::CpuTime::Exact)
+            .with_trace_links(self.config.trace_links)
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         // Last: what `build` itself allocates is never refused.
         tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);

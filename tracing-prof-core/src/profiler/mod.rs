@@ -47,7 +47,8 @@ pub struct Stats {
     pub stack_table_full: u64,
     /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
     pub untracked_span_instances: u64,
-    /// Bytes of memory the span table holds: 64 per open span, in 4 KiB pages, outside the
+    /// Bytes of memory the span table holds: 64 per open span (128 with the `opentelemetry`
+    /// feature), in 4 KiB pages, outside the
     /// allocator (an anonymous mapping, so not in the profiles' `(tracing-prof)` path). Pages
     /// that no open span uses any more are given back at each capture.
     pub span_table_bytes: usize,
@@ -57,6 +58,11 @@ pub struct Stats {
     pub spans_outside_table: u64,
     /// The CPU stack sampler's counters (rate 0: not running; see [`Profiler::cpu_error`]).
     pub cpu: tracing_prof_cpu::CpuSamplerStats,
+    /// (CPU stack, trace span) pairs let go to keep the store bounded (the `opentelemetry`
+    /// feature; see [`TraceLinks`](crate::TraceLinks)): pairs not sampled for 5 minutes, and
+    /// the least recently sampled beyond 65 536. Their samples stay in their stack's count; windows after that no longer name the
+    /// span.
+    pub cpu_links_let_go: u64,
     /// Whether profiling is paused (see [`Profiler::pause`]).
     pub paused: bool,
     /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying
@@ -225,6 +231,7 @@ impl Profiler {
             untracked_span_instances: tracing_prof_alloc::untracked_instances(),
             span_table_bytes: crate::span_index::resident_bytes(),
             spans_outside_table: crate::span_index::spans_outside(),
+            cpu_links_let_go: crate::cpu::links_let_go(),
             cpu: tracing_prof_cpu::stats(),
             paused: self.is_paused(),
             services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
