@@ -11,6 +11,9 @@
 //! Settings: the `TRACING_PROF_*` variables (see the README; `TRACING_PROF_HTTP_ADDR=default`
 //! serves `/debug/pprof` on 127.0.0.1:6060; `PYROSCOPE_SERVER_ADDRESS` pushes to Pyroscope),
 //! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead.
+//! `SERVICE_OTEL=1` adds `tracing-opentelemetry` (spans go to an exporter that counts them), so
+//! that CPU samples carry the span ids of their requests (`span_id` labels; see the README's
+//! OpenTelemetry section).
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -50,7 +53,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         builder = builder.sink(PyroscopeExporter::start(config)?);
     }
     let (layer, guard) = builder.build()?;
-    tracing_subscriber::registry().with(layer).init();
+    let otel = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");
+    let spans = otel.then(otel::SpanCounter::default);
+    let provider = spans.clone().map(otel::provider);
+    let otel_layer = provider.as_ref().map(|p| {
+        use opentelemetry::trace::TracerProvider as _;
+        tracing_opentelemetry::layer().with_tracer(p.tracer("service"))
+    });
+    tracing_subscriber::registry()
+        .with(layer)
+        .with(otel_layer)
+        .init();
     let profiler = guard.profiler().clone();
     let http = HttpServer::from_env(&profiler)?;
     if let Some(addr) = http.as_ref().and_then(HttpServer::local_addr) {
@@ -131,6 +144,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
 
     print_cpu(&profile, &profiler.stats().cpu);
+    if let (Some(spans), Some(provider)) = (&spans, provider) {
+        let _ = provider.shutdown();
+        otel::print_links(&profile, spans);
+    }
     print_stacks(&profile);
     print_threads(&profile);
 
@@ -361,4 +378,63 @@ fn bytes(b: u64) -> String {
 fn latest(dir: &Path, kind: &str) -> Option<PathBuf> {
     let path = dir.join(format!("{kind}.latest.pb.gz"));
     path.exists().then_some(path)
+}
+
+/// `SERVICE_OTEL=1`: OpenTelemetry spans, and what the CPU samples say of them.
+mod otel {
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    use tracing_prof::core::Snapshot;
+
+    /// Counts the spans exported, and keeps the ids of the local roots that carry
+    /// `pyroscope.profile.id` (what a tracing backend would store and Grafana link).
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct SpanCounter(Arc<Mutex<(u64, HashSet<u64>)>>);
+
+    impl SpanExporter for SpanCounter {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            seen.0 += batch.len() as u64;
+            for s in batch {
+                let profiled = s
+                    .attributes
+                    .iter()
+                    .any(|kv| kv.key.as_str() == "pyroscope.profile.id");
+                if profiled {
+                    seen.1
+                        .insert(u64::from_be_bytes(s.span_context.span_id().to_bytes()));
+                }
+            }
+            Ok(())
+        }
+    }
+
+    pub(crate) fn provider(spans: SpanCounter) -> SdkTracerProvider {
+        SdkTracerProvider::builder()
+            .with_simple_exporter(spans)
+            .build()
+    }
+
+    /// How many CPU samples carry a span id, of how many spans, and whether every one is a
+    /// span that was exported with `pyroscope.profile.id`.
+    pub(crate) fn print_links(profile: &Snapshot, spans: &SpanCounter) {
+        let (exported, roots) = {
+            let seen = spans.0.lock().unwrap_or_else(|e| e.into_inner());
+            (seen.0, seen.1.clone())
+        };
+        let samples: u64 = profile.cpu_stacks.iter().map(|s| s.samples).sum();
+        let links = profile.cpu_stacks.iter().flat_map(|s| &s.links);
+        let linked: u64 = links.clone().map(|l| l.samples).sum();
+        let ids: HashSet<u64> = links.map(|l| l.link.span_id).collect();
+        let unknown = ids.iter().filter(|id| !roots.contains(id)).count();
+        println!(
+            "OpenTelemetry: {exported} spans exported, {} of them local roots with \
+             pyroscope.profile.id; {linked} of {samples} CPU samples linked to {} of those spans \
+             ({unknown} linked to a span not exported).\n",
+            roots.len(),
+            ids.len()
+        );
+    }
 }

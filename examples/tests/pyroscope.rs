@@ -2,7 +2,8 @@
 //! (`mock_pyroscope/rules.rs`, each rule citing the Pyroscope file it comes from): every request
 //! passes every check, the series arrive under profile types the Pyroscope UI knows or with the
 //! units it shows right, nothing is counted twice, and Pyroscope 1.x's delta logic, replayed on
-//! what we push, keeps every allocation number.
+//! what we push, keeps every allocation number; and CPU samples linked to OpenTelemetry spans
+//! are stored as span profiles.
 
 mod mock_pyroscope;
 
@@ -425,4 +426,87 @@ fn the_example_service_passes_through_both_apis() {
         let requests = stored_requests(&store);
         assert_eq!(requests, 3000, "{api}");
     }
+}
+
+/// `SERVICE_OTEL=1`: the example's CPU samples carry the span ids of their requests, and a
+/// Pyroscope server stores them as span profiles (`rules::span_profiles`): as many linked
+/// samples, of as many spans, as the service counted in its own profile, each with its trace
+/// id; `span_id` and `trace_id` never become series labels.
+#[test]
+fn span_profiles_reach_pyroscope_by_span_id() {
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples")
+        .join("service");
+    let server = Mock::start(OK);
+    let dir = std::env::temp_dir().join(format!("tracing-prof-pyro-otel-{}", std::process::id()));
+    let out = std::process::Command::new(&example)
+        .env("SERVICE_REQUESTS", "3000")
+        .env("SERVICE_OTEL", "1")
+        .env("TRACING_PROF_DIR", &dir)
+        .env("TRACING_PROF_INTERVAL", "300ms")
+        .env("PYROSCOPE_SERVER_ADDRESS", server.url())
+        .env("PYROSCOPE_APPLICATION_NAME", "checkout")
+        .output()
+        .expect("run the example (cargo test builds it)");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "OpenTelemetry: E spans exported, R of them local roots with pyroscope.profile.id;
+    // L of S CPU samples linked to N of those spans (U linked to a span not exported)."
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("OpenTelemetry: "))
+        .unwrap_or_else(|| panic!("no OpenTelemetry summary:\n{stdout}"));
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [_, roots, linked, _, spans, unknown] = numbers[..] else {
+        panic!("{line}");
+    };
+    assert_eq!(
+        roots,
+        3000 + 1,
+        "one root per request, and the leak's task: {line}"
+    );
+    assert_eq!(unknown, 0, "{line}");
+    assert!(linked > 0 && spans > 0, "{line}");
+
+    let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
+    for series in accepted(&server).iter().flatten() {
+        for labels in &series.profile.sample_labels {
+            let as_series = rules::series_labels_of(labels);
+            assert!(
+                as_series
+                    .iter()
+                    .all(|(k, _)| k != "span_id" && k != "trace_id")
+            );
+        }
+        if label(&series.labels, "__name__") != "process_cpu" {
+            assert!(rules::span_profiles(&series.profile).is_empty());
+            continue;
+        }
+        for (span, p) in rules::span_profiles(&series.profile) {
+            assert_ne!(p.trace_id, [0; 16], "span {span:x} without its trace id");
+            *stored.entry(span).or_default() += p.values["samples"];
+        }
+    }
+    assert_eq!(
+        stored.len() as u64,
+        spans,
+        "span profiles stored vs the service's"
+    );
+    assert_eq!(
+        stored.values().sum::<i64>() as u64,
+        linked,
+        "linked samples stored vs the service's"
+    );
 }

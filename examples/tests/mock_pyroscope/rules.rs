@@ -43,6 +43,8 @@ pub struct Pprof {
     pub time_nanos: i64,
     /// Per sample: function names leaf first, and values.
     pub samples: Vec<(Vec<String>, Vec<i64>)>,
+    /// Per sample: its string labels (key, value), in the sample's order.
+    pub sample_labels: Vec<Vec<(String, String)>>,
 }
 
 /// The defaults of `pkg/validation/limits.go` (`RegisterFlags`).
@@ -309,6 +311,16 @@ fn validate_profile(p: &DynamicMessage) -> Result<Pprof, Refusal> {
                     .flat_map(|id| location_names.get(id).cloned().unwrap_or_default())
                     .collect();
                 (stack, ints(s, "value"))
+            })
+            .collect(),
+        sample_labels: samples
+            .iter()
+            .map(|s| {
+                messages(s, "label")
+                    .iter()
+                    .filter(|l| int(l, "str") > 0)
+                    .map(|l| (text(int(l, "key")), text(int(l, "str"))))
+                    .collect()
             })
             .collect(),
     })
@@ -802,4 +814,80 @@ pub fn ui_unit_for(sample_unit: &str) -> &'static str {
         "bytes" => "bytes",
         _ => "short",
     }
+}
+
+/// A span profile as Pyroscope stores it: the samples of one span, kept apart from the
+/// series' aggregates and found by the span's id (Grafana's "profiles for this span").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanProfile {
+    /// The trace id the samples named: 32 hex digits, or all zeroes when absent or invalid.
+    pub trace_id: [u8; 16],
+    /// Values per sample type, summed over the span's samples.
+    pub values: BTreeMap<String, i64>,
+}
+
+/// The span profiles in one profile, by span id as Pyroscope decodes it, and which sample
+/// labels are series labels.
+///
+/// - `pkg/model/pprofsplit/pprof_split.go`, `VisitSampleSeries`: a `profile_id` label is
+///   renamed `span_id`; samples are grouped by their labels *without* `trace_id` and
+///   `span_id`, which never become series labels; and (`sampleKeyFromSample`) samples of one
+///   stack with different span or trace ids are not merged.
+/// - `pkg/pprof/pprof.go`, `ProfileSpans`/`decodeSpanID`: a sample's span id is its `span_id`
+///   label if that is exactly 16 hex digits (decoded, then read as a little-endian `uint64`),
+///   else 0: no span. `ProfileTraceIDs`/`traceIDFromLabels`: exactly 32 hex digits, else zero.
+/// - `pkg/phlaredb/symdb/dedup_slice.go`, `WriteProfileSymbols`: each sample is stored with
+///   those two ids; label strings are then zeroed (`ZeroLabelStrings`).
+pub fn span_profiles(p: &Pprof) -> BTreeMap<u64, SpanProfile> {
+    let mut out: BTreeMap<u64, SpanProfile> = BTreeMap::new();
+    for ((_, values), labels) in p.samples.iter().zip(&p.sample_labels) {
+        let get = |name: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == name || (name == "span_id" && k == "profile_id"))
+                .map(|(_, v)| v.as_str())
+        };
+        let span = get("span_id")
+            .filter(|s| s.len() == 16)
+            .and_then(hex_bytes::<8>)
+            .map_or(0, u64::from_le_bytes);
+        if span == 0 {
+            continue;
+        }
+        let trace = get("trace_id")
+            .filter(|s| s.len() == 32)
+            .and_then(hex_bytes::<16>)
+            .unwrap_or_default();
+        let entry = out.entry(span).or_default();
+        entry.trace_id = trace;
+        for ((ty, _), v) in p.sample_types.iter().zip(values) {
+            *entry.values.entry(ty.clone()).or_default() += v;
+        }
+    }
+    out
+}
+
+/// The series labels a sample adds (`pprof_split.go`, `addSampleLabelsToLabelsBuilder`, with
+/// `trace_id` and `span_id` left out by `GroupSamplesWithoutLabels`).
+pub fn series_labels_of(sample_labels: &[(String, String)]) -> Vec<(String, String)> {
+    sample_labels
+        .iter()
+        .filter(|(k, _)| k != "span_id" && k != "trace_id" && k != "profile_id")
+        .cloned()
+        .collect()
+}
+
+/// Go's `hex.Decode` into `N` bytes: `None` on a character that is not a hex digit.
+fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    let digits = s.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        *o = (hi * 16 + lo) as u8;
+    }
+    Some(out)
 }
