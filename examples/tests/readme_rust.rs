@@ -59,6 +59,22 @@ let app = my_routes.merge(axum_router(PprofHandler::new(guard.profiler().clone()
 app
 }
 
+#[rustfmt::skip]
+fn readme_otel(exporter: opentelemetry_sdk::trace::InMemorySpanExporter) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+// --- README: "OpenTelemetry"
+use opentelemetry::trace::TracerProvider as _;
+use tracing_subscriber::prelude::*;
+// `exporter`: where your spans go (opentelemetry-otlp's, for Tempo or a Collector).
+let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_batch_exporter(exporter).build();
+let (layer, guard) = tracing_prof::init_from_env()?;
+tracing_subscriber::registry()
+    .with(layer)
+    .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("my-service")))
+    .init();
+drop(guard);
+Ok(())
+}
+
 fn handle(request: u32) -> Vec<u8> {
     vec![0; request as usize]
 }
@@ -89,5 +105,5 @@ fn every_rust_block_of_the_readme_is_here_verbatim() {
         );
         blocks += 1;
     }
-    assert_eq!(blocks, 4);
+    assert_eq!(blocks, 5);
 }
