@@ -316,6 +316,9 @@ pub struct Config {
     pub long_poll: Option<Duration>,
     /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
     pub trace_links: crate::TraceLinks,
+    /// With the `opentelemetry` feature, whether the profiler publishes the OpenTelemetry
+    /// process context (OTEP 4719) while it runs; see `process_context`. Default: yes.
+    pub process_context: bool,
 }
 
 impl Default for Config {
@@ -340,6 +343,7 @@ impl Default for Config {
             toggle_signal: None,
             long_poll: DEFAULT_LONG_POLL,
             trace_links: crate::TraceLinks::default(),
+            process_context: true,
         }
     }
 }

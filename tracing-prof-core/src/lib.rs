@@ -49,6 +49,8 @@ mod leak;
 mod long_poll;
 mod monotonic;
 mod pause;
+#[cfg(feature = "opentelemetry")]
+pub mod process_context;
 mod profiler;
 mod span_index;
 mod span_path;

@@ -166,6 +166,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Whether to publish the OpenTelemetry process context (OTEP 4719: the resource from
+    /// `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, in a mapping named `OTEL_CTX` that
+    /// the OpenTelemetry eBPF profiler reads) from `build` until the guard drops. Default: yes,
+    /// with the `opentelemetry` feature; nothing without it.
+    pub fn process_context(mut self, on: bool) -> Self {
+        self.config.process_context = on;
+        self
+    }
+
     /// CPU stack samples per second of CPU time on each thread (`0`: off). Default
     /// [`DEFAULT_CPU_HZ`](crate::config::DEFAULT_CPU_HZ). Process-wide.
     pub fn cpu_sampling(mut self, hz: u32) -> Self {
@@ -363,7 +372,8 @@ impl ProfilerBuilder {
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         // Last: what `build` itself allocates is never refused.
         tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
-        let guard = ProfilerGuard {
+        #[allow(unused_mut, reason = "attached to only with the opentelemetry feature")]
+        let mut guard = ProfilerGuard {
             profiler: Profiler { shared },
             commands,
             done,
@@ -371,6 +381,19 @@ impl ProfilerBuilder {
             timeout: self.config.shutdown_timeout,
             attached: Vec::new(),
         };
+        #[cfg(feature = "opentelemetry")]
+        if self.config.process_context {
+            let resource = crate::process_context::resource_from_env();
+            match crate::process_context::publish(&resource) {
+                Ok(()) => guard
+                    .attached
+                    .push(Box::new(crate::process_context::RemoveOnDrop)),
+                Err(e) => eprintln!(
+                    "tracing-prof: the OpenTelemetry process context was not published ({e}); \
+                     profiling goes on without it"
+                ),
+            }
+        }
         Ok((layer, guard))
     }
 }

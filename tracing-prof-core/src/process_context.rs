@@ -1,0 +1,425 @@
+//! The OpenTelemetry process context (OTEP 4719, `oteps/profiles/4719-process-ctx.md` in
+//! opentelemetry-specification): the process's resource attributes (`service.name`, ...)
+//! published in a memory mapping named `OTEL_CTX`, where an out-of-process reader such as the
+//! OpenTelemetry eBPF profiler finds them through `/proc/PID/maps` and reads them from the
+//! process's memory.
+//!
+//! One mapping per process, made by [`publish`]: a 32-byte header (`"OTEL_CTX"`, version 2,
+//! the payload's size, when it was published, a pointer to the payload), the payload right
+//! after it (an `opentelemetry.proto.resource.v1.Resource` in protobuf), rounded up to whole
+//! pages. It comes from `memfd_create("OTEL_CTX")` (so `/proc/PID/maps` names it
+//! `/memfd:OTEL_CTX`), or an anonymous mapping where memfds are refused, named with
+//! `prctl(PR_SET_VMA_ANON_NAME)` (`[anon:OTEL_CTX]`, Linux 5.17+ with `CONFIG_ANON_VMA_NAME`).
+//! It is marked `MADV_DONTFORK`: a child of `fork` has none (and this module forgets the
+//! parent's there). The signature is written last, after a fence; an update zeroes
+//! `published_at_ns` first and writes a new, larger one last, so a reader that sees it
+//! unchanged around its read of the payload has read a whole one.
+//!
+//! Linux only; elsewhere [`publish`] says it is unsupported.
+
+use crate::fork::ForkSafe;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// The signature of a published header.
+pub const SIGNATURE: [u8; 8] = *b"OTEL_CTX";
+/// The header format's version.
+pub const VERSION: u32 = 2;
+/// Bytes of the header; the payload follows it.
+pub const HEADER_BYTES: usize = 32;
+
+/// The mapping this process published, if any.
+#[derive(Debug)]
+struct Published {
+    addr: usize,
+    len: usize,
+    /// The process that made it (a child of `fork` does not have it).
+    pid: u32,
+    published_at: u64,
+}
+
+static PUBLISHED: ForkSafe<Option<Published>> = ForkSafe::new(None);
+
+/// The resource attributes to publish: string values, and integers for `process.pid`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttributeValue {
+    /// A string attribute.
+    Str(String),
+    /// An integer attribute.
+    Int(i64),
+}
+
+mod wire {
+    //! `opentelemetry/proto/resource/v1/resource.proto` and the parts of
+    //! `opentelemetry/proto/common/v1/common.proto` a resource of strings and integers uses.
+    //! A test decodes what these encode with the official `.proto` files.
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Resource {
+        #[prost(message, repeated, tag = "1")]
+        pub(super) attributes: Vec<KeyValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct KeyValue {
+        #[prost(string, tag = "1")]
+        pub(super) key: String,
+        #[prost(message, optional, tag = "2")]
+        pub(super) value: Option<AnyValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct AnyValue {
+        #[prost(oneof = "Value", tags = "1, 3")]
+        pub(super) value: Option<Value>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub(super) enum Value {
+        #[prost(string, tag = "1")]
+        StringValue(String),
+        #[prost(int64, tag = "3")]
+        IntValue(i64),
+    }
+}
+
+/// `attributes` as the protobuf payload.
+fn encode(attributes: &[(String, AttributeValue)]) -> Vec<u8> {
+    let resource = wire::Resource {
+        attributes: attributes
+            .iter()
+            .map(|(k, v)| wire::KeyValue {
+                key: k.clone(),
+                value: Some(wire::AnyValue {
+                    value: Some(match v {
+                        AttributeValue::Str(s) => wire::Value::StringValue(s.clone()),
+                        AttributeValue::Int(i) => wire::Value::IntValue(*i),
+                    }),
+                }),
+            })
+            .collect(),
+    };
+    prost::Message::encode_to_vec(&resource)
+}
+
+fn page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Publishes `attributes` as this process's context, or updates the one published (a
+/// payload that no longer fits its mapping moves to a new one). Attribute keys should be
+/// unique (the OTEP's readers take the resource as is).
+pub fn publish(attributes: &[(String, AttributeValue)]) -> std::io::Result<()> {
+    let payload = encode(attributes);
+    let mut guard = PUBLISHED.lock();
+    let pid = std::process::id();
+    if guard.as_ref().is_some_and(|p| p.pid != pid) {
+        // The parent's: a child of fork does not have its mapping (MADV_DONTFORK).
+        *guard = None;
+    }
+    if let Some(p) = guard.as_mut()
+        && HEADER_BYTES + payload.len() <= p.len
+    {
+        // SAFETY: our own mapping of `p.len` bytes, still mapped (only `remove` unmaps it,
+        // under this lock), with room for the payload after the header.
+        unsafe { update(p, &payload) };
+        return Ok(());
+    }
+    if let Some(old) = guard.take() {
+        // SAFETY: our own mapping, which nothing of ours refers to once taken out.
+        unsafe { libc::munmap(old.addr as *mut libc::c_void, old.len) };
+    }
+    *guard = Some(create(&payload, pid)?);
+    Ok(())
+}
+
+/// Removes the context when dropped: what a profiler that published it keeps until it stops.
+#[derive(Debug)]
+pub(crate) struct RemoveOnDrop;
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        remove();
+    }
+}
+
+/// Removes the published context, if this process published one.
+pub fn remove() {
+    let mut guard = PUBLISHED.lock();
+    if let Some(p) = guard.take()
+        && p.pid == std::process::id()
+    {
+        // SAFETY: our own mapping; the signature goes first so that a reader holding the
+        // address from an earlier read sees no context rather than a stale one.
+        unsafe {
+            header(p.addr).signature.store(0, Ordering::Release);
+            libc::munmap(p.addr as *mut libc::c_void, p.len);
+        }
+    }
+}
+
+/// The header's fields, written as atomics (a reader in another process reads them while
+/// this one writes).
+#[repr(C)]
+struct Header {
+    signature: AtomicU64,
+    /// `version` (low half) and `payload_size` (high half), little-endian as the OTEP lays
+    /// out two `uint32`s on the platforms we run on.
+    version_and_size: AtomicU64,
+    published_at_ns: AtomicU64,
+    payload: AtomicU64,
+}
+
+/// # Safety
+/// `addr` must be the start of a live mapping of ours of at least [`HEADER_BYTES`] bytes.
+unsafe fn header<'a>(addr: usize) -> &'a Header {
+    const { assert!(size_of::<Header>() == HEADER_BYTES) };
+    // SAFETY: the caller's mapping is page-aligned and large enough; zeroed memory is valid
+    // atomics.
+    unsafe { &*(addr as *const Header) }
+}
+
+#[cfg(target_os = "linux")]
+fn create(payload: &[u8], pid: u32) -> std::io::Result<Published> {
+    let page = page_bytes();
+    let len = (HEADER_BYTES + payload.len()).div_ceil(page) * page;
+    let name = c"OTEL_CTX";
+    // SAFETY: a new memfd with a NUL-terminated name; the fd is ours until closed below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let from_memfd = fd >= 0
+        // SAFETY: sizing our own new memfd.
+        && unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+    let (flags, map_fd) = if from_memfd {
+        (libc::MAP_PRIVATE, fd)
+    } else {
+        (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)
+    };
+    // SAFETY: a new private mapping of `len` bytes; nothing else refers to it.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            map_fd,
+            0,
+        )
+    };
+    let mapped = std::io::Error::last_os_error();
+    if fd >= 0 {
+        // SAFETY: our own fd; the mapping keeps the memfd's memory alive.
+        unsafe { libc::close(fd) };
+    }
+    if addr == libc::MAP_FAILED {
+        return Err(mapped);
+    }
+    let unmap = |e: std::io::Error| {
+        // SAFETY: the mapping just made, referred to by nothing else.
+        unsafe { libc::munmap(addr, len) };
+        Err(e)
+    };
+    // SAFETY: advice on our own mapping.
+    if unsafe { libc::madvise(addr, len, libc::MADV_DONTFORK) } != 0 {
+        return unmap(std::io::Error::last_os_error());
+    }
+    let published_at = realtime_ns().max(1);
+    // SAFETY: the payload fits after the header in the `len` bytes just mapped.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            payload.as_ptr(),
+            (addr as *mut u8).add(HEADER_BYTES),
+            payload.len(),
+        );
+    }
+    // SAFETY: our live mapping of `len >= HEADER_BYTES` bytes.
+    let h = unsafe { header(addr as usize) };
+    h.version_and_size.store(
+        u64::from(VERSION) | (payload.len() as u64) << 32,
+        Ordering::Relaxed,
+    );
+    h.published_at_ns.store(published_at, Ordering::Relaxed);
+    h.payload
+        .store(addr as u64 + HEADER_BYTES as u64, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    h.signature
+        .store(u64::from_le_bytes(SIGNATURE), Ordering::Release);
+    let named = name_mapping(addr as usize, len);
+    if !from_memfd && !named {
+        // Neither a memfd nor a name: no reader could find it (the OTEP's rule).
+        return unmap(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "neither memfd_create nor naming an anonymous mapping is allowed here",
+        ));
+    }
+    Ok(Published {
+        addr: addr as usize,
+        len,
+        pid,
+        published_at,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn create(_payload: &[u8], _pid: u32) -> std::io::Result<Published> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "the process context needs Linux",
+    ))
+}
+
+/// Names the mapping `OTEL_CTX` (`[anon:OTEL_CTX]` in `/proc/PID/maps` for an anonymous one;
+/// a memfd's keeps its file name there). Whether the kernel took it.
+#[cfg(target_os = "linux")]
+fn name_mapping(addr: usize, len: usize) -> bool {
+    const PR_SET_VMA: libc::c_int = 0x53564d41;
+    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    // SAFETY: names our own mapping with a NUL-terminated string the kernel copies.
+    unsafe {
+        libc::prctl(
+            PR_SET_VMA,
+            PR_SET_VMA_ANON_NAME,
+            addr as libc::c_ulong,
+            len as libc::c_ulong,
+            c"OTEL_CTX".as_ptr(),
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn name_mapping(_addr: usize, _len: usize) -> bool {
+    false
+}
+
+/// Replaces the payload of `p` in place: the OTEP's updating protocol.
+///
+/// # Safety
+/// `p` must describe a live mapping of ours with room for `payload` after the header.
+unsafe fn update(p: &mut Published, payload: &[u8]) {
+    // SAFETY: as the caller promises.
+    let h = unsafe { header(p.addr) };
+    h.published_at_ns.store(0, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    // SAFETY: the payload fits after the header (the caller's promise).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            payload.as_ptr(),
+            (p.addr as *mut u8).add(HEADER_BYTES),
+            payload.len(),
+        );
+    }
+    h.version_and_size.store(
+        u64::from(VERSION) | (payload.len() as u64) << 32,
+        Ordering::Relaxed,
+    );
+    h.payload
+        .store(p.addr as u64 + HEADER_BYTES as u64, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    // A reader compares it before and after: never the same value twice.
+    p.published_at = realtime_ns().max(p.published_at + 1);
+    h.published_at_ns.store(p.published_at, Ordering::Release);
+    name_mapping(p.addr, p.len);
+}
+
+/// The resource of this process from the OpenTelemetry environment variables:
+/// `OTEL_RESOURCE_ATTRIBUTES` (`key=value` pairs separated by commas, values percent-encoded),
+/// then `service.name` from `OTEL_SERVICE_NAME` if set, else from those pairs, else
+/// `unknown_service:` and the executable's name (the SDK environment specification's rules);
+/// then `process.pid` and the `telemetry.sdk.*` attributes. A malformed pair is left out and
+/// said on stderr.
+pub fn resource_from_env() -> Vec<(String, AttributeValue)> {
+    let mut out: Vec<(String, AttributeValue)> = Vec::new();
+    if let Ok(pairs) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
+        for pair in pairs.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match pair
+                .split_once('=')
+                .map(|(k, v)| (k.trim(), percent_decode(v.trim())))
+            {
+                Some((k, Some(v))) if !k.is_empty() => {
+                    out.retain(|(key, _)| key != k);
+                    out.push((k.to_owned(), AttributeValue::Str(v)));
+                }
+                _ => eprintln!(
+                    "tracing-prof: OTEL_RESOURCE_ATTRIBUTES: {pair:?} is not key=value \
+                     (percent-encoded); left out"
+                ),
+            }
+        }
+    }
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let has_service = out.iter().any(|(k, _)| k == "service.name");
+    if let Some(name) = service {
+        out.retain(|(k, _)| k != "service.name");
+        out.insert(0, ("service.name".into(), AttributeValue::Str(name)));
+    } else if !has_service {
+        let exe = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        out.insert(
+            0,
+            (
+                "service.name".into(),
+                AttributeValue::Str(format!("unknown_service:{exe}")),
+            ),
+        );
+    }
+    for (k, v) in [
+        (
+            "process.pid",
+            AttributeValue::Int(i64::from(std::process::id())),
+        ),
+        (
+            "telemetry.sdk.name",
+            AttributeValue::Str("tracing-prof".into()),
+        ),
+        ("telemetry.sdk.language", AttributeValue::Str("rust".into())),
+        (
+            "telemetry.sdk.version",
+            AttributeValue::Str(env!("CARGO_PKG_VERSION").into()),
+        ),
+    ] {
+        if !out.iter().any(|(key, _)| key == k) {
+            out.push((k.into(), v));
+        }
+    }
+    out
+}
+
+/// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hi = (bytes.next()? as char).to_digit(16)?;
+            let lo = (bytes.next()? as char).to_digit(16)?;
+            out.push((hi * 16 + lo) as u8);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_escapes_are_decoded_and_bad_ones_refused() {
+        assert_eq!(percent_decode("a%20b%2Cc").as_deref(), Some("a b,c"));
+        assert_eq!(percent_decode("plain"), Some("plain".into()));
+        assert_eq!(percent_decode("bad%2"), None);
+        assert_eq!(percent_decode("bad%zz"), None);
+        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
+}
