@@ -68,7 +68,7 @@ struct Linked {
     seen: u64,
 }
 
-/// (Stack, trace span) pairs kept: 65 536, about 4 MiB. A busy service makes one per sample
+/// (Stack, trace span) pairs kept: 65 536, about 8 MiB with the map's own room. A busy service makes one per sample
 /// it takes in a request (16 busy threads at 100 Hz: 1 600 a second). Past it, the pairs least
 /// recently sampled are let go, and so are pairs not sampled for [`LINK_SECONDS`]: their
 /// samples stay in their stack's count, and a window taken after that no longer names their
@@ -129,10 +129,14 @@ impl Store {
         self.linked
             .retain(|_, l| now.saturating_sub(l.seen) < LINK_SECONDS);
         if self.linked.len() > MAX_LINKED {
-            let mut seen: Vec<u64> = self.linked.values().map(|l| l.seen).collect();
+            // Exactly down to three quarters, least recently sampled first (ties by key).
+            let mut by_age: Vec<(u64, (u32, TraceLink))> =
+                self.linked.iter().map(|(k, l)| (l.seen, *k)).collect();
+            by_age.sort_unstable();
             let cut = self.linked.len() - MAX_LINKED * 3 / 4;
-            let (_, &mut oldest_kept, _) = seen.select_nth_unstable(cut);
-            self.linked.retain(|_, l| l.seen >= oldest_kept);
+            for (_, key) in &by_age[..cut] {
+                self.linked.remove(key);
+            }
         }
         LINKS_LET_GO.fetch_add((before - self.linked.len()) as u64, Ordering::Relaxed);
     }
@@ -376,4 +380,35 @@ pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, Hash
             .then_with(|| (&a.frames, &a.code, a.long_poll).cmp(&(&b.frames, &b.code, b.long_poll)))
     });
     (merged, per_tag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the cap, exactly a quarter goes, the least recently sampled first, even when every
+    /// pair was sampled in the same second.
+    #[test]
+    fn links_past_the_cap_are_let_go_least_recent_first() {
+        let mut s = Store {
+            born: std::time::Instant::now().checked_sub(std::time::Duration::from_secs(10)),
+            ..Store::default()
+        };
+        let now = s.now_s();
+        assert!(now >= 10);
+        let link = |span_id| TraceLink {
+            trace_id: 1,
+            span_id,
+        };
+        for i in 0..MAX_LINKED as u64 + 100 {
+            let seen = if i < 10 { 0 } else { now };
+            s.linked
+                .insert((0, link(i + 1)), Linked { samples: 1, seen });
+        }
+        let before = links_let_go();
+        s.trim_links();
+        assert_eq!(s.linked.len(), MAX_LINKED * 3 / 4);
+        assert!((1..=10).all(|i| !s.linked.contains_key(&(0, link(i)))));
+        assert!(links_let_go() - before >= (MAX_LINKED / 4 + 100) as u64);
+    }
 }

@@ -244,7 +244,7 @@ where
             span.extensions_mut().insert(SpanData {
                 state,
                 busy_ns: Arc::new(AtomicU64::new(0)),
-                link: LinkCell::new(),
+                link: LinkCell::new(state.link),
             });
         }
     }

@@ -15,7 +15,10 @@
 //! `published_at_ns` first and writes a new, larger one last, so a reader that sees it
 //! unchanged around its read of the payload has read a whole one.
 //!
-//! Linux only; elsewhere [`publish`] says it is unsupported.
+//! An update keeps the header where it is (readers may keep its address): a payload that no
+//! longer fits after it goes into memory of its own that the header points to.
+//!
+//! 64-bit little-endian Linux only; elsewhere [`publish`] says it is unsupported.
 
 use crate::fork::ForkSafe;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
@@ -35,6 +38,8 @@ struct Published {
     /// The process that made it (a child of `fork` does not have it).
     pid: u32,
     published_at: u64,
+    /// A payload too large for the room after the header: the header points here.
+    outside: Option<Box<[u8]>>,
 }
 
 static PUBLISHED: ForkSafe<Option<Published>> = ForkSafe::new(None);
@@ -113,28 +118,27 @@ fn realtime_ns() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// Publishes `attributes` as this process's context, or updates the one published (a
-/// payload that no longer fits its mapping moves to a new one). Attribute keys should be
+/// Publishes `attributes` as this process's context, or updates the one published. Attribute keys should be
 /// unique (the OTEP's readers take the resource as is).
 pub fn publish(attributes: &[(String, AttributeValue)]) -> std::io::Result<()> {
     let payload = encode(attributes);
+    if u32::try_from(payload.len()).is_err() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a process context payload of 4 GiB or more",
+        ));
+    }
     let mut guard = PUBLISHED.lock();
     let pid = std::process::id();
     if guard.as_ref().is_some_and(|p| p.pid != pid) {
         // The parent's: a child of fork does not have its mapping (MADV_DONTFORK).
         *guard = None;
     }
-    if let Some(p) = guard.as_mut()
-        && HEADER_BYTES + payload.len() <= p.len
-    {
+    if let Some(p) = guard.as_mut() {
         // SAFETY: our own mapping of `p.len` bytes, still mapped (only `remove` unmaps it,
-        // under this lock), with room for the payload after the header.
-        unsafe { update(p, &payload) };
+        // under this lock).
+        unsafe { update(p, payload) };
         return Ok(());
-    }
-    if let Some(old) = guard.take() {
-        // SAFETY: our own mapping, which nothing of ours refers to once taken out.
-        unsafe { libc::munmap(old.addr as *mut libc::c_void, old.len) };
     }
     *guard = Some(create(&payload, pid)?);
     Ok(())
@@ -186,7 +190,13 @@ unsafe fn header<'a>(addr: usize) -> &'a Header {
     unsafe { &*(addr as *const Header) }
 }
 
-#[cfg(target_os = "linux")]
+/// The header's layout is the OTEP's on 64-bit little-endian Linux (two `uint32`s in one
+/// word, an 8-byte pointer): only there is it published.
+#[cfg(all(
+    target_os = "linux",
+    target_endian = "little",
+    target_pointer_width = "64"
+))]
 fn create(payload: &[u8], pid: u32) -> std::io::Result<Published> {
     let page = page_bytes();
     let len = (HEADER_BYTES + payload.len()).div_ceil(page) * page;
@@ -263,14 +273,19 @@ fn create(payload: &[u8], pid: u32) -> std::io::Result<Published> {
         len,
         pid,
         published_at,
+        outside: None,
     })
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(
+    target_os = "linux",
+    target_endian = "little",
+    target_pointer_width = "64"
+)))]
 fn create(_payload: &[u8], _pid: u32) -> std::io::Result<Published> {
     Err(std::io::Error::new(
         std::io::ErrorKind::Unsupported,
-        "the process context needs Linux",
+        "the process context is published on 64-bit little-endian Linux only",
     ))
 }
 
@@ -297,33 +312,42 @@ fn name_mapping(_addr: usize, _len: usize) -> bool {
     false
 }
 
-/// Replaces the payload of `p` in place: the OTEP's updating protocol.
+/// Replaces the payload of `p`: the OTEP's updating protocol. The header stays where it is (a
+/// reader may keep its address); the payload goes after it if it fits, else into memory of
+/// its own that the header points to.
 ///
 /// # Safety
-/// `p` must describe a live mapping of ours with room for `payload` after the header.
-unsafe fn update(p: &mut Published, payload: &[u8]) {
+/// `p` must describe a live mapping of ours.
+unsafe fn update(p: &mut Published, payload: Vec<u8>) {
     // SAFETY: as the caller promises.
     let h = unsafe { header(p.addr) };
+    let size = payload.len() as u64;
     h.published_at_ns.store(0, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    // SAFETY: the payload fits after the header (the caller's promise).
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            payload.as_ptr(),
-            (p.addr as *mut u8).add(HEADER_BYTES),
-            payload.len(),
-        );
-    }
-    h.version_and_size.store(
-        u64::from(VERSION) | (payload.len() as u64) << 32,
-        Ordering::Relaxed,
-    );
-    h.payload
-        .store(p.addr as u64 + HEADER_BYTES as u64, Ordering::Relaxed);
+    let (at, outside) = if HEADER_BYTES + payload.len() <= p.len {
+        // SAFETY: the payload fits after the header in our mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                (p.addr as *mut u8).add(HEADER_BYTES),
+                payload.len(),
+            );
+        }
+        (p.addr as u64 + HEADER_BYTES as u64, None)
+    } else {
+        let outside = payload.into_boxed_slice();
+        (outside.as_ptr() as u64, Some(outside))
+    };
+    h.version_and_size
+        .store(u64::from(VERSION) | size << 32, Ordering::Relaxed);
+    h.payload.store(at, Ordering::Relaxed);
     fence(Ordering::SeqCst);
     // A reader compares it before and after: never the same value twice.
     p.published_at = realtime_ns().max(p.published_at + 1);
     h.published_at_ns.store(p.published_at, Ordering::Release);
+    // The payload before this one is no longer pointed to (a reader that was reading it sees
+    // the timestamp change and reads again).
+    p.outside = outside;
     name_mapping(p.addr, p.len);
 }
 

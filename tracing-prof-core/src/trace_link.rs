@@ -44,29 +44,34 @@ mod on {
 
     /// Not looked up yet.
     pub(crate) const UNRESOLVED: Link = TraceLink::NONE;
-    /// Looked up, and there is none (no OpenTelemetry layer, or a span not sampled): a trace
-    /// id with no span id, which the sampler treats as no link.
+    /// Looked up, and there is none (no OpenTelemetry layer, or a span not sampled): a span id
+    /// no OpenTelemetry span has (all ones), never made a thread's current link.
     pub(crate) const NO_LINK: Link = TraceLink {
-        trace_id: 1,
-        span_id: 0,
+        trace_id: 0,
+        span_id: u64::MAX,
     };
 
     /// A link stored where other threads read it (the span index, a span's extensions):
-    /// written whole before its span id, read span id first.
+    /// the trace id first, the span id last (release); read span id first (acquire). A cell
+    /// goes from [`UNRESOLVED`] to its link once (a second resolution stores the same), so a
+    /// reader sees either no span id yet or the whole link.
     #[derive(Debug, Default)]
     pub(crate) struct LinkCell {
+        /// Written last.
         span: AtomicU64,
         trace_hi: AtomicU64,
         trace_lo: AtomicU64,
     }
 
     impl LinkCell {
-        pub(crate) fn new() -> LinkCell {
-            LinkCell::default()
+        /// A cell holding `link`.
+        pub(crate) fn new(link: Link) -> LinkCell {
+            let cell = LinkCell::default();
+            cell.store(link);
+            cell
         }
 
         pub(crate) fn store(&self, link: Link) {
-            self.span.store(0, Ordering::Relaxed);
             self.trace_hi
                 .store((link.trace_id >> 64) as u64, Ordering::Relaxed);
             self.trace_lo.store(link.trace_id as u64, Ordering::Relaxed);
@@ -82,9 +87,15 @@ mod on {
         }
     }
 
-    /// Makes `link` the thread's current one for the CPU sampler; returns the one before.
+    /// Makes `link` the thread's current one for the CPU sampler ([`NO_LINK`]: none);
+    /// returns the one before.
     #[inline(always)]
     pub(crate) fn set_current(link: Link) -> Link {
+        let link = if link.span_id == u64::MAX {
+            TraceLink::NONE
+        } else {
+            link
+        };
         tracing_prof_cpu::trace_link::set(link)
     }
 
@@ -140,7 +151,7 @@ mod off {
     pub(crate) struct LinkCell;
 
     impl LinkCell {
-        pub(crate) fn new() -> LinkCell {
+        pub(crate) fn new(_link: Link) -> LinkCell {
             LinkCell
         }
         #[inline(always)]

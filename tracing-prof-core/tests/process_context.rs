@@ -4,8 +4,9 @@
 //! and a non-zero `published_at_ns`, read `payload_size` bytes after the header, read the
 //! header again and see `published_at_ns` unchanged, then decode the payload with the official
 //! `opentelemetry/proto/resource/v1/resource.proto` (opentelemetry-proto v1.11.0, in
-//! `otel_proto/`, Apache 2.0: `otel_proto/LICENSE`), not with our structs. Then: an update in
-//! place, no mapping in a child of `fork`, and none once the profiler stops.
+//! `otel_proto/`, Apache 2.0: `otel_proto/LICENSE`), not with our structs. Then: updates (the
+//! header stays; a payload too large for its page goes elsewhere, pointed to), no mapping in a
+//! child of `fork`, and none once the profiler stops.
 
 use prost_reflect::{DescriptorPool, DynamicMessage, Value};
 use std::io::{Read, Seek, SeekFrom};
@@ -53,8 +54,9 @@ fn header(at: u64) -> ([u8; 8], u32, u32, u64, u64) {
     )
 }
 
-/// The reading protocol; the resource's attributes as (key, string or integer value).
-fn read_context() -> (u64, u64, Vec<(String, String)>) {
+/// The reading protocol: where the header is, when it was published, the resource's
+/// attributes as (key, string or integer value), and where the payload was.
+fn read_context() -> (u64, u64, Vec<(String, String)>, u64) {
     let at = find_mapping().expect("a mapping named OTEL_CTX in /proc/self/maps");
     loop {
         let (signature, version, size, published, payload) = header(at);
@@ -63,16 +65,11 @@ fn read_context() -> (u64, u64, Vec<(String, String)>) {
         if published == 0 {
             continue; // being written
         }
-        assert_eq!(
-            payload,
-            at + HEADER_BYTES as u64,
-            "the payload follows the header"
-        );
-        let bytes = read_mem(at + HEADER_BYTES as u64, size as usize);
+        let bytes = read_mem(payload, size as usize);
         if header(at).3 != published {
             continue; // changed while read
         }
-        return (at, published, decode(&bytes));
+        return (at, published, decode(&bytes), payload);
     }
 }
 
@@ -165,7 +162,12 @@ fn published_at_start_read_as_the_otep_says_updated_gone_in_a_fork_and_at_stop()
         .heap_sampling(0)
         .build()
         .unwrap();
-    let (at, published, attributes) = read_context();
+    let (at, published, attributes, payload) = read_context();
+    assert_eq!(
+        payload,
+        at + HEADER_BYTES as u64,
+        "the payload follows the header"
+    );
     let pid = std::process::id().to_string();
     let expected: Vec<(String, String)> = [
         ("service.name", "checkout"),
@@ -202,8 +204,9 @@ fn published_at_start_read_as_the_otep_says_updated_gone_in_a_fork_and_at_stop()
         ("process.pid".into(), AttributeValue::Int(7)),
     ];
     process_context::publish(&changed).unwrap();
-    let (at2, published2, attributes) = read_context();
+    let (at2, published2, attributes, payload) = read_context();
     assert_eq!(at2, at, "updated in place");
+    assert_eq!(payload, at + HEADER_BYTES as u64);
     assert!(published2 > published);
     assert_eq!(
         attributes,
@@ -214,13 +217,22 @@ fn published_at_start_read_as_the_otep_says_updated_gone_in_a_fork_and_at_stop()
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
     );
-    // One that no longer fits its pages moves to a new mapping, still the only one.
+    // One that no longer fits after the header: the header stays, pointing elsewhere.
     changed.push(("big".into(), AttributeValue::Str("x".repeat(10_000))));
     process_context::publish(&changed).unwrap();
-    let (_, _, attributes) = read_context();
+    let (at3, published3, attributes, payload) = read_context();
+    assert_eq!(at3, at, "the header stays where readers found it");
+    assert!(published3 > published2);
+    assert_ne!(payload, at + HEADER_BYTES as u64);
     assert_eq!(attributes.last().unwrap().1.len(), 10_000);
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     assert_eq!(maps.matches("OTEL_CTX").count(), 1, "{maps}");
+    // And back after the header when it fits again.
+    changed.pop();
+    process_context::publish(&changed).unwrap();
+    let (_, _, attributes, payload) = read_context();
+    assert_eq!(payload, at + HEADER_BYTES as u64);
+    assert_eq!(attributes.len(), 3);
 
     assert!(
         !child_sees_mapping(),

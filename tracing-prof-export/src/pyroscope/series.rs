@@ -23,7 +23,17 @@ pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, u
     let mut out: Vec<(&'static str, Profile)> = Vec::new();
     let spans = window.profile(ProfileKind::Spans);
     if ProfileKind::Cpu.is_available(window) {
-        out.push(("process_cpu", window.profile(ProfileKind::Cpu)));
+        let mut cpu = window.profile(ProfileKind::Cpu);
+        if cpu.samples.len() > MAX_SAMPLES {
+            // Samples linked to trace spans are a sample per (stack, span): past the limit,
+            // the links go first (the stacks stay whole), before any stack is merged.
+            let mut unlinked = window.clone();
+            for s in &mut unlinked.cpu_stacks {
+                s.links.clear();
+            }
+            cpu = unlinked.profile(ProfileKind::Cpu);
+        }
+        out.push(("process_cpu", cpu));
     } else if let Some(mut cpu) = spans.with_sample_types(&["cpu"]) {
         // Measured by the CPU clock on enter and exit: exact CPU time per span path, Go's CPU
         // type without the sample count.
@@ -114,5 +124,40 @@ mod tests {
         let names: Vec<&str> = series.iter().map(|s| s.name).collect();
         // No span path and no memory in this window: only CPU.
         assert_eq!(names, ["process_cpu"]);
+    }
+
+    /// Samples linked to trace spans go first when a window would pass the limit: the stacks
+    /// stay whole, every sample counted, none merged.
+    #[test]
+    fn links_go_before_stacks_are_merged() {
+        use tracing_prof_model::{LinkedSamples, TraceLink};
+        let mut w = cpu_window(100);
+        // Stack 99 has 100 samples; give 20 000 spans one sample each on a stack of its own.
+        let mut s = w.cpu_stacks[0].clone();
+        s.code = vec![tracing_prof_model::CodeFrame::named("linked")];
+        s.samples = 20_000;
+        s.cpu_ns = 20_000 * 10_000_000;
+        s.links = (1..=20_000)
+            .map(|span_id| LinkedSamples {
+                link: TraceLink {
+                    trace_id: 9,
+                    span_id,
+                },
+                samples: 1,
+            })
+            .collect();
+        w.cpu_stacks.push(s);
+        assert!(w.profile(ProfileKind::Cpu).samples.len() > MAX_SAMPLES);
+        let (series, merged) = series_of(&w, PyroscopeApi::Push);
+        assert_eq!(merged, 0);
+        let cpu = series.iter().find(|s| s.name == "process_cpu").unwrap();
+        let p = Profile::decode(&cpu.pprof).unwrap();
+        assert_eq!(p.samples.len(), 101);
+        assert_eq!(p.total(0), 5050 + 20_000);
+        assert!(
+            p.samples
+                .iter()
+                .all(|s| s.labels.iter().all(|l| l.key != "span_id"))
+        );
     }
 }
