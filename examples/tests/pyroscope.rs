@@ -369,15 +369,20 @@ fn the_rules_refuse_what_pyroscope_refuses() {
 /// The example service, configured by Pyroscope's own variables, pushing through each API with
 /// basic auth, a tenant and tags: every request passes every check, and every one of its
 /// requests is counted once.
-#[test]
-fn the_example_service_passes_through_both_apis() {
-    let example = std::env::current_exe()
+/// The example service's binary, which `cargo test` builds beside the test binaries.
+fn example_service() -> std::path::PathBuf {
+    std::env::current_exe()
         .unwrap()
         .parent()
         .and_then(|deps| deps.parent())
         .unwrap()
         .join("examples")
-        .join("service");
+        .join("service")
+}
+
+#[test]
+fn the_example_service_passes_through_both_apis() {
+    let example = example_service();
     for api in ["push", "ingest"] {
         let server = Mock::start(OK);
         let dir =
@@ -434,13 +439,7 @@ fn the_example_service_passes_through_both_apis() {
 /// id; `span_id` and `trace_id` never become series labels.
 #[test]
 fn span_profiles_reach_pyroscope_by_span_id() {
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples")
-        .join("service");
+    let example = example_service();
     let server = Mock::start(OK);
     let dir = std::env::temp_dir().join(format!("tracing-prof-pyro-otel-{}", std::process::id()));
     let out = std::process::Command::new(&example)
