@@ -54,6 +54,9 @@ struct Entered {
     slot: u32,
     /// Already entered further down this stack: the outer interval measures it.
     reentry: bool,
+    /// Whether entering it changed the thread's trace link (the one before is then in
+    /// `Stack::links` at the same depth); without the `opentelemetry` feature, never.
+    link_changed: bool,
 }
 
 /// The CPU clock readings of a frame, with exact CPU time only.
@@ -66,9 +69,9 @@ struct Cpu {
 struct Stack {
     frames: [Entered; MAX_DEPTH],
     cpu: [Cpu; MAX_DEPTH],
-    /// The thread's trace link before each frame was entered, restored on its exit (an array
-    /// of zero-sized values without the `opentelemetry` feature; apart from the frames, which
-    /// stay one cache line each with it).
+    /// The thread's trace link before each frame that changed it was entered, restored on its
+    /// exit (an array of zero-sized values without the `opentelemetry` feature; apart from the
+    /// frames, which stay one cache line each with it).
     links: [Link; MAX_DEPTH],
     /// Where the busy time of a frame outside the span index goes, at the frame's depth.
     extensions: [Option<Arc<AtomicU64>>; MAX_DEPTH],
@@ -121,6 +124,7 @@ const EMPTY: Entered = Entered {
     prev_tag: Tag::NO_SPAN,
     slot: NO_SLOT,
     reentry: false,
+    link_changed: false,
 };
 
 const NO_CPU: Cpu = Cpu {
@@ -231,7 +235,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
     };
     let start_ns = if reentry { 0 } else { clock.now_ns() };
     // After the tag (see `exit`).
-    s.links[len] = trace_link::set_current(state.link);
+    let link_changed = trace_link::switch(state.link, &mut s.links[len]);
     s.frames[len] = Entered {
         id,
         instance: state.instance,
@@ -243,6 +247,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         prev_tag,
         slot,
         reentry,
+        link_changed,
     };
     s.len = len + 1;
     if let Some(n) = s.now {
@@ -286,7 +291,9 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     if pos + 1 == len {
         // The link goes back before the tag, as enter set it after: a sample taken in between
         // is the span's, unlinked, never the code outside's, linked.
-        trace_link::set_current(s.links[pos]);
+        if e.link_changed {
+            trace_link::set_current(s.links[pos]);
+        }
         set_current_span(e.prev_tag, e.prev_instance);
         if let Some(n) = s.now {
             n.publish(e.prev_tag, now_ns);
@@ -345,10 +352,15 @@ fn out_of_order(s: &mut Stack, pos: usize, len: usize, e: &Entered) {
     s.cpu[pos..len].rotate_left(1);
     s.links[pos..len].rotate_left(1);
     s.extensions[pos..len].rotate_left(1);
-    s.links[pos] = prev_link;
     let next = &mut s.frames[pos];
     next.prev_tag = e.prev_tag;
     next.prev_instance = e.prev_instance;
+    if e.link_changed {
+        // The next one now restores what this one would have (if it changed nothing itself,
+        // its link was this one's).
+        next.link_changed = true;
+        s.links[pos] = prev_link;
+    }
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ impl<C: Clock> ProfileLayer<C> {
     #[cfg(feature = "opentelemetry")]
     #[inline(always)]
     fn links_itself(&self, state: &SpanState) -> bool {
-        state.link == trace_link::UNRESOLVED
+        state.link.span_id == 0
             && match self.links {
                 TraceLinks::LocalRoots => state.parent == Tag::NO_SPAN,
                 TraceLinks::AllSpans => true,

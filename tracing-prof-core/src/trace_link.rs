@@ -81,6 +81,14 @@ mod on {
         #[inline(always)]
         pub(crate) fn load(&self) -> Link {
             let span_id = self.span.load(Ordering::Acquire);
+            if span_id == 0 || span_id == u64::MAX {
+                // Not looked up, or none: the trace words (on the entry's second cache line)
+                // are not read.
+                return TraceLink {
+                    trace_id: 0,
+                    span_id,
+                };
+            }
             let trace_id = (u128::from(self.trace_hi.load(Ordering::Relaxed)) << 64)
                 | u128::from(self.trace_lo.load(Ordering::Relaxed));
             TraceLink { trace_id, span_id }
@@ -97,6 +105,23 @@ mod on {
             link
         };
         tracing_prof_cpu::trace_link::set(link)
+    }
+
+    /// Makes `link` the thread's current one if it is not already; then writes the one before
+    /// into `prev` and returns true. The common case, the same span (or none before and
+    /// after), is one thread-local load and a compare.
+    #[inline(always)]
+    pub(crate) fn switch(link: Link, prev: &mut Link) -> bool {
+        let span = if link.span_id == u64::MAX {
+            0
+        } else {
+            link.span_id
+        };
+        if tracing_prof_cpu::trace_link::current_span_id() == span {
+            return false;
+        }
+        *prev = set_current(link);
+        true
     }
 
     /// The link a span created now inherits from the thread (its contextual parent's).
@@ -165,6 +190,11 @@ mod off {
     #[inline(always)]
     pub(crate) fn set_current(_link: Link) -> Link {
         Link
+    }
+
+    #[inline(always)]
+    pub(crate) fn switch(_link: Link, _prev: &mut Link) -> bool {
+        false
     }
 
     #[inline(always)]

@@ -106,6 +106,12 @@ pub fn set(link: TraceLink) -> TraceLink {
         .unwrap_or(TraceLink::NONE)
 }
 
+/// The span id of the calling thread's current link (0: none): one thread-local load.
+#[inline]
+pub fn current_span_id() -> u64 {
+    CURRENT.try_with(|w| w.span.get()).unwrap_or(0)
+}
+
 /// The calling thread's current link ([`TraceLink::NONE`] when there is none). Safe to call
 /// from a signal handler.
 #[inline]

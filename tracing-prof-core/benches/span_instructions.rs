@@ -1,0 +1,35 @@
+//! Instructions per span enter+exit, counted by valgrind's callgrind (repeatable on a shared,
+//! noisy machine, unlike times): run it with 0 and with N enter+exit pairs and divide the
+//! difference by N. With `registry` (a no-op layer) or `layer` (the profiling layer) as the
+//! second argument.
+//!
+//! ```text
+//! cargo bench -p tracing-prof-core --bench span_instructions --no-run   # add --features opentelemetry for the other build
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 100000 layer
+//! ```
+
+use std::hint::black_box;
+use tracing_subscriber::prelude::*;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let dispatch = match args.next().as_deref() {
+        Some("layer") => tracing::Dispatch::new(
+            tracing_subscriber::registry().with(tracing_prof_core::ProfileLayer::new()),
+        ),
+        _ => tracing::Dispatch::new(
+            tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
+        ),
+    };
+    tracing::dispatcher::with_default(&dispatch, || {
+        let span = tracing::info_span!("bench_span");
+        // Warm: the first enter takes the thread's in-flight slot and looks the span up.
+        for _ in 0..1000 {
+            let _g = black_box(&span).enter();
+        }
+        for _ in 0..n {
+            let _g = black_box(&span).enter();
+        }
+    });
+}
