@@ -444,6 +444,7 @@ mod tests {
             link: link(n),
             ..state(tag, parent)
         };
+        let home = || Home::Index(span_index::Slot::at(NO_SLOT));
         enter(
             11,
             linked(600, 0, 1),
@@ -482,6 +483,18 @@ mod tests {
         exit(14, &Manual, false);
         assert_eq!(current(), link(1));
         exit(11, &Manual, false);
+        assert_eq!(current(), TraceLink::NONE);
+
+        // A child with its parent's link changes nothing on enter; when the parent exits
+        // first, the child's exit restores what the parent would have.
+        enter(21, linked(610, 0, 1), home(), &Manual, false);
+        enter(22, linked(611, 610, 2), home(), &Manual, false);
+        enter(23, linked(612, 611, 2), home(), &Manual, false);
+        exit(22, &Manual, false);
+        assert_eq!(current(), link(2));
+        exit(23, &Manual, false);
+        assert_eq!(current(), link(1));
+        exit(21, &Manual, false);
         assert_eq!(current(), TraceLink::NONE);
     }
 }
