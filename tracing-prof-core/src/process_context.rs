@@ -53,55 +53,24 @@ pub enum AttributeValue {
     Int(i64),
 }
 
-mod wire {
-    //! `opentelemetry/proto/resource/v1/resource.proto` and the parts of
-    //! `opentelemetry/proto/common/v1/common.proto` a resource of strings and integers uses.
-    //! A test decodes what these encode with the official `.proto` files.
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct Resource {
-        #[prost(message, repeated, tag = "1")]
-        pub(super) attributes: Vec<KeyValue>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct KeyValue {
-        #[prost(string, tag = "1")]
-        pub(super) key: String,
-        #[prost(message, optional, tag = "2")]
-        pub(super) value: Option<AnyValue>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct AnyValue {
-        #[prost(oneof = "Value", tags = "1, 3")]
-        pub(super) value: Option<Value>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(super) enum Value {
-        #[prost(string, tag = "1")]
-        StringValue(String),
-        #[prost(int64, tag = "3")]
-        IntValue(i64),
-    }
-}
-
 /// `attributes` as the protobuf payload.
 fn encode(attributes: &[(String, AttributeValue)]) -> Vec<u8> {
-    let resource = wire::Resource {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+    let resource = opentelemetry_proto::tonic::resource::v1::Resource {
         attributes: attributes
             .iter()
-            .map(|(k, v)| wire::KeyValue {
+            .map(|(k, v)| KeyValue {
                 key: k.clone(),
-                value: Some(wire::AnyValue {
+                value: Some(AnyValue {
                     value: Some(match v {
-                        AttributeValue::Str(s) => wire::Value::StringValue(s.clone()),
-                        AttributeValue::Int(i) => wire::Value::IntValue(*i),
+                        AttributeValue::Str(s) => any_value::Value::StringValue(s.clone()),
+                        AttributeValue::Int(i) => any_value::Value::IntValue(*i),
                     }),
                 }),
+                ..Default::default()
             })
             .collect(),
+        ..Default::default()
     };
     prost::Message::encode_to_vec(&resource)
 }
