@@ -474,7 +474,7 @@ fn span_profiles_reach_pyroscope_by_span_id() {
     assert_eq!(
         roots,
         3000 + 1,
-        "one root per request, and the leak's task: {line}"
+        "one root per request, and the audit task's: {line}"
     );
     assert_eq!(unknown, 0, "{line}");
     assert!(linked > 0 && spans > 0, "{line}");
