@@ -127,6 +127,24 @@ impl<C: Clock> ProfileLayer<C> {
             }
     }
 
+    /// `state` with its own link, looked up and kept with `keep` at its first enter when it
+    /// [links itself](Self::links_itself); as it is otherwise.
+    #[cfg(feature = "opentelemetry")]
+    #[inline(always)]
+    fn with_own_link(
+        &self,
+        id: &Id,
+        state: SpanState,
+        keep: impl FnOnce(trace_link::Link),
+    ) -> SpanState {
+        if !self.links_itself(&state) {
+            return state;
+        }
+        let link = self.resolve_link(id);
+        keep(link);
+        SpanState { link, ..state }
+    }
+
     /// Span `id`'s trace link, read from its OpenTelemetry span at its first enter.
     #[cfg(feature = "opentelemetry")]
     #[cold]
@@ -254,13 +272,9 @@ where
         // Written out rather than through `state`: the common case stays in registers.
         if let Some((slot, state)) = span_index::find(owner, id.into_u64()) {
             #[cfg(feature = "opentelemetry")]
-            let state = if self.links_itself(&state) {
-                let link = self.resolve_link(id);
+            let state = self.with_own_link(id, state, |link| {
                 span_index::set_link(slot, id.into_u64(), link);
-                SpanState { link, ..state }
-            } else {
-                state
-            };
+            });
             entered::enter(
                 id.into_u64(),
                 state,
@@ -270,17 +284,13 @@ where
             );
         } else if let Some((state, home)) = Self::state_outside(id, &ctx) {
             #[cfg(feature = "opentelemetry")]
-            let state = if self.links_itself(&state) {
-                let link = self.resolve_link(id);
+            let state = self.with_own_link(id, state, |link| {
                 if let Some(span) = ctx.span(id)
                     && let Some(data) = span.extensions().get::<SpanData>()
                 {
                     data.link.store(link);
                 }
-                SpanState { link, ..state }
-            } else {
-                state
-            };
+            });
             entered::enter(id.into_u64(), state, home, &self.clock, self.cpu_time);
         }
     }

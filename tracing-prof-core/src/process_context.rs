@@ -150,6 +150,27 @@ struct Header {
     payload: AtomicU64,
 }
 
+impl Header {
+    /// Version, payload size and payload address (not yet published: the caller fences, then
+    /// writes the signature or the timestamp).
+    fn point_at(&self, at: u64, size: usize) {
+        self.version_and_size
+            .store(u64::from(VERSION) | (size as u64) << 32, Ordering::Relaxed);
+        self.payload.store(at, Ordering::Relaxed);
+    }
+}
+
+/// Copies `payload` right after the header at `addr`; returns where it went.
+///
+/// # Safety
+/// `addr` must be the start of a live mapping of ours with room for the header and `payload`.
+unsafe fn copy_after_header(addr: usize, payload: &[u8]) -> u64 {
+    let at = addr + HEADER_BYTES;
+    // SAFETY: within the caller's mapping, which nothing else of ours writes meanwhile.
+    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), at as *mut u8, payload.len()) };
+    at as u64
+}
+
 /// # Safety
 /// `addr` must be the start of a live mapping of ours of at least [`HEADER_BYTES`] bytes.
 unsafe fn header<'a>(addr: usize) -> &'a Header {
@@ -210,22 +231,11 @@ fn create(payload: &[u8], pid: u32) -> std::io::Result<Published> {
     }
     let published_at = realtime_ns().max(1);
     // SAFETY: the payload fits after the header in the `len` bytes just mapped.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            payload.as_ptr(),
-            (addr as *mut u8).add(HEADER_BYTES),
-            payload.len(),
-        );
-    }
+    let at = unsafe { copy_after_header(addr as usize, payload) };
     // SAFETY: our live mapping of `len >= HEADER_BYTES` bytes.
     let h = unsafe { header(addr as usize) };
-    h.version_and_size.store(
-        u64::from(VERSION) | (payload.len() as u64) << 32,
-        Ordering::Relaxed,
-    );
+    h.point_at(at, payload.len());
     h.published_at_ns.store(published_at, Ordering::Relaxed);
-    h.payload
-        .store(addr as u64 + HEADER_BYTES as u64, Ordering::Relaxed);
     fence(Ordering::SeqCst);
     h.signature
         .store(u64::from_le_bytes(SIGNATURE), Ordering::Release);
@@ -290,26 +300,17 @@ fn name_mapping(_addr: usize, _len: usize) -> bool {
 unsafe fn update(p: &mut Published, payload: Vec<u8>) {
     // SAFETY: as the caller promises.
     let h = unsafe { header(p.addr) };
-    let size = payload.len() as u64;
+    let size = payload.len();
     h.published_at_ns.store(0, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    let (at, outside) = if HEADER_BYTES + payload.len() <= p.len {
+    let (at, outside) = if HEADER_BYTES + size <= p.len {
         // SAFETY: the payload fits after the header in our mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                payload.as_ptr(),
-                (p.addr as *mut u8).add(HEADER_BYTES),
-                payload.len(),
-            );
-        }
-        (p.addr as u64 + HEADER_BYTES as u64, None)
+        (unsafe { copy_after_header(p.addr, &payload) }, None)
     } else {
         let outside = payload.into_boxed_slice();
         (outside.as_ptr() as u64, Some(outside))
     };
-    h.version_and_size
-        .store(u64::from(VERSION) | size << 32, Ordering::Relaxed);
-    h.payload.store(at, Ordering::Relaxed);
+    h.point_at(at, size);
     fence(Ordering::SeqCst);
     // A reader compares it before and after: never the same value twice.
     p.published_at = realtime_ns().max(p.published_at + 1);

@@ -95,16 +95,21 @@ mod on {
         }
     }
 
+    /// `link` as a thread's current link: [`NO_LINK`] is none there.
+    #[inline(always)]
+    fn on_thread(link: Link) -> Link {
+        if link.span_id == NO_LINK.span_id {
+            TraceLink::NONE
+        } else {
+            link
+        }
+    }
+
     /// Makes `link` the thread's current one for the CPU sampler ([`NO_LINK`]: none);
     /// returns the one before.
     #[inline(always)]
     pub(crate) fn set_current(link: Link) -> Link {
-        let link = if link.span_id == u64::MAX {
-            TraceLink::NONE
-        } else {
-            link
-        };
-        tracing_prof_cpu::trace_link::set(link)
+        tracing_prof_cpu::trace_link::set(on_thread(link))
     }
 
     /// Makes `link` the thread's current one if it is not already; then writes the one before
@@ -112,15 +117,11 @@ mod on {
     /// after), is one thread-local load and a compare.
     #[inline(always)]
     pub(crate) fn switch(link: Link, prev: &mut Link) -> bool {
-        let span = if link.span_id == u64::MAX {
-            0
-        } else {
-            link.span_id
-        };
-        if tracing_prof_cpu::trace_link::current_span_id() == span {
+        let link = on_thread(link);
+        if tracing_prof_cpu::trace_link::current_span_id() == link.span_id {
             return false;
         }
-        *prev = set_current(link);
+        *prev = tracing_prof_cpu::trace_link::set(link);
         true
     }
 
