@@ -307,7 +307,10 @@ fn cpu_samples_carry_the_span_ids_of_their_requests() {
                 .filter(|l| l.link.span_id == *id)
                 .map(|l| l.samples)
                 .sum();
-            let focus = format!("-tagfocus=span_id={id:016x}");
+            // Anchored: pprof reads a bare value of digits then letters (`262240223407258e`)
+            // as a number with a unit (`tagFilterRangeRx` in its `driver_focus.go`), which
+            // matches no string label; `^...$` is always a regular expression to it.
+            let focus = format!("-tagfocus=span_id=^{id:016x}$");
             let text = common::pprof(&["-top", "-sample_index=samples", &focus], &file);
             let shown = text
                 .lines()
