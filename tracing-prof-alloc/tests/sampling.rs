@@ -166,17 +166,25 @@ fn lifetimes_and_temporaries_are_counted_per_bucket() {
 
 #[test]
 fn per_thread_in_use_follows_the_allocating_thread() {
-    let (index, blocks) = std::thread::spawn(|| {
-        let blocks = make_boxes(50, 4000);
-        // "<pid>/task/<tid>"
-        let link = std::fs::read_link("/proc/thread-self").unwrap();
-        let tid: u64 = link.file_name().unwrap().to_str().unwrap().parse().unwrap();
-        let me = read_threads().into_iter().find(|t| t.tid == tid).unwrap();
-        assert!(me.alive);
-        (me.index, blocks)
-    })
-    .join()
-    .unwrap();
+    // The allocating thread stays alive (parked at the barrier, which allocates nothing)
+    // until both readings are taken: an exited thread's table is reused by the next thread,
+    // and another test's thread would then count its own allocations on the same index.
+    let parked = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn({
+        let parked = std::sync::Arc::clone(&parked);
+        move || {
+            let blocks = make_boxes(50, 4000);
+            // "<pid>/task/<tid>"
+            let link = std::fs::read_link("/proc/thread-self").unwrap();
+            let tid: u64 = link.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            let me = read_threads().into_iter().find(|t| t.tid == tid).unwrap();
+            assert!(me.alive);
+            tx.send((me.index, blocks)).unwrap();
+            parked.wait();
+        }
+    });
+    let (index, blocks) = rx.recv().unwrap();
     let find = || {
         read_threads()
             .into_iter()
@@ -187,6 +195,8 @@ fn per_thread_in_use_follows_the_allocating_thread() {
     assert!(before.alloc_bytes >= 200_000 && before.inuse_bytes >= 200_000);
     drop(blocks); // freed by this thread, credited to the one that allocated
     let after = find();
+    parked.wait();
+    thread.join().unwrap();
     assert_eq!(before.inuse_bytes - after.inuse_bytes, 50 * 4000 + 50 * 24);
     assert_eq!(before.inuse_objects - after.inuse_objects, 51);
 }
