@@ -9,7 +9,8 @@
 //! cargo run --release --example service
 //! ```
 //! Settings: the `TRACING_PROF_*` variables (see the README; `TRACING_PROF_HTTP_ADDR=default`
-//! serves `/debug/pprof` on 127.0.0.1:6060; `PYROSCOPE_SERVER_ADDRESS` pushes to Pyroscope),
+//! serves `/debug/pprof` on 127.0.0.1:6060; `PYROSCOPE_SERVER_ADDRESS` pushes to Pyroscope;
+//! `OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318` sends OTLP profiles to a Collector),
 //! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead.
 //! `SERVICE_OTEL=1` adds `tracing-opentelemetry` (spans go to an exporter that counts them), so
 //! that CPU samples carry the span ids of their requests (`span_id` labels; see the README's
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof::core::{PathKind, PathProfile, Snapshot};
 use tracing_prof::export::HttpServer;
+use tracing_prof::export::otlp::{OtlpConfig, OtlpExporter};
 use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
@@ -44,13 +46,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     let exporter = FileExporter::from_env()?;
     let dir = exporter.dir().to_owned();
     // The example exports every 2 s unless TRACING_PROF_INTERVAL says otherwise; it pushes to
-    // Pyroscope when PYROSCOPE_SERVER_ADDRESS is set.
+    // Pyroscope when PYROSCOPE_SERVER_ADDRESS is set, and sends OTLP profiles when
+    // OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is.
     let mut builder = Profiler::builder()
         .interval(Duration::from_secs(2))
         .from_env()?
         .sink(exporter);
     if let Some(config) = PyroscopeConfig::from_env()? {
         builder = builder.sink(PyroscopeExporter::start(config)?);
+    }
+    if let Some(config) = OtlpConfig::from_env()? {
+        builder = builder.sink(OtlpExporter::start(config)?);
     }
     let (layer, guard) = builder.build()?;
     let otel = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");

@@ -1,6 +1,11 @@
 //! What the tests of tracing-prof share (a crate of their own, never published, instead of a
 //! module each test binary includes by path): reading profiles back with the real client,
-//! `go tool pprof`, and this thread's CPU clock, which the CPU tests burn time by.
+//! `go tool pprof`, and this thread's CPU clock, which the CPU tests burn time by; and a stub
+//! HTTP server for the exporters' stand-in receivers ([`stub_server`]), and a stand-in OTLP
+//! profiles receiver written from the Collector's and Pyroscope's rules ([`otlp_receiver`]).
+
+pub mod otlp_receiver;
+pub mod stub_server;
 
 use std::collections::BTreeMap;
 use std::path::Path;

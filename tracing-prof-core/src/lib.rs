@@ -48,6 +48,7 @@ mod layer;
 mod leak;
 mod long_poll;
 mod monotonic;
+pub mod otel_resource;
 mod pause;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;

@@ -21,6 +21,7 @@
 //! 64-bit little-endian Linux only; elsewhere [`publish`] says it is unsupported.
 
 use crate::fork::ForkSafe;
+pub use crate::otel_resource::{AttributeValue, resource_from_env};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// The signature of a published header.
@@ -44,35 +45,9 @@ struct Published {
 
 static PUBLISHED: ForkSafe<Option<Published>> = ForkSafe::new(None);
 
-/// The resource attributes to publish: string values, and integers for `process.pid`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AttributeValue {
-    /// A string attribute.
-    Str(String),
-    /// An integer attribute.
-    Int(i64),
-}
-
 /// `attributes` as the protobuf payload.
 fn encode(attributes: &[(String, AttributeValue)]) -> Vec<u8> {
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-    let resource = opentelemetry_proto::tonic::resource::v1::Resource {
-        attributes: attributes
-            .iter()
-            .map(|(k, v)| KeyValue {
-                key: k.clone(),
-                value: Some(AnyValue {
-                    value: Some(match v {
-                        AttributeValue::Str(s) => any_value::Value::StringValue(s.clone()),
-                        AttributeValue::Int(i) => any_value::Value::IntValue(*i),
-                    }),
-                }),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    prost::Message::encode_to_vec(&resource)
+    prost::Message::encode_to_vec(&crate::otel_resource::resource_message(attributes))
 }
 
 fn page_bytes() -> usize {
@@ -319,101 +294,4 @@ unsafe fn update(p: &mut Published, payload: Vec<u8>) {
     // the timestamp change and reads again).
     p.outside = outside;
     name_mapping(p.addr, p.len);
-}
-
-/// The resource of this process from the OpenTelemetry environment variables:
-/// `OTEL_RESOURCE_ATTRIBUTES` (`key=value` pairs separated by commas, values percent-encoded),
-/// then `service.name` from `OTEL_SERVICE_NAME` if set, else from those pairs, else
-/// `unknown_service:` and the executable's name (the SDK environment specification's rules);
-/// then `process.pid` and the `telemetry.sdk.*` attributes. A malformed pair is left out and
-/// said on stderr.
-pub fn resource_from_env() -> Vec<(String, AttributeValue)> {
-    let mut out: Vec<(String, AttributeValue)> = Vec::new();
-    if let Ok(pairs) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
-        for pair in pairs.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match pair
-                .split_once('=')
-                .map(|(k, v)| (k.trim(), percent_decode(v.trim())))
-            {
-                Some((k, Some(v))) if !k.is_empty() => {
-                    out.retain(|(key, _)| key != k);
-                    out.push((k.to_owned(), AttributeValue::Str(v)));
-                }
-                _ => eprintln!(
-                    "tracing-prof: OTEL_RESOURCE_ATTRIBUTES: {pair:?} is not key=value \
-                     (percent-encoded); left out"
-                ),
-            }
-        }
-    }
-    let service = std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|s| !s.is_empty());
-    let has_service = out.iter().any(|(k, _)| k == "service.name");
-    if let Some(name) = service {
-        out.retain(|(k, _)| k != "service.name");
-        out.insert(0, ("service.name".into(), AttributeValue::Str(name)));
-    } else if !has_service {
-        let exe = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_default();
-        out.insert(
-            0,
-            (
-                "service.name".into(),
-                AttributeValue::Str(format!("unknown_service:{exe}")),
-            ),
-        );
-    }
-    for (k, v) in [
-        (
-            "process.pid",
-            AttributeValue::Int(i64::from(std::process::id())),
-        ),
-        (
-            "telemetry.sdk.name",
-            AttributeValue::Str("tracing-prof".into()),
-        ),
-        ("telemetry.sdk.language", AttributeValue::Str("rust".into())),
-        (
-            "telemetry.sdk.version",
-            AttributeValue::Str(env!("CARGO_PKG_VERSION").into()),
-        ),
-    ] {
-        if !out.iter().any(|(key, _)| key == k) {
-            out.push((k.into(), v));
-        }
-    }
-    out
-}
-
-/// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hi = (bytes.next()? as char).to_digit(16)?;
-            let lo = (bytes.next()? as char).to_digit(16)?;
-            out.push((hi * 16 + lo) as u8);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_escapes_are_decoded_and_bad_ones_refused() {
-        assert_eq!(percent_decode("a%20b%2Cc").as_deref(), Some("a b,c"));
-        assert_eq!(percent_decode("plain"), Some("plain".into()));
-        assert_eq!(percent_decode("bad%2"), None);
-        assert_eq!(percent_decode("bad%zz"), None);
-        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
-    }
 }

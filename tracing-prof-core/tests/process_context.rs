@@ -4,7 +4,7 @@
 //! and a non-zero `published_at_ns`, read `payload_size` bytes after the header, read the
 //! header again and see `published_at_ns` unchanged, then decode the payload with the official
 //! `opentelemetry/proto/resource/v1/resource.proto` (opentelemetry-proto v1.11.0, in
-//! `otel_proto/`, Apache 2.0: `otel_proto/LICENSE`), not with our structs. Then: updates (the
+//! `test-support/otel_proto/`, Apache 2.0: its `LICENSE`), not with our structs. Then: updates (the
 //! header stays; a payload too large for its page goes elsewhere, pointed to), no mapping in a
 //! child of `fork`, and none once the profiler stops.
 
@@ -74,7 +74,7 @@ fn read_context() -> (u64, u64, Vec<(String, String)>, u64) {
 }
 
 fn decode(payload: &[u8]) -> Vec<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otel_proto");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../test-support/otel_proto");
     let files = protox::compile(["opentelemetry/proto/resource/v1/resource.proto"], [dir])
         .expect("the official .proto files compile");
     let pool = DescriptorPool::from_file_descriptor_set(files).unwrap();

@@ -51,6 +51,40 @@ pub const ENV_API: &str = "TRACING_PROF_PYROSCOPE_API";
 /// Request timeout, a duration like `10s`.
 pub const ENV_TIMEOUT: &str = "TRACING_PROF_PYROSCOPE_TIMEOUT";
 
+// OTLP (`otlp` feature). Named as OpenTelemetry's exporters name them
+// (opentelemetry-specification, `specification/protocol/exporter.md`); the profiles variables
+// come first, the general ones stand in for them.
+/// The whole URL profiles are sent to, used as is.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROFILES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT";
+/// The receiver's base URL; profiles go to its `v1development/profiles`.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// Headers on every request, `key=value` pairs separated by commas, values percent-encoded.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROFILES_HEADERS: &str = "OTEL_EXPORTER_OTLP_PROFILES_HEADERS";
+/// As [`ENV_OTLP_PROFILES_HEADERS`], for every signal.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// Time one request may take, in milliseconds; `0`: no limit.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROFILES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT";
+/// As [`ENV_OTLP_PROFILES_TIMEOUT`], for every signal.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+/// `gzip` (our default) or `none`.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROFILES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_PROFILES_COMPRESSION";
+/// As [`ENV_OTLP_PROFILES_COMPRESSION`], for every signal.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+/// `http/protobuf`, the only protocol sent (and the default).
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROFILES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL";
+/// As [`ENV_OTLP_PROFILES_PROTOCOL`], for every signal.
+#[cfg(feature = "otlp")]
+pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+
 pub(crate) fn file_exporter() -> Result<FileExporter, ConfigError> {
     let set = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?;
     let mut exporter = FileExporter::new(set.clone().unwrap_or_else(|| DEFAULT_DIR.into()));
@@ -195,6 +229,104 @@ pub(crate) fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
         token,
         required,
     }))
+}
+
+/// An OpenTelemetry variable: the profiles one when set, else the general one, with the name
+/// of the one read. Empty counts as unset, as OpenTelemetry's SDKs read them
+/// (`sdk-environment-variables.md`, "Parsing empty value").
+#[cfg(feature = "otlp")]
+fn otel_var(
+    profiles: &'static str,
+    general: &'static str,
+) -> Result<Option<(&'static str, String)>, ConfigError> {
+    for name in [profiles, general] {
+        match std::env::var(name) {
+            Ok(v) if v.trim().is_empty() => {}
+            Ok(v) => return Ok(Some((name, v.trim().to_owned()))),
+            Err(std::env::VarError::NotPresent) => {}
+            Err(std::env::VarError::NotUnicode(v)) => {
+                return Err(ConfigError::Env {
+                    name,
+                    value: v.to_string_lossy().into_owned(),
+                    reason: "not valid UTF-8".into(),
+                });
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(feature = "otlp")]
+pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::otlp::OtlpError> {
+    use crate::otlp::OtlpConfig;
+    let bad = |name: &'static str, value: &str, reason: String| ConfigError::Env {
+        name,
+        value: value.to_owned(),
+        reason,
+    };
+    // The endpoint: the profiles one as is; the general one as a base.
+    let mut c = match otel_var(ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_ENDPOINT)? {
+        None => return Ok(None),
+        Some((ENV_OTLP_PROFILES_ENDPOINT, url)) => OtlpConfig::new(url),
+        Some((_, base)) => OtlpConfig::with_base_url(&base),
+    };
+    if let Some((name, protocol)) = otel_var(ENV_OTLP_PROFILES_PROTOCOL, ENV_OTLP_PROTOCOL)? {
+        if !protocol.eq_ignore_ascii_case("http/protobuf") {
+            return Err(bad(
+                name,
+                &protocol,
+                format!(
+                    "tracing-prof sends profiles over OTLP/HTTP with protobuf only; set \
+                     {ENV_OTLP_PROFILES_PROTOCOL}=http/protobuf and \
+                     {ENV_OTLP_PROFILES_ENDPOINT} to the receiver's HTTP endpoint \
+                     (http://HOST:4318/v1development/profiles)"
+                ),
+            )
+            .into());
+        }
+    }
+    if let Some((name, headers)) = otel_var(ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_HEADERS)? {
+        let (good, wrong) = tracing_prof_core::otel_resource::key_values(&headers);
+        if let Some(pair) = wrong.first() {
+            // The pair itself is not shown: it may hold a token.
+            let key = pair.split('=').next().unwrap_or("");
+            return Err(bad(
+                name,
+                "<not shown>",
+                format!(
+                    "expected key=value pairs separated by commas, values percent-encoded; \
+                     the pair of key {key:?} is not"
+                ),
+            )
+            .into());
+        }
+        for (k, v) in good {
+            c = c.header(k, v);
+        }
+    }
+    if let Some((name, ms)) = otel_var(ENV_OTLP_PROFILES_TIMEOUT, ENV_OTLP_TIMEOUT)? {
+        let ms = ms.parse::<u64>().map_err(|_| {
+            bad(
+                name,
+                &ms,
+                "expected a whole number of milliseconds (0: no limit)".into(),
+            )
+        })?;
+        c = c.timeout(std::time::Duration::from_millis(ms));
+    }
+    if let Some((name, compression)) =
+        otel_var(ENV_OTLP_PROFILES_COMPRESSION, ENV_OTLP_COMPRESSION)?
+    {
+        c = c.gzip(match compression.to_ascii_lowercase().as_str() {
+            "gzip" => true,
+            "none" => false,
+            _ => {
+                return Err(bad(name, &compression, "expected gzip or none".into()).into());
+            }
+        });
+    }
+    c.validate()?;
+    Ok(Some(c))
 }
 
 #[cfg(test)]

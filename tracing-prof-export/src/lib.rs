@@ -9,11 +9,17 @@
 //!   with optional delta files and flame graph SVGs.
 //! - [`http`]: a Go-compatible `/debug/pprof` handler and a small standalone server.
 //! - [`pyroscope`]: pushes to Pyroscope / Grafana Cloud, never blocking the application.
+//! - `otlp` (feature `otlp`): sends OpenTelemetry profiles (OTLP/HTTP) to a Collector or
+//!   Pyroscope, in the same way.
 
 mod env;
 pub mod files;
 pub mod http;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+mod pushed;
 pub mod pyroscope;
+mod sending;
 
 pub use files::{FileError, FileExporter};
 pub use http::{HttpServer, PprofHandler};
@@ -54,6 +60,12 @@ mod tests {
             ),
             ("pyroscope/sender.rs", include_str!("pyroscope/sender.rs")),
             ("pyroscope/wire.rs", include_str!("pyroscope/wire.rs")),
+            ("pushed.rs", include_str!("pushed.rs")),
+            ("sending.rs", include_str!("sending.rs")),
+            ("otlp/mod.rs", include_str!("otlp/mod.rs")),
+            ("otlp/config.rs", include_str!("otlp/config.rs")),
+            ("otlp/convert.rs", include_str!("otlp/convert.rs")),
+            ("otlp/exporter.rs", include_str!("otlp/exporter.rs")),
         ];
         for (file, source) in others {
             for reader in ["env_var(", "env::var", "var_os("] {

@@ -49,7 +49,8 @@
 //!   encode and decode, windows, diffs, folded stacks, flame graphs, text tables.
 //! - `tracing_prof::core` (crate `tracing-prof-core`): the layer, span paths, capture, the CPU
 //!   sampler's store, the aggregator.
-//! - `tracing_prof::export` (crate `tracing-prof-export`): files, `/debug/pprof`, Pyroscope.
+//! - `tracing_prof::export` (crate `tracing-prof-export`): files, `/debug/pprof`, Pyroscope,
+//!   OTLP profiles (feature `otlp`).
 //!
 //! See the README for the profile kinds, the environment variables, the overhead and the
 //! limitations.
@@ -85,6 +86,10 @@ pub enum Error {
     /// The `/debug/pprof` server could not start.
     #[error(transparent)]
     Http(#[from] tracing_prof_export::http::HttpError),
+    /// The OTLP settings are invalid.
+    #[cfg(feature = "otlp")]
+    #[error(transparent)]
+    Otlp(#[from] tracing_prof_export::otlp::OtlpError),
 }
 
 // `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
@@ -97,7 +102,9 @@ impl std::fmt::Debug for Error {
 
 /// A [`ProfilerBuilder`] set up from the environment: the `TRACING_PROF_*` settings, a
 /// [`FileExporter`] writing to `TRACING_PROF_DIR` (default `./profiles`), and a
-/// [`PyroscopeExporter`] when `PYROSCOPE_SERVER_ADDRESS` is set.
+/// [`PyroscopeExporter`] when `PYROSCOPE_SERVER_ADDRESS` is set, and with the `otlp` feature an
+/// OTLP profiles exporter when `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (`export::otlp`).
 ///
 /// A variable set to an invalid value is an error naming it. A `TRACING_PROF_*` variable that
 /// is no setting (a misspelling) is said on stderr, with the setting it most resembles, and
@@ -108,6 +115,10 @@ pub fn from_env() -> Result<ProfilerBuilder, Error> {
         .sink(FileExporter::from_env()?);
     if let Some(config) = PyroscopeConfig::from_env()? {
         builder = builder.sink(PyroscopeExporter::start(config)?);
+    }
+    #[cfg(feature = "otlp")]
+    if let Some(config) = tracing_prof_export::otlp::OtlpConfig::from_env()? {
+        builder = builder.sink(tracing_prof_export::otlp::OtlpExporter::start(config)?);
     }
     Ok(builder)
 }

@@ -1,6 +1,7 @@
 //! Where and how to push: the settings, their checks against Pyroscope's own limits, and
 //! [`PyroscopeConfig::from_env`].
 
+use crate::sending::{MAX_RETRIES, MAX_TIMEOUT, MIN_TIMEOUT, check_url, header_ok, redact_url};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::config::ConfigError;
@@ -72,20 +73,6 @@ impl fmt::Debug for PyroscopeConfig {
             .field("timeout", &self.timeout)
             .field("queue_capacity", &self.queue_capacity)
             .finish_non_exhaustive()
-    }
-}
-
-/// `scheme://host...` with any `user:password@` removed.
-fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let rest = rest
-                .split_once('@')
-                .filter(|(cred, _)| !cred.contains('/'))
-                .map_or(rest, |(_, r)| r);
-            format!("{scheme}://{rest}")
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -188,48 +175,15 @@ impl PyroscopeConfig {
 
     pub(super) fn validate(&self) -> Result<(), PyroscopeError> {
         let invalid = |m: String| Err(PyroscopeError::Invalid(m));
-        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return invalid(format!(
-                "the server address must start with http:// or https://, got {}",
-                redact_url(&self.url)
-            ));
-        }
-        if self.url.starts_with("https://") && !cfg!(feature = "tls") {
-            return invalid("https needs the `tls` feature of tracing-prof-export".into());
-        }
-        if self.url[self.url.find("://").map_or(0, |i| i + 3)..]
-            .split('/')
-            .next()
-            .is_some_and(|h| h.contains('@'))
-        {
-            return invalid(
-                "put credentials in basic_auth / PYROSCOPE_BASIC_AUTH_*, not in the URL".into(),
-            );
-        }
-        let authority = self.url[self.url.find("://").map_or(0, |i| i + 3)..]
-            .split(['/', '?', '#'])
-            .next()
-            .unwrap_or("");
-        if let Err(why) = check_authority(authority) {
-            return invalid(format!(
-                "the server address ({ENV_SERVER_ADDRESS}) {}: {why}",
-                redact_url(&self.url)
-            ));
-        }
-        if self
-            .url
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
-        {
-            return invalid(format!(
-                "the server address ({ENV_SERVER_ADDRESS}) has a space, a control or a non-ASCII \
-                 character: {:?}",
-                redact_url(&self.url)
-            ));
+        if let Err(why) = check_url(
+            &self.url,
+            &format!("the server address ({ENV_SERVER_ADDRESS})"),
+            "basic_auth / PYROSCOPE_BASIC_AUTH_*",
+        ) {
+            return invalid(why);
         }
         // Header values: a CR or LF would split the request (ureq refuses it at every push),
         // non-ASCII is not sent as written.
-        let header_ok = |v: &str| !v.is_empty() && v.bytes().all(|b| (0x20..0x7f).contains(&b));
         let secret = |what: &str, var: &str| {
             invalid(format!(
                 "{what} ({var}) must be printable ASCII, without CR or LF, and not empty"
@@ -330,44 +284,12 @@ impl PyroscopeConfig {
     }
 }
 
-/// Bounds on the request timeout: below 100 ms every push to a real server fails; above 10 min
-/// a dead server holds the queue for good.
-const MIN_TIMEOUT: Duration = Duration::from_millis(100);
-const MAX_TIMEOUT: Duration = Duration::from_secs(600);
-const MAX_RETRIES: u32 = 16;
 /// Pyroscope's default `validation.max-length-label-name` and `-label-value`.
 const MAX_LABEL_NAME: usize = 1024;
 const MAX_LABEL_VALUE: usize = 2048;
 /// Labels we set ourselves, or the server sets on `/ingest` (`pkg/og/convert/pprof/profile.go`,
 /// `createLabels`): a tag of the same name would be a duplicate label.
 const RESERVED_TAGS: [&str; 3] = ["service_name", "app_name", "pyroscope_spy"];
-
-/// `host[:port]` of a URL: a host, and a port that is a number from 1 to 65535 when given.
-fn check_authority(authority: &str) -> Result<(), String> {
-    let (host, port) = match authority.strip_prefix('[') {
-        // [IPv6]:port
-        Some(rest) => {
-            let (h, after) = rest
-                .split_once(']')
-                .ok_or("an IPv6 address needs its closing ]")?;
-            (h, after.strip_prefix(':'))
-        }
-        None => match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        },
-    };
-    if host.is_empty() {
-        return Err("no host".into());
-    }
-    if let Some(p) = port {
-        match p.parse::<u16>() {
-            Ok(n) if n > 0 => {}
-            _ => return Err(format!("the port {p:?} is not a number from 1 to 65535")),
-        }
-    }
-    Ok(())
-}
 
 /// Pyroscope's default `validation.max-label-names-per-series` is 30; `__name__`,
 /// `service_name`, `__delta__` and (on `/ingest`) `pyroscope_spy` leave 26 for tags.

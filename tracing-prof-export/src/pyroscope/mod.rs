@@ -59,12 +59,13 @@ mod sender;
 mod series;
 mod wire;
 
+pub use crate::pushed::{MAX_PROFILE_BYTES, MAX_SAMPLES};
+pub use crate::sending::PushStats;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_FLUSH_TIMEOUT, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETRIES,
     DEFAULT_TIMEOUT, ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD,
     ENV_BASIC_AUTH_USER, ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT, MAX_TAGS,
     PyroscopeApi, PyroscopeConfig, PyroscopeError,
 };
-pub use exporter::{PushStats, PyroscopeExporter};
-pub use series::{MAX_PROFILE_BYTES, MAX_SAMPLES};
+pub use exporter::PyroscopeExporter;
 pub use wire::push;

@@ -1,106 +1,29 @@
-//! The sender thread: delivers each batch with retries and exponential backoff, says each
-//! distinct failure once, and never shows the URL's credentials or the token.
+//! One attempt at a batch, by either API (the outbox retries): the requests, their headers
+//! and credentials. Nothing here shows the URL's credentials or the token.
 
 use super::config::{Auth, PyroscopeApi, PyroscopeConfig};
-use super::exporter::{Batch, PushStats};
+use super::exporter::Batch;
 use super::wire::{multipart, push};
+use crate::sending::{Courier, Failure, outcome};
 use base64::Engine as _;
-use crossbeam_channel::Receiver;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The sender thread's state.
+/// One attempt at a batch, by either API.
 pub(super) struct Pusher {
     pub(super) agent: ureq::Agent,
     pub(super) config: PyroscopeConfig,
-    pub(super) stats: Arc<PushStats>,
-    pub(super) closing: Arc<AtomicBool>,
-    /// Last error reported, to report each distinct one once.
-    pub(super) reported: Option<String>,
 }
 
-/// A failed request, described without URL or credentials.
-struct Failure {
-    message: String,
-    retry: bool,
+/// Pyroscope refuses for good with a `4xx` but `429` (a configuration error); other answers
+/// may pass later.
+fn retryable(code: u16) -> bool {
+    code == 429 || code >= 500
 }
 
-impl Pusher {
-    pub(super) fn run(mut self, inbox: &Receiver<Batch>) {
-        for batch in inbox {
-            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-            self.deliver(&batch);
-        }
-    }
+impl Courier for Pusher {
+    type Batch = Batch;
 
-    fn deliver(&mut self, batch: &Batch) {
-        let mut wait = self.config.backoff;
-        for attempt in 0..=self.config.retries {
-            match self.send(batch) {
-                Ok(()) => {
-                    self.stats.sent.fetch_add(1, Ordering::Relaxed);
-                    if self.reported.take().is_some() {
-                        eprintln!("tracing-prof: pyroscope: pushing works again");
-                    }
-                    return;
-                }
-                Err(f) => {
-                    self.stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
-                    if self.reported.as_deref() != Some(f.message.as_str()) {
-                        eprintln!(
-                            "tracing-prof: pyroscope: push failed: {} (retrying with backoff, dropping \
-                             when the queue is full; this error is reported once)",
-                            f.message
-                        );
-                        self.reported = Some(f.message.clone());
-                    }
-                    let closing = self.closing.load(Ordering::SeqCst);
-                    if !f.retry || closing || attempt == self.config.retries || !self.sleep(wait) {
-                        break;
-                    }
-                    wait = wait.saturating_mul(2);
-                }
-            }
-        }
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Sleeps `d` unless closing begins; returns whether it slept the whole time.
-    fn sleep(&self, d: Duration) -> bool {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            if self.closing.load(Ordering::SeqCst) {
-                return false;
-            }
-            std::thread::sleep(
-                Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())),
-            );
-        }
-        true
-    }
-
-    fn request(&self, path: &str) -> ureq::Request {
-        let mut r = self
-            .agent
-            .post(&format!("{}{path}", self.config.url))
-            .set("User-Agent", "tracing-prof");
-        match &self.config.auth {
-            Auth::None => {}
-            Auth::Basic { user, password } => {
-                let b64 =
-                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-                r = r.set("Authorization", &format!("Basic {b64}"));
-            }
-            Auth::Bearer(token) => r = r.set("Authorization", &format!("Bearer {token}")),
-        }
-        if let Some(t) = &self.config.tenant {
-            r = r.set("X-Scope-OrgID", t);
-        }
-        r
-    }
-
-    fn send(&self, batch: &Batch) -> Result<(), Failure> {
+    fn send(&mut self, batch: &Batch) -> Result<(), Failure> {
         match self.config.api {
             PyroscopeApi::Push => {
                 let body = prost::Message::encode_to_vec(&self.push_request(batch));
@@ -108,7 +31,7 @@ impl Pusher {
                     .request("/push.v1.PusherService/Push")
                     .set("Content-Type", "application/proto")
                     .set("Connect-Protocol-Version", "1");
-                outcome(r.send_bytes(&body))
+                outcome(r.send_bytes(&body), retryable).map(drop)
             }
             PyroscopeApi::Ingest => {
                 for series in &batch.series {
@@ -129,11 +52,33 @@ impl Pusher {
                             "Content-Type",
                             &format!("multipart/form-data; boundary={boundary}"),
                         );
-                    outcome(r.send_bytes(&body))?;
+                    outcome(r.send_bytes(&body), retryable)?;
                 }
                 Ok(())
             }
         }
+    }
+}
+
+impl Pusher {
+    fn request(&self, path: &str) -> ureq::Request {
+        let mut r = self
+            .agent
+            .post(&format!("{}{path}", self.config.url))
+            .set("User-Agent", "tracing-prof");
+        match &self.config.auth {
+            Auth::None => {}
+            Auth::Basic { user, password } => {
+                let b64 =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                r = r.set("Authorization", &format!("Basic {b64}"));
+            }
+            Auth::Bearer(token) => r = r.set("Authorization", &format!("Bearer {token}")),
+        }
+        if let Some(t) = &self.config.tenant {
+            r = r.set("X-Scope-OrgID", t);
+        }
+        r
     }
 
     /// `APP{tag=value,...}` for the ingest API.
@@ -188,40 +133,4 @@ impl Pusher {
 
 fn nanos(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
-}
-
-fn outcome(r: Result<ureq::Response, ureq::Error>) -> Result<(), Failure> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(ureq::Error::Status(code, response)) => Err(Failure {
-            message: match reason(response) {
-                r if r.is_empty() => format!("the server answered HTTP {code}"),
-                r => format!("the server answered HTTP {code}: {r}"),
-            },
-            retry: code == 429 || code >= 500,
-        }),
-        // The transport error's kind only: its Display would include the URL.
-        Err(ureq::Error::Transport(t)) => Err(Failure {
-            message: format!("transport error: {}", t.kind()),
-            retry: true,
-        }),
-    }
-}
-
-/// The start of an error answer's body (Pyroscope says there why it refused a profile: "outside
-/// of ingestion window", "exceeds the samples count limit"...), printable ASCII, at most 300
-/// bytes.
-fn reason(response: ureq::Response) -> String {
-    use std::io::Read as _;
-    let mut body = Vec::new();
-    let _ = response.into_reader().take(300).read_to_end(&mut body);
-    let text: String = body
-        .iter()
-        .map(|&b| match b {
-            b'\r' | b'\n' | b'\t' => ' ',
-            0x20..0x7f => b as char,
-            _ => '?',
-        })
-        .collect();
-    text.trim().to_owned()
 }

@@ -1,7 +1,8 @@
 //! The series of one window, each a gzip'd pprof within Pyroscope's limits.
 
 use super::PyroscopeApi;
-use tracing_prof_model::{Profile, ProfileKind, SampleType, Snapshot};
+use crate::pushed::window_profiles;
+use tracing_prof_model::{SampleType, Snapshot};
 
 /// One pprof of a batch and the Pyroscope series it belongs to.
 pub(super) struct Series {
@@ -12,65 +13,17 @@ pub(super) struct Series {
     pub(super) pprof: Vec<u8>,
 }
 
-/// Pyroscope's default `validation.max-profile-stacktrace-samples` (`pkg/validation/limits.go`):
-/// a profile with more samples is rejected whole.
-pub const MAX_SAMPLES: usize = 16_000;
-/// Pyroscope's default `validation.max-profile-size-bytes`, of the uncompressed pprof.
-pub const MAX_PROFILE_BYTES: usize = 4 << 20;
-
 /// The series of one window, named as the Pyroscope UI knows them (see the module docs).
 pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, usize) {
-    let mut out: Vec<(&'static str, Profile)> = Vec::new();
-    let spans = window.profile(ProfileKind::Spans);
-    if ProfileKind::Cpu.is_available(window) {
-        let mut cpu = window.profile(ProfileKind::Cpu);
-        if cpu.samples.len() > MAX_SAMPLES {
-            // Samples linked to trace spans are a sample per (stack, span): past the limit,
-            // the links go first (the stacks stay whole), before any stack is merged.
-            let mut unlinked = window.clone();
-            for s in &mut unlinked.cpu_stacks {
-                s.links.clear();
-            }
-            cpu = unlinked.profile(ProfileKind::Cpu);
-        }
-        out.push(("process_cpu", cpu));
-    } else if let Some(mut cpu) = spans.with_sample_types(&["cpu"]) {
-        // Measured by the CPU clock on enter and exit: exact CPU time per span path, Go's CPU
-        // type without the sample count.
-        cpu.period_type = Some(SampleType::new("cpu", "nanoseconds"));
-        cpu.period = 1;
-        out.push(("process_cpu", cpu));
-    }
-    out.push(("memory", window.profile(ProfileKind::Heap)));
-    if api == PyroscopeApi::Push && ProfileKind::Heap.is_sampled(window) {
-        // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
-        // `/ingest` would name it `memory` too (from its sample types), counting memory twice.
-        out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
-    }
-    if let Some(counts) = spans.with_sample_types(&["spans"]) {
-        out.push(("spans", counts));
-    }
-    let mut merged = 0;
-    let series = out
+    // `/ingest` would name `span_memory` `memory` too (from its sample types), counting
+    // memory twice.
+    let (profiles, merged) = window_profiles(window, api == PyroscopeApi::Push, false);
+    let series = profiles
         .into_iter()
-        // Nothing to store (the server keeps nothing of a profile without samples).
-        .filter(|(_, p)| !p.samples.is_empty())
-        .map(|(name, mut p)| {
-            merged += p.keep_largest(MAX_SAMPLES);
-            let message = loop {
-                let message = p.to_proto();
-                if prost::Message::encoded_len(&message) <= MAX_PROFILE_BYTES
-                    || p.samples.len() <= 1
-                {
-                    break message;
-                }
-                merged += p.keep_largest(p.samples.len() / 2);
-            };
-            Series {
-                name,
-                sample_types: p.sample_types,
-                pprof: tracing_prof_model::pprof::gzip(&message),
-            }
+        .map(|p| Series {
+            name: p.name,
+            sample_types: p.sample_types,
+            pprof: tracing_prof_model::pprof::gzip(&p.message),
         })
         .collect();
     (series, merged)
@@ -79,7 +32,9 @@ pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pushed::MAX_SAMPLES;
     use std::time::{Duration, SystemTime};
+    use tracing_prof_model::{Profile, ProfileKind};
 
     /// A window with `n` CPU stacks, stack `i` sampled `i + 1` times, and CPU sampling on.
     fn cpu_window(n: u64) -> Snapshot {

@@ -1,0 +1,227 @@
+//! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
+
+use crate::sending::{MAX_RETRIES, MAX_TIMEOUT, check_url, header_ok, redact_url};
+use std::fmt;
+use std::time::Duration;
+use tracing_prof_core::config::ConfigError;
+use tracing_prof_core::otel_resource::AttributeValue;
+
+pub use crate::env::{
+    ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS, ENV_OTLP_PROFILES_COMPRESSION,
+    ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_PROFILES_PROTOCOL,
+    ENV_OTLP_PROFILES_TIMEOUT, ENV_OTLP_PROTOCOL, ENV_OTLP_TIMEOUT,
+};
+
+/// The path of profiles under an OTLP/HTTP base URL (opentelemetry-proto's
+/// `docs/specification.md`; the Collector's `defaultProfilesURLPath`).
+pub const PROFILES_PATH: &str = "v1development/profiles";
+/// Where an OTLP/HTTP receiver listens unless told otherwise.
+pub const DEFAULT_BASE_URL: &str = "http://localhost:4318";
+/// Time one request may take: 10 s (the OTLP exporter specification's default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request sent, uncompressed: the Collector's default `max_request_body_size`
+/// (20 MiB) less room to spare. A window that would make more has its smallest samples merged.
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// Where and how to send. Header values are never shown by `Debug`.
+#[derive(Clone)]
+pub struct OtlpConfig {
+    pub(super) endpoint: String,
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) gzip: bool,
+    pub(super) timeout: Duration,
+    pub(super) resource: Vec<(String, AttributeValue)>,
+    pub(super) queue_capacity: usize,
+    pub(super) retries: u32,
+    pub(super) backoff: Duration,
+    pub(super) flush_timeout: Duration,
+}
+
+impl fmt::Debug for OtlpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, _)| format!("{k}: <redacted>"))
+            .collect();
+        f.debug_struct("OtlpConfig")
+            .field("endpoint", &redact_url(&self.endpoint))
+            .field("headers", &headers)
+            .field("gzip", &self.gzip)
+            .field("timeout", &self.timeout)
+            .field("resource", &self.resource)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum OtlpError {
+    /// An environment variable is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Something else is invalid.
+    #[error("invalid OTLP setting: {0}")]
+    Invalid(String),
+    /// The sender thread could not be spawned.
+    #[error("cannot spawn the tracing-prof OTLP thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl fmt::Debug for OtlpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl OtlpConfig {
+    /// Sends to `endpoint`, the whole URL of the profiles path (as
+    /// `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` gives it: `http://collector:4318/v1development/profiles`),
+    /// gzip'd, with the resource of [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env).
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        OtlpConfig {
+            endpoint: endpoint.into(),
+            headers: Vec::new(),
+            gzip: true,
+            timeout: DEFAULT_TIMEOUT,
+            resource: tracing_prof_core::otel_resource::resource_from_env(),
+            queue_capacity: crate::pyroscope::DEFAULT_QUEUE_CAPACITY,
+            retries: crate::pyroscope::DEFAULT_RETRIES,
+            backoff: crate::pyroscope::DEFAULT_BACKOFF,
+            flush_timeout: crate::pyroscope::DEFAULT_FLUSH_TIMEOUT,
+        }
+    }
+
+    /// Sends to `base` (as `OTEL_EXPORTER_OTLP_ENDPOINT` gives it: `http://collector:4318`)
+    /// followed by [`PROFILES_PATH`].
+    pub fn with_base_url(base: &str) -> Self {
+        OtlpConfig::new(format!("{}/{PROFILES_PATH}", base.trim_end_matches('/')))
+    }
+
+    /// From the OTLP exporter variables (the `ENV_*` constants), as OpenTelemetry's SDKs read
+    /// them; `Ok(None)` when neither `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` nor
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    pub fn from_env() -> Result<Option<Self>, OtlpError> {
+        crate::env::otlp_config()
+    }
+
+    /// A header on every request (`Authorization`, `X-Scope-OrgID`...).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    /// Whether to gzip requests (default: yes).
+    pub fn gzip(mut self, on: bool) -> Self {
+        self.gzip = on;
+        self
+    }
+    /// Time one request may take (default [`DEFAULT_TIMEOUT`]); zero: no limit.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// The resource every profile is sent with, replacing the one from the environment.
+    pub fn resource(mut self, attributes: Vec<(String, AttributeValue)>) -> Self {
+        self.resource = attributes;
+        self
+    }
+    /// Batches that may wait to be sent (at least 1).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+    /// Retries per batch and the first wait (doubled each time, unless the server says how
+    /// long to wait with `Retry-After`).
+    pub fn retries(mut self, retries: u32, first_backoff: Duration) -> Self {
+        self.retries = retries;
+        self.backoff = first_backoff;
+        self
+    }
+    /// How long dropping the exporter waits for queued batches.
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), OtlpError> {
+        let invalid = |m: String| Err(OtlpError::Invalid(m));
+        if let Err(why) = check_url(
+            &self.endpoint,
+            &format!("the endpoint ({ENV_OTLP_PROFILES_ENDPOINT} or {ENV_OTLP_ENDPOINT})"),
+            &format!("a header ({ENV_OTLP_HEADERS})"),
+        ) {
+            return invalid(why);
+        }
+        for (name, value) in &self.headers {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return invalid(format!(
+                    "the header name {name:?} ({ENV_OTLP_HEADERS}) is not an HTTP header name"
+                ));
+            }
+            if !header_ok(value) {
+                return invalid(format!(
+                    "the value of header {name} ({ENV_OTLP_HEADERS}) must be printable ASCII, \
+                     without CR or LF, and not empty"
+                ));
+            }
+        }
+        if self.timeout > MAX_TIMEOUT
+            || self.flush_timeout > MAX_TIMEOUT
+            || self.retries > MAX_RETRIES
+            || self.backoff > MAX_TIMEOUT
+        {
+            return invalid(format!(
+                "timeouts and first backoff must be at most 10m and retries at most \
+                 {MAX_RETRIES}; got {:?}, {:?}, {:?}, {}",
+                self.timeout, self.flush_timeout, self.backoff, self.retries
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_stay_out_of_debug_and_errors() {
+        let c = OtlpConfig::new("http://host:4318/v1development/profiles")
+            .header("Authorization", "Bearer hunter2");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("Authorization"), "{shown}");
+        let e = OtlpConfig::new("http://u:pw@host:4318/v1development/profiles")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_a_reason() {
+        let refused = |c: OtlpConfig| c.validate().unwrap_err().to_string();
+        assert!(refused(OtlpConfig::new("grpc://h:4317")).contains("http://"));
+        assert!(refused(OtlpConfig::new("http://h:notaport/x")).contains("notaport"));
+        let e = refused(OtlpConfig::with_base_url("http://h").header("a b", "v"));
+        assert!(e.contains("\"a b\""), "{e}");
+        let e = refused(OtlpConfig::with_base_url("http://h").header("X-Token", "a\r\nb"));
+        assert!(e.contains("X-Token"), "{e}");
+        let e = refused(OtlpConfig::with_base_url("http://h").timeout(Duration::from_secs(3600)));
+        assert!(e.contains("10m"), "{e}");
+        assert!(
+            OtlpConfig::with_base_url("http://h:4318/")
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            OtlpConfig::with_base_url("http://h:4318/").endpoint,
+            "http://h:4318/v1development/profiles"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The [`Sink`]: each interval's window becomes a request on the outbox, and the [`Courier`]
+//! that posts it.
+
+use super::config::{MAX_REQUEST_BYTES, OtlpConfig, OtlpError};
+use super::convert::request;
+use crate::pushed::{Pushed, window_profiles};
+use crate::sending::{Courier, Failure, Outbox, Policy, PushStats, outcome, printable};
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
+use std::fmt;
+use std::io::Read as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tracing_prof_core::otel_resource::AttributeValue;
+use tracing_prof_core::{Sink, SinkError};
+use tracing_prof_model::Snapshot;
+
+/// One interval's requests, encoded: one, or one per profile when together they would pass
+/// [`MAX_REQUEST_BYTES`]. A retry resumes at the first not yet accepted, so that nothing is
+/// sent twice.
+pub(super) struct Batch {
+    bodies: Vec<Vec<u8>>,
+    /// How many bodies the receiver accepted.
+    accepted: AtomicUsize,
+}
+
+/// A [`Sink`] sending OTLP profiles; see the module docs.
+pub struct OtlpExporter {
+    outbox: Outbox<Batch>,
+    previous: Option<Snapshot>,
+    resource: Vec<(String, AttributeValue)>,
+}
+
+impl fmt::Debug for OtlpExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OtlpExporter")
+            .field("stats", &self.outbox.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OtlpExporter {
+    /// Validates `config` and starts the sender thread.
+    pub fn start(config: OtlpConfig) -> Result<Self, OtlpError> {
+        config.validate()?;
+        let policy = Policy {
+            queue_capacity: config.queue_capacity,
+            retries: config.retries,
+            backoff: config.backoff,
+            flush_timeout: config.flush_timeout,
+        };
+        let mut agent = ureq::AgentBuilder::new();
+        if !config.timeout.is_zero() {
+            agent = agent.timeout(config.timeout);
+        }
+        let resource = config.resource.clone();
+        let poster = Poster {
+            agent: agent.build(),
+            config,
+            warned: None,
+        };
+        let outbox = Outbox::start("otlp", poster, policy).map_err(OtlpError::Spawn)?;
+        Ok(OtlpExporter {
+            outbox,
+            previous: None,
+            resource,
+        })
+    }
+
+    /// The exporter's counters; the handle stays valid after the exporter is moved into a
+    /// profiler.
+    pub fn stats(&self) -> Arc<PushStats> {
+        self.outbox.stats()
+    }
+}
+
+impl Sink for OtlpExporter {
+    fn name(&self) -> &str {
+        "otlp"
+    }
+
+    fn delivery(&self) -> Option<tracing_prof_core::DeliveryProbe> {
+        Some(self.outbox.delivery())
+    }
+
+    /// Encodes and queues; never waits on the network.
+    fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
+        let window = match &self.previous {
+            Some(previous) => profile.window_since(previous),
+            None => profile.clone(), // the first covers everything since the start
+        };
+        self.previous = Some(profile.clone());
+        let (pushed, merged) = window_profiles(&window, true, true);
+        if merged > 0 {
+            self.outbox
+                .stats()
+                .merged
+                .fetch_add(merged as u64, Ordering::Relaxed);
+        }
+        let bodies = encode(&pushed, &self.resource);
+        if bodies.is_empty() {
+            return Ok(()); // no empty envelopes
+        }
+        self.outbox.put(Batch {
+            bodies,
+            accepted: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// The request bodies for `pushed` (uncompressed).
+fn encode(pushed: &[Pushed], resource: &[(String, AttributeValue)]) -> Vec<Vec<u8>> {
+    let Some(all) = request(pushed, resource) else {
+        return Vec::new();
+    };
+    if prost::Message::encoded_len(&all) <= MAX_REQUEST_BYTES {
+        return vec![prost::Message::encode_to_vec(&all)];
+    }
+    pushed
+        .iter()
+        .filter_map(|p| request(std::slice::from_ref(p), resource))
+        .map(|r| prost::Message::encode_to_vec(&r))
+        .collect()
+}
+
+/// Posts a batch's requests.
+struct Poster {
+    agent: ureq::Agent,
+    config: OtlpConfig,
+    /// The receiver's last warning said (a partial success with a message), to say each once.
+    warned: Option<String>,
+}
+
+/// OTLP/HTTP's retryable answers (opentelemetry-proto's `docs/specification.md`, "Retryable
+/// Response Codes"): every other `4xx` and `5xx` must not be retried.
+fn retryable(code: u16) -> bool {
+    matches!(code, 429 | 502 | 503 | 504)
+}
+
+/// The largest answer read: OTLP's client-side limit on responses (4 MiB).
+const MAX_RESPONSE_BYTES: u64 = 4 << 20;
+
+impl Courier for Poster {
+    type Batch = Batch;
+
+    fn send(&mut self, batch: &Batch) -> Result<(), Failure> {
+        for body in &batch.bodies[batch.accepted.load(Ordering::Relaxed)..] {
+            self.post(body)?;
+            batch.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+impl Poster {
+    fn post(&mut self, body: &[u8]) -> Result<(), Failure> {
+        let mut r = self
+            .agent
+            .post(&self.config.endpoint)
+            .set(
+                "User-Agent",
+                concat!("tracing-prof/", env!("CARGO_PKG_VERSION")),
+            )
+            // Exactly this: Pyroscope refuses a parameter after it (`ingest_handler.go`).
+            .set("Content-Type", "application/x-protobuf");
+        for (name, value) in &self.config.headers {
+            r = r.set(name, value);
+        }
+        let response = if self.config.gzip {
+            let r = r.set("Content-Encoding", "gzip");
+            outcome(r.send_bytes(&gzip(body)), retryable)?
+        } else {
+            outcome(r.send_bytes(body), retryable)?
+        };
+        // A partial success: never retried (the specification says so); a rejection loses
+        // data and counts as a failure, a warning alone is said once.
+        let mut answer = Vec::new();
+        let _ = response
+            .into_reader()
+            .take(MAX_RESPONSE_BYTES)
+            .read_to_end(&mut answer);
+        let Ok(answer) = <ExportProfilesServiceResponse as prost::Message>::decode(&*answer) else {
+            return Ok(()); // a 200 whose body is no response (Pyroscope's may be empty)
+        };
+        let Some(partial) = answer.partial_success else {
+            return Ok(());
+        };
+        let message = printable(partial.error_message.as_bytes());
+        if partial.rejected_profiles > 0 {
+            return Err(Failure {
+                message: format!(
+                    "the receiver rejected {} profiles: {message}",
+                    partial.rejected_profiles
+                ),
+                retry: false,
+                retry_after: None,
+            });
+        }
+        if !message.is_empty() && self.warned.as_deref() != Some(message.as_str()) {
+            eprintln!("tracing-prof: otlp: the receiver says: {message}");
+            self.warned = Some(message);
+        }
+        Ok(())
+    }
+}
+
+fn gzip(body: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    // Writing to a Vec cannot fail.
+    let _ = e.write_all(body);
+    e.finish().unwrap_or_default()
+}

@@ -1,0 +1,90 @@
+//! What the pushing exporters send of a window: its profiles, named and kept within the
+//! limits of the servers they go to. Pyroscope's push and ingest APIs and OTLP send the same
+//! profiles, so that a service seen through either shows the same numbers.
+
+use tracing_prof_model::pprof::proto;
+use tracing_prof_model::{Profile, ProfileKind, SampleType, Snapshot};
+
+/// Pyroscope's default `validation.max-profile-stacktrace-samples` (`pkg/validation/limits.go`):
+/// a profile with more samples is rejected whole.
+pub const MAX_SAMPLES: usize = 16_000;
+/// Pyroscope's default `validation.max-profile-size-bytes`, of the uncompressed pprof.
+pub const MAX_PROFILE_BYTES: usize = 4 << 20;
+
+/// One profile of a window, ready to encode.
+pub(crate) struct Pushed {
+    /// Pyroscope's name for it: `process_cpu`, `memory`, `span_memory` or `spans`.
+    pub(crate) name: &'static str,
+    pub(crate) sample_types: Vec<SampleType>,
+    /// The pprof message, within [`MAX_SAMPLES`] and [`MAX_PROFILE_BYTES`].
+    pub(crate) message: proto::Profile,
+}
+
+/// The profiles of one window that have samples: CPU (sampled stacks, or with CPU sampling off
+/// and a CPU clock on, the CPU time of each span path), memory (sampled stacks, or exact span
+/// paths when heap sampling is off), exact memory per span path beside sampled stacks when
+/// `span_memory`, and span counts (with `span_times`, the wall, busy, idle and CPU times of
+/// the `spans` kind too: OTLP says their unit, Pyroscope's push API would show them as
+/// counts). Returns them and how many samples were merged to keep within the limits (the
+/// smallest first, totals unchanged).
+pub(crate) fn window_profiles(
+    window: &Snapshot,
+    span_memory: bool,
+    span_times: bool,
+) -> (Vec<Pushed>, usize) {
+    let mut out: Vec<(&'static str, Profile)> = Vec::new();
+    let spans = window.profile(ProfileKind::Spans);
+    if ProfileKind::Cpu.is_available(window) {
+        let mut cpu = window.profile(ProfileKind::Cpu);
+        if cpu.samples.len() > MAX_SAMPLES {
+            // Samples linked to trace spans are a sample per (stack, span): past the limit,
+            // the links go first (the stacks stay whole), before any stack is merged.
+            let mut unlinked = window.clone();
+            for s in &mut unlinked.cpu_stacks {
+                s.links.clear();
+            }
+            cpu = unlinked.profile(ProfileKind::Cpu);
+        }
+        out.push(("process_cpu", cpu));
+    } else if let Some(mut cpu) = spans.with_sample_types(&["cpu"]) {
+        // Measured by the CPU clock on enter and exit: exact CPU time per span path, Go's CPU
+        // type without the sample count.
+        cpu.period_type = Some(SampleType::new("cpu", "nanoseconds"));
+        cpu.period = 1;
+        out.push(("process_cpu", cpu));
+    }
+    out.push(("memory", window.profile(ProfileKind::Heap)));
+    if span_memory && ProfileKind::Heap.is_sampled(window) {
+        // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
+        out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
+    }
+    if span_times {
+        out.push(("spans", spans));
+    } else if let Some(counts) = spans.with_sample_types(&["spans"]) {
+        out.push(("spans", counts));
+    }
+    let mut merged = 0;
+    let profiles = out
+        .into_iter()
+        // Nothing to store (the server keeps nothing of a profile without samples).
+        .filter(|(_, p)| !p.samples.is_empty())
+        .map(|(name, mut p)| {
+            merged += p.keep_largest(MAX_SAMPLES);
+            let message = loop {
+                let message = p.to_proto();
+                if prost::Message::encoded_len(&message) <= MAX_PROFILE_BYTES
+                    || p.samples.len() <= 1
+                {
+                    break message;
+                }
+                merged += p.keep_largest(p.samples.len() / 2);
+            };
+            Pushed {
+                name,
+                sample_types: p.sample_types,
+                message,
+            }
+        })
+        .collect();
+    (profiles, merged)
+}

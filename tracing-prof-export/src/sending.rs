@@ -1,0 +1,400 @@
+//! How the pushing exporters (Pyroscope, OTLP) send without ever making the aggregator wait:
+//! an [`Outbox`] of batches with a bound (when full, the oldest batch goes and is counted), and
+//! a thread of its own that sends each batch with retries and exponential backoff, says each
+//! distinct failure once on stderr, and never shows a URL's credentials or a token.
+//!
+//! An exporter brings what differs: a [`Courier`] that makes one attempt at one batch, and
+//! tells whether its failure is worth another.
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tracing_prof_core::{Delivery, DeliveryProbe, SinkError};
+
+/// Counters of a pushing exporter, readable from anywhere.
+#[derive(Debug, Default)]
+pub struct PushStats {
+    sent: AtomicU64,
+    failed_attempts: AtomicU64,
+    dropped: AtomicU64,
+    queued: AtomicU64,
+    pub(crate) merged: AtomicU64,
+}
+
+impl PushStats {
+    /// Batches delivered.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+    /// Requests that failed (each retry counts).
+    pub fn failed_attempts(&self) -> u64 {
+        self.failed_attempts.load(Ordering::Relaxed)
+    }
+    /// Batches given up: queue full (the oldest goes), retries exhausted, or rejected by the server.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+    /// Batches waiting now (at most the queue capacity).
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
+    }
+    /// Samples summed into a `(N smaller stacks merged)` sample so that a profile stays within
+    /// the server's limits (Pyroscope's
+    /// [`MAX_SAMPLES`](crate::pyroscope::MAX_SAMPLES) and
+    /// [`MAX_PROFILE_BYTES`](crate::pyroscope::MAX_PROFILE_BYTES)); totals are unchanged.
+    pub fn merged_samples(&self) -> u64 {
+        self.merged.load(Ordering::Relaxed)
+    }
+}
+
+/// A failed attempt, described without URL or credentials.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) message: String,
+    /// Whether another attempt may succeed (a transport error, `429`, a `5xx`...).
+    pub(crate) retry: bool,
+    /// How long the server asked us to wait (`Retry-After`), if it did.
+    pub(crate) retry_after: Option<Duration>,
+}
+
+/// The longest `Retry-After` obeyed: a server asking for more waits this long.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// One exporter's way of sending a batch: one attempt, no retries (the outbox retries).
+pub(crate) trait Courier: Send + 'static {
+    /// What one interval's export becomes.
+    type Batch: Send + 'static;
+    /// Sends `batch` once.
+    fn send(&mut self, batch: &Self::Batch) -> Result<(), Failure>;
+}
+
+/// How hard an outbox tries, and how long it waits at the end.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy {
+    pub(crate) queue_capacity: usize,
+    pub(crate) retries: u32,
+    pub(crate) backoff: Duration,
+    pub(crate) flush_timeout: Duration,
+}
+
+/// Batches waiting for a sender thread; see the module docs.
+pub(crate) struct Outbox<B> {
+    queue: Option<Sender<B>>,
+    /// A receiver of the same queue, to drop the oldest batch when it is full.
+    oldest: Receiver<B>,
+    stats: Arc<PushStats>,
+    closing: Arc<AtomicBool>,
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+    flush_timeout: Duration,
+    name: &'static str,
+}
+
+impl<B: Send + 'static> Outbox<B> {
+    /// Starts the sender thread `tracing-prof-{name}`, which sends with `courier`. `name` also
+    /// begins every message on stderr (`tracing-prof: {name}: push failed: ...`).
+    pub(crate) fn start<C: Courier<Batch = B>>(
+        name: &'static str,
+        courier: C,
+        policy: Policy,
+    ) -> std::io::Result<Self> {
+        let (queue, inbox) = bounded::<B>(policy.queue_capacity.max(1));
+        let (done_tx, done) = bounded::<()>(1);
+        let stats = Arc::new(PushStats::default());
+        let closing = Arc::new(AtomicBool::new(false));
+        let mut sender = SenderThread {
+            courier,
+            name,
+            policy,
+            stats: Arc::clone(&stats),
+            closing: Arc::clone(&closing),
+            reported: None,
+        };
+        let oldest = inbox.clone();
+        let thread =
+            tracing_prof_core::spawn_profiler_thread(&format!("tracing-prof-{name}"), move || {
+                for batch in &inbox {
+                    sender.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                    sender.deliver(&batch);
+                }
+                let _ = done_tx.send(());
+            })?;
+        Ok(Outbox {
+            queue: Some(queue),
+            oldest,
+            stats,
+            closing,
+            done,
+            thread: Some(thread),
+            flush_timeout: policy.flush_timeout,
+            name,
+        })
+    }
+
+    /// The counters; the handle stays valid after the exporter is moved into a profiler.
+    pub(crate) fn stats(&self) -> Arc<PushStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// What [`Sink::delivery`](tracing_prof_core::Sink::delivery) reports.
+    pub(crate) fn delivery(&self) -> DeliveryProbe {
+        let stats = self.stats();
+        Arc::new(move || {
+            Delivery::new(
+                stats.sent(),
+                stats.failed_attempts(),
+                stats.dropped(),
+                stats.queued(),
+            )
+        })
+    }
+
+    /// Queues `batch`; never waits. When the queue is full the oldest batch goes, counted.
+    pub(crate) fn put(&self, mut batch: B) -> Result<(), SinkError> {
+        let Some(queue) = &self.queue else {
+            return Ok(());
+        };
+        loop {
+            match queue.try_send(batch) {
+                Ok(()) => {
+                    self.stats.queued.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(TrySendError::Full(b)) => {
+                    // Keep the newest: drop the oldest waiting batch and try again.
+                    if self.oldest.try_recv().is_ok() {
+                        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    batch = b;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(format!("the {} sender thread is gone", self.name).into());
+                }
+            }
+        }
+    }
+}
+
+impl<B> Drop for Outbox<B> {
+    /// Lets the sender deliver what is queued, without retries, for at most the flush timeout.
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        drop(self.queue.take());
+        if self.done.recv_timeout(self.flush_timeout).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The sender thread's state.
+struct SenderThread<C> {
+    courier: C,
+    name: &'static str,
+    policy: Policy,
+    stats: Arc<PushStats>,
+    closing: Arc<AtomicBool>,
+    /// Last error reported, to report each distinct one once.
+    reported: Option<String>,
+}
+
+impl<C: Courier> SenderThread<C> {
+    fn deliver(&mut self, batch: &C::Batch) {
+        let mut wait = self.policy.backoff;
+        for attempt in 0..=self.policy.retries {
+            match self.courier.send(batch) {
+                Ok(()) => {
+                    self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                    if self.reported.take().is_some() {
+                        eprintln!("tracing-prof: {}: pushing works again", self.name);
+                    }
+                    return;
+                }
+                Err(f) => {
+                    self.stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                    if self.reported.as_deref() != Some(f.message.as_str()) {
+                        eprintln!(
+                            "tracing-prof: {}: push failed: {} (retrying with backoff, dropping \
+                             when the queue is full; this error is reported once)",
+                            self.name, f.message
+                        );
+                        self.reported = Some(f.message.clone());
+                    }
+                    let closing = self.closing.load(Ordering::SeqCst);
+                    let pause = f.retry_after.map_or(wait, |w| w.min(MAX_RETRY_AFTER));
+                    if !f.retry || closing || attempt == self.policy.retries || !self.sleep(pause) {
+                        break;
+                    }
+                    wait = wait.saturating_mul(2);
+                }
+            }
+        }
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sleeps `d` unless closing begins; returns whether it slept the whole time.
+    fn sleep(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            if self.closing.load(Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(
+                Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())),
+            );
+        }
+        true
+    }
+}
+
+/// An HTTP exchange's outcome: the answer when it is a success, else a [`Failure`] whose
+/// `retry` is `retryable(status)` (transport errors are always worth another try). The
+/// failure's message has the status and the start of the server's answer (servers say there
+/// why they refused), never the URL.
+pub(crate) fn outcome(
+    r: Result<ureq::Response, ureq::Error>,
+    retryable: fn(u16) -> bool,
+) -> Result<ureq::Response, Failure> {
+    match r {
+        Ok(response) => Ok(response),
+        Err(ureq::Error::Status(code, response)) => {
+            let retry_after = response
+                .header("Retry-After")
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            Err(Failure {
+                message: match reason(response) {
+                    r if r.is_empty() => format!("the server answered HTTP {code}"),
+                    r => format!("the server answered HTTP {code}: {r}"),
+                },
+                retry: retryable(code),
+                retry_after,
+            })
+        }
+        // The transport error's kind only: its Display would include the URL.
+        Err(ureq::Error::Transport(t)) => Err(Failure {
+            message: format!("transport error: {}", t.kind()),
+            retry: true,
+            retry_after: None,
+        }),
+    }
+}
+
+/// The start of an error answer's body, printable ASCII, at most 300 bytes.
+fn reason(response: ureq::Response) -> String {
+    use std::io::Read as _;
+    let mut body = Vec::new();
+    let _ = response.into_reader().take(300).read_to_end(&mut body);
+    printable(&body)
+}
+
+/// `bytes` as one line of printable ASCII (anything else a `?`), trimmed.
+pub(crate) fn printable(bytes: &[u8]) -> String {
+    let text: String = bytes
+        .iter()
+        .map(|&b| match b {
+            b'\r' | b'\n' | b'\t' => ' ',
+            0x20..0x7f => b as char,
+            _ => '?',
+        })
+        .collect();
+    text.trim().to_owned()
+}
+
+/// Bounds on a request timeout: below 100 ms every push to a real server fails; above 10 min
+/// a dead server holds the queue for good.
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// The most retries of a batch.
+pub(crate) const MAX_RETRIES: u32 = 16;
+
+/// Checks a server URL: `http://` or `https://` (the latter with the `tls` feature), a host
+/// and a port from 1 to 65535 when given, no credentials (`credentials_go` says where they
+/// go instead), no space, control or non-ASCII character. `what` names the setting in the
+/// message, which never shows the URL's credentials.
+pub(crate) fn check_url(url: &str, what: &str, credentials_go: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "{what} must start with http:// or https://, got {}",
+            redact_url(url)
+        ));
+    }
+    if url.starts_with("https://") && !cfg!(feature = "tls") {
+        return Err("https needs the `tls` feature of tracing-prof-export".into());
+    }
+    let after_scheme = &url[url.find("://").map_or(0, |i| i + 3)..];
+    if after_scheme
+        .split('/')
+        .next()
+        .is_some_and(|h| h.contains('@'))
+    {
+        return Err(format!(
+            "put credentials in {credentials_go}, not in the URL"
+        ));
+    }
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
+    if let Err(why) = check_authority(authority) {
+        return Err(format!("{what} {}: {why}", redact_url(url)));
+    }
+    if url
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+    {
+        return Err(format!(
+            "{what} has a space, a control or a non-ASCII character: {:?}",
+            redact_url(url)
+        ));
+    }
+    Ok(())
+}
+
+/// `scheme://host...` with any `user:password@` removed.
+pub(crate) fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest
+                .split_once('@')
+                .filter(|(cred, _)| !cred.contains('/'))
+                .map_or(rest, |(_, r)| r);
+            format!("{scheme}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `host[:port]` of a URL: a host, and a port that is a number from 1 to 65535 when given.
+fn check_authority(authority: &str) -> Result<(), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        // [IPv6]:port
+        Some(rest) => {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or("an IPv6 address needs its closing ]")?;
+            (h, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    if let Some(p) = port {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => return Err(format!("the port {p:?} is not a number from 1 to 65535")),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `v` can be sent as an HTTP header value as written: printable ASCII, so no CR or
+/// LF that would split the request, and not empty.
+pub(crate) fn header_ok(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
