@@ -20,7 +20,7 @@ pub struct PushStats {
     failed_attempts: AtomicU64,
     dropped: AtomicU64,
     queued: AtomicU64,
-    pub(crate) merged: AtomicU64,
+    merged: AtomicU64,
 }
 
 impl PushStats {
@@ -70,8 +70,17 @@ pub(crate) trait Courier: Send + 'static {
     fn send(&mut self, batch: &Self::Batch) -> Result<(), Failure>;
 }
 
+/// Batches (one interval's profiles) waiting to be sent: 8.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
+/// Retries of a batch after its first attempt: 3 (waits 1 s, 2 s, 4 s).
+pub const DEFAULT_RETRIES: u32 = 3;
+/// First retry wait, doubled for each further retry.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// How long dropping the exporter waits for queued batches to be sent: 3 s.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How hard an outbox tries, and how long it waits at the end.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Policy {
     pub(crate) queue_capacity: usize,
     pub(crate) retries: u32,
@@ -79,8 +88,65 @@ pub(crate) struct Policy {
     pub(crate) flush_timeout: Duration,
 }
 
-/// Batches waiting for a sender thread; see the module docs.
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            retries: DEFAULT_RETRIES,
+            backoff: DEFAULT_BACKOFF,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+        }
+    }
+}
+
+impl Policy {
+    /// Why this policy cannot work, if it cannot: waits over 10 minutes, or too many retries.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.flush_timeout > MAX_TIMEOUT
+            || self.retries > MAX_RETRIES
+            || self.backoff > MAX_TIMEOUT
+        {
+            return Err(format!(
+                "flush timeout and first backoff must be at most 10m and retries at most \
+                 {MAX_RETRIES}; got {:?}, {:?}, {}",
+                self.flush_timeout, self.backoff, self.retries
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The setters of a pushing exporter's settings that tune its outbox, for a settings type
+/// with a `policy: Policy` field: the same methods, documented once.
+macro_rules! policy_setters {
+    () => {
+        /// Batches that may wait to be sent (default
+        /// [`DEFAULT_QUEUE_CAPACITY`](crate::pyroscope::DEFAULT_QUEUE_CAPACITY), at least 1).
+        pub fn queue_capacity(mut self, n: usize) -> Self {
+            self.policy.queue_capacity = n.max(1);
+            self
+        }
+        /// Retries per batch and the first wait, doubled for each further retry unless the
+        /// server says how long to wait (`Retry-After`).
+        pub fn retries(mut self, retries: u32, first_backoff: std::time::Duration) -> Self {
+            self.policy.retries = retries;
+            self.policy.backoff = first_backoff;
+            self
+        }
+        /// How long dropping the exporter waits for queued batches (default
+        /// [`DEFAULT_FLUSH_TIMEOUT`](crate::pyroscope::DEFAULT_FLUSH_TIMEOUT)).
+        pub fn flush_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.policy.flush_timeout = timeout;
+            self
+        }
+    };
+}
+pub(crate) use policy_setters;
+
+/// Batches waiting for a sender thread; see the module docs. It also keeps the snapshot last
+/// sent, so that each batch is a window since it ([`Outbox::window`]).
 pub(crate) struct Outbox<B> {
+    previous: Option<tracing_prof_model::Snapshot>,
     queue: Option<Sender<B>>,
     /// A receiver of the same queue, to drop the oldest batch when it is full.
     oldest: Receiver<B>,
@@ -122,6 +188,7 @@ impl<B: Send + 'static> Outbox<B> {
                 let _ = done_tx.send(());
             })?;
         Ok(Outbox {
+            previous: None,
             queue: Some(queue),
             oldest,
             stats,
@@ -136,6 +203,27 @@ impl<B: Send + 'static> Outbox<B> {
     /// The counters; the handle stays valid after the exporter is moved into a profiler.
     pub(crate) fn stats(&self) -> Arc<PushStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// What `profile` adds to the snapshot before it (counters over the interval, in-use
+    /// memory at its end); the first covers everything since the start.
+    pub(crate) fn window(
+        &mut self,
+        profile: &tracing_prof_model::Snapshot,
+    ) -> tracing_prof_model::Snapshot {
+        let window = match &self.previous {
+            Some(previous) => profile.window_since(previous),
+            None => profile.clone(),
+        };
+        self.previous = Some(profile.clone());
+        window
+    }
+
+    /// Counts `n` samples merged to keep a profile within a server's limits.
+    pub(crate) fn merged(&self, n: usize) {
+        if n > 0 {
+            self.stats.merged.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// What [`Sink::delivery`](tracing_prof_core::Sink::delivery) reports.

@@ -1,6 +1,6 @@
 //! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
 
-use crate::sending::{MAX_RETRIES, MAX_TIMEOUT, check_url, header_ok, redact_url};
+use crate::sending::{MAX_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::config::ConfigError;
@@ -31,10 +31,7 @@ pub struct OtlpConfig {
     pub(super) gzip: bool,
     pub(super) timeout: Duration,
     pub(super) resource: Vec<(String, AttributeValue)>,
-    pub(super) queue_capacity: usize,
-    pub(super) retries: u32,
-    pub(super) backoff: Duration,
-    pub(super) flush_timeout: Duration,
+    pub(super) policy: Policy,
 }
 
 impl fmt::Debug for OtlpConfig {
@@ -50,7 +47,7 @@ impl fmt::Debug for OtlpConfig {
             .field("gzip", &self.gzip)
             .field("timeout", &self.timeout)
             .field("resource", &self.resource)
-            .field("queue_capacity", &self.queue_capacity)
+            .field("queue_capacity", &self.policy.queue_capacity)
             .finish_non_exhaustive()
     }
 }
@@ -89,10 +86,7 @@ impl OtlpConfig {
             gzip: true,
             timeout: DEFAULT_TIMEOUT,
             resource: tracing_prof_core::otel_resource::resource_from_env(),
-            queue_capacity: crate::pyroscope::DEFAULT_QUEUE_CAPACITY,
-            retries: crate::pyroscope::DEFAULT_RETRIES,
-            backoff: crate::pyroscope::DEFAULT_BACKOFF,
-            flush_timeout: crate::pyroscope::DEFAULT_FLUSH_TIMEOUT,
+            policy: Policy::default(),
         }
     }
 
@@ -129,23 +123,7 @@ impl OtlpConfig {
         self.resource = attributes;
         self
     }
-    /// Batches that may wait to be sent (at least 1).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n.max(1);
-        self
-    }
-    /// Retries per batch and the first wait (doubled each time, unless the server says how
-    /// long to wait with `Retry-After`).
-    pub fn retries(mut self, retries: u32, first_backoff: Duration) -> Self {
-        self.retries = retries;
-        self.backoff = first_backoff;
-        self
-    }
-    /// How long dropping the exporter waits for queued batches.
-    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
-        self.flush_timeout = timeout;
-        self
-    }
+    policy_setters!();
 
     pub(crate) fn validate(&self) -> Result<(), OtlpError> {
         let invalid = |m: String| Err(OtlpError::Invalid(m));
@@ -170,18 +148,13 @@ impl OtlpConfig {
                 ));
             }
         }
-        if self.timeout > MAX_TIMEOUT
-            || self.flush_timeout > MAX_TIMEOUT
-            || self.retries > MAX_RETRIES
-            || self.backoff > MAX_TIMEOUT
-        {
+        if self.timeout > MAX_TIMEOUT {
             return invalid(format!(
-                "timeouts and first backoff must be at most 10m and retries at most \
-                 {MAX_RETRIES}; got {:?}, {:?}, {:?}, {}",
-                self.timeout, self.flush_timeout, self.backoff, self.retries
+                "the request timeout ({ENV_OTLP_TIMEOUT}) must be at most 10m, got {:?}",
+                self.timeout
             ));
         }
-        Ok(())
+        self.policy.check().or_else(invalid)
     }
 }
 

@@ -4,7 +4,7 @@
 use super::config::{MAX_REQUEST_BYTES, OtlpConfig, OtlpError};
 use super::convert::request;
 use crate::pushed::{Pushed, window_profiles};
-use crate::sending::{Courier, Failure, Outbox, Policy, PushStats, outcome, printable};
+use crate::sending::{Courier, Failure, Outbox, PushStats, outcome, printable};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
 use std::fmt;
 use std::io::Read as _;
@@ -26,7 +26,6 @@ pub(super) struct Batch {
 /// A [`Sink`] sending OTLP profiles; see the module docs.
 pub struct OtlpExporter {
     outbox: Outbox<Batch>,
-    previous: Option<Snapshot>,
     resource: Vec<(String, AttributeValue)>,
 }
 
@@ -42,12 +41,7 @@ impl OtlpExporter {
     /// Validates `config` and starts the sender thread.
     pub fn start(config: OtlpConfig) -> Result<Self, OtlpError> {
         config.validate()?;
-        let policy = Policy {
-            queue_capacity: config.queue_capacity,
-            retries: config.retries,
-            backoff: config.backoff,
-            flush_timeout: config.flush_timeout,
-        };
+        let policy = config.policy;
         let mut agent = ureq::AgentBuilder::new();
         if !config.timeout.is_zero() {
             agent = agent.timeout(config.timeout);
@@ -59,11 +53,7 @@ impl OtlpExporter {
             warned: None,
         };
         let outbox = Outbox::start("otlp", poster, policy).map_err(OtlpError::Spawn)?;
-        Ok(OtlpExporter {
-            outbox,
-            previous: None,
-            resource,
-        })
+        Ok(OtlpExporter { outbox, resource })
     }
 
     /// The exporter's counters; the handle stays valid after the exporter is moved into a
@@ -84,18 +74,9 @@ impl Sink for OtlpExporter {
 
     /// Encodes and queues; never waits on the network.
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
-        let window = match &self.previous {
-            Some(previous) => profile.window_since(previous),
-            None => profile.clone(), // the first covers everything since the start
-        };
-        self.previous = Some(profile.clone());
+        let window = self.outbox.window(profile);
         let (pushed, merged) = window_profiles(&window, true, true);
-        if merged > 0 {
-            self.outbox
-                .stats()
-                .merged
-                .fetch_add(merged as u64, Ordering::Relaxed);
-        }
+        self.outbox.merged(merged);
         let bodies = encode(&pushed, &self.resource);
         if bodies.is_empty() {
             return Ok(()); // no empty envelopes

@@ -1,7 +1,9 @@
 //! Where and how to push: the settings, their checks against Pyroscope's own limits, and
 //! [`PyroscopeConfig::from_env`].
 
-use crate::sending::{MAX_RETRIES, MAX_TIMEOUT, MIN_TIMEOUT, check_url, header_ok, redact_url};
+use crate::sending::{
+    MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
+};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::config::ConfigError;
@@ -11,16 +13,11 @@ pub use crate::env::{
     ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT,
 };
 
-/// Batches (one interval's profiles) waiting to be sent: 8.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 8;
+pub use crate::sending::{
+    DEFAULT_BACKOFF, DEFAULT_FLUSH_TIMEOUT, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETRIES,
+};
 /// Time one HTTP request may take: 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Retries of a batch after its first attempt: 3 (waits 1 s, 2 s, 4 s).
-pub const DEFAULT_RETRIES: u32 = 3;
-/// First retry wait, doubled for each further retry.
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
-/// How long dropping the exporter waits for queued batches to be sent: 3 s.
-pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Which Pyroscope API to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,10 +47,7 @@ pub struct PyroscopeConfig {
     pub(super) tenant: Option<String>,
     pub(super) tags: Vec<(String, String)>,
     pub(super) timeout: Duration,
-    pub(super) queue_capacity: usize,
-    pub(super) retries: u32,
-    pub(super) backoff: Duration,
-    pub(super) flush_timeout: Duration,
+    pub(super) policy: Policy,
 }
 
 impl fmt::Debug for PyroscopeConfig {
@@ -71,7 +65,7 @@ impl fmt::Debug for PyroscopeConfig {
             .field("tenant", &self.tenant)
             .field("tags", &self.tags)
             .field("timeout", &self.timeout)
-            .field("queue_capacity", &self.queue_capacity)
+            .field("queue_capacity", &self.policy.queue_capacity)
             .finish_non_exhaustive()
     }
 }
@@ -110,10 +104,7 @@ impl PyroscopeConfig {
             tenant: None,
             tags: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
-            queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            retries: DEFAULT_RETRIES,
-            backoff: DEFAULT_BACKOFF,
-            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+            policy: Policy::default(),
         }
     }
 
@@ -156,22 +147,7 @@ impl PyroscopeConfig {
         self.timeout = timeout;
         self
     }
-    /// Batches that may wait to be sent (default [`DEFAULT_QUEUE_CAPACITY`], at least 1).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n.max(1);
-        self
-    }
-    /// Retries per batch and the first wait (doubled each time).
-    pub fn retries(mut self, retries: u32, first_backoff: Duration) -> Self {
-        self.retries = retries;
-        self.backoff = first_backoff;
-        self
-    }
-    /// How long dropping the exporter waits for queued batches (default [`DEFAULT_FLUSH_TIMEOUT`]).
-    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
-        self.flush_timeout = timeout;
-        self
-    }
+    policy_setters!();
 
     pub(super) fn validate(&self) -> Result<(), PyroscopeError> {
         let invalid = |m: String| Err(PyroscopeError::Invalid(m));
@@ -215,15 +191,8 @@ impl PyroscopeConfig {
                 self.timeout
             ));
         }
-        if self.flush_timeout > MAX_TIMEOUT
-            || self.retries > MAX_RETRIES
-            || self.backoff > MAX_TIMEOUT
-        {
-            return invalid(format!(
-                "flush timeout and first backoff must be at most 10m and retries at most \
-                 {MAX_RETRIES}; got {:?}, {:?}, {}",
-                self.flush_timeout, self.backoff, self.retries
-            ));
+        if let Err(why) = self.policy.check() {
+            return invalid(why);
         }
         // `service_name` is a label value (at most 2048 bytes, `pkg/validation/limits.go`);
         // `/ingest` also parses it from `name=APP{...}` and allows only letters, digits and

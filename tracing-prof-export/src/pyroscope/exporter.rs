@@ -4,10 +4,9 @@
 use super::config::{PyroscopeApi, PyroscopeConfig, PyroscopeError};
 use super::sender::Pusher;
 use super::series::{Series, series_of};
-use crate::sending::{Outbox, Policy, PushStats};
+use crate::sending::{Outbox, PushStats};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 use tracing_prof_core::{Sink, SinkError};
 use tracing_prof_model::Snapshot;
@@ -22,7 +21,6 @@ pub(super) struct Batch {
 /// A [`Sink`] pushing to Pyroscope; see the module docs.
 pub struct PyroscopeExporter {
     outbox: Outbox<Batch>,
-    previous: Option<Snapshot>,
     api: PyroscopeApi,
 }
 
@@ -38,23 +36,14 @@ impl PyroscopeExporter {
     /// Validates `config` and starts the sender thread.
     pub fn start(config: PyroscopeConfig) -> Result<Self, PyroscopeError> {
         config.validate()?;
-        let policy = Policy {
-            queue_capacity: config.queue_capacity,
-            retries: config.retries,
-            backoff: config.backoff,
-            flush_timeout: config.flush_timeout,
-        };
+        let policy = config.policy;
         let api = config.api;
         let pusher = Pusher {
             agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
             config,
         };
         let outbox = Outbox::start("pyroscope", pusher, policy).map_err(PyroscopeError::Spawn)?;
-        Ok(PyroscopeExporter {
-            outbox,
-            previous: None,
-            api,
-        })
+        Ok(PyroscopeExporter { outbox, api })
     }
 
     /// The exporter's counters; the handle stays valid after the exporter is moved into a
@@ -75,22 +64,13 @@ impl Sink for PyroscopeExporter {
 
     /// Encodes and queues; never waits on the network.
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
-        let window = match &self.previous {
-            Some(previous) => profile.window_since(previous),
-            None => profile.clone(), // the first push covers everything since the start
-        };
+        let window = self.outbox.window(profile);
         let from = window
             .time
             .checked_sub(window.duration)
             .unwrap_or(window.time);
         let (series, merged) = series_of(&window, self.api);
-        if merged > 0 {
-            self.outbox
-                .stats()
-                .merged
-                .fetch_add(merged as u64, Ordering::Relaxed);
-        }
-        self.previous = Some(profile.clone());
+        self.outbox.merged(merged);
         if series.is_empty() {
             return Ok(()); // a push without a profile is refused ("no profiles received")
         }
