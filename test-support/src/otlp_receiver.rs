@@ -14,9 +14,11 @@
 //!   values, links), `pkg/validation/validate.go` (`ValidateLabels`, `ValidateProfile`) with
 //!   the defaults of `pkg/validation/limits.go`.
 //!
-//! A request passes when both would take it; the answer is the first refusal, with the status
-//! that receiver gives (Pyroscope answers `500` to what its conversion refuses, `400` to what
-//! validation refuses).
+//! A request passes when both would take it, and when what profiles.proto says MUST hold and
+//! neither checks holds too (every table starts with its zero value; no sample repeats an
+//! attribute key); the answer is the first refusal, with the status that receiver gives
+//! (Pyroscope answers `500` to what its conversion refuses, `400` to what validation refuses;
+//! the specification's rules are refused with `400`).
 
 use crate::stub_server::{Answer, Request, StubServer};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
@@ -35,7 +37,7 @@ pub const PATH: &str = "/v1development/profiles";
 /// Why a receiver refused a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    /// `collector` or `pyroscope`.
+    /// `collector`, `pyroscope`, or `spec` (profiles.proto's rules).
     pub by: &'static str,
     /// The HTTP status it answers.
     pub status: u16,
@@ -285,6 +287,55 @@ fn at<'a, T>(table: &'a [T], index: i32, what: &str) -> Result<&'a T, Refusal> {
         )
 }
 
+/// What profiles.proto says MUST hold and neither receiver checks: every table of the
+/// dictionary starts with its zero value (the link's with zero bytes of either length), and no
+/// sample repeats an attribute key. Refused as `400`, by "spec".
+fn spec_holds(
+    d: &otlp::ProfilesDictionary,
+    request: &ExportProfilesServiceRequest,
+) -> Result<(), Refusal> {
+    let zero_link = |l: &otlp::Link| {
+        l.trace_id.iter().chain(&l.span_id).all(|&b| b == 0)
+            && [0, 16].contains(&l.trace_id.len())
+            && [0, 8].contains(&l.span_id.len())
+    };
+    let first_is_zero = d.mapping_table.first() == Some(&otlp::Mapping::default())
+        && d.location_table.first() == Some(&otlp::Location::default())
+        && d.function_table.first() == Some(&otlp::Function::default())
+        && d.link_table.first().is_some_and(zero_link)
+        && d.string_table.first().is_some_and(String::is_empty)
+        && d.attribute_table.first() == Some(&otlp::KeyValueAndUnit::default())
+        && d.stack_table.first() == Some(&otlp::Stack::default());
+    if !first_is_zero {
+        return refuse(
+            "spec",
+            400,
+            "a dictionary table does not start with its zero value",
+        );
+    }
+    let samples = request
+        .resource_profiles
+        .iter()
+        .flat_map(|rp| &rp.scope_profiles)
+        .flat_map(|sp| &sp.profiles)
+        .flat_map(|p| &p.samples);
+    for sample in samples {
+        let mut keys: Vec<i32> = sample
+            .attribute_indices
+            .iter()
+            .filter_map(|&a| d.attribute_table.get(usize::try_from(a).ok()?))
+            .map(|kv| kv.key_strindex)
+            .collect();
+        let n = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.len() != n {
+            return refuse("spec", 400, "a sample repeats an attribute key");
+        }
+    }
+    Ok(())
+}
+
 /// Pyroscope's handling of a decoded request: the series it stores.
 fn pyroscope_takes(
     r: &Request,
@@ -310,6 +361,7 @@ fn pyroscope_takes(
     if request.resource_profiles.is_empty() {
         return refuse("pyroscope", 500, "missing resource profiles");
     }
+    spec_holds(d, request)?;
     let s = |i: i32| at(&d.string_table, i, "string").map(String::as_str);
     let mut out = Vec::new();
     for rp in &request.resource_profiles {
@@ -369,11 +421,19 @@ fn pyroscope_takes(
                         labels.entry(kv.key.clone()).or_insert(v);
                     }
                 }
-                let service = resource
-                    .iter()
-                    .find(|kv| kv.key == "service.name")
-                    .and_then(|kv| label_value(kv.value.as_ref()))
-                    .unwrap_or_else(|| "unknown_service".into());
+                // `getServiceNameFromAttributes`.
+                let attribute = |key: &str| {
+                    resource
+                        .iter()
+                        .find(|kv| kv.key == key)
+                        .and_then(|kv| label_value(kv.value.as_ref()))
+                };
+                let service = attribute("service.name").unwrap_or_else(|| {
+                    match attribute("process.executable.name") {
+                        Some(exe) => format!("unknown_service:{exe}"),
+                        None => "unknown_service".into(),
+                    }
+                });
                 labels.insert("service_name".into(), service);
                 let profile_type = format!("{name}:{ty}:{unit}:{period_type}:{period_unit}");
                 let mut by_labels: BTreeMap<BTreeMap<String, String>, Series> = BTreeMap::new();
@@ -394,19 +454,21 @@ fn pyroscope_takes(
                         _ => return refuse("pyroscope", 400, "sample value length mismatch"),
                     };
                     let stack = at(&d.stack_table, sample.stack_index, "stack")?;
+                    // Leaf first on the wire, and within a location its inlined functions
+                    // first, its caller last (profiles.proto, `Location.lines`).
                     let mut names = Vec::new();
                     for &l in &stack.location_indices {
                         let location = at(&d.location_table, l, "location")?;
                         let mapping = at(&d.mapping_table, location.mapping_index, "mapping")?;
                         s(mapping.filename_strindex)?;
-                        for line in location.lines.iter().rev() {
+                        for line in &location.lines {
                             let f = at(&d.function_table, line.function_index, "function")?;
                             s(f.system_name_strindex)?;
                             s(f.filename_strindex)?;
                             names.push(s(f.name_strindex)?.to_owned());
                         }
                     }
-                    names.reverse(); // leaf first on the wire
+                    names.reverse(); // root first
                     // `convertSampleAttributesToLabelsBack`: string and integer attributes
                     // become labels (`service.name` splits instead); a link, `span_id` and
                     // `trace_id` (only of 16 bytes).

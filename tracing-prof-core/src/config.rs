@@ -621,7 +621,8 @@ fn parse_max_paths(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `route,method` as field names: non-empty, made of letters, digits, `_` and `.`, at most
+/// `route,method` as field names: non-empty, made of letters, digits, `_` and `.`, none of
+/// the profiles' own labels ([`tracing_prof_model::PROFILE_LABELS`]), at most
 /// [`crate::labels::MAX_LABEL_FIELDS`].
 pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
     let fields: Vec<String> = s
@@ -636,6 +637,15 @@ pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
     }) {
         return Err(format!(
             "{bad:?} is not a field name (letters, digits, _ and . only)"
+        ));
+    }
+    if let Some(ours) = fields
+        .iter()
+        .find(|f| tracing_prof_model::PROFILE_LABELS.contains(&f.as_str()))
+    {
+        return Err(format!(
+            "{ours:?} is a label the profiles set themselves; rename the field (reserved: {})",
+            tracing_prof_model::PROFILE_LABELS.join(", ")
         ));
     }
     if fields.len() > crate::labels::MAX_LABEL_FIELDS {
@@ -747,6 +757,15 @@ mod tests {
                 .unwrap_err()
                 .contains("at most 8")
         );
+        // Ours: a field `trace_id` would be read as a trace link.
+        for ours in ["route,trace_id", "span_path", "service.name"] {
+            assert!(
+                parse_label_fields(ours)
+                    .unwrap_err()
+                    .contains("a label the profiles set themselves"),
+                "{ours}"
+            );
+        }
         let c = Config {
             label_fields: vec!["ok".into(), String::new()],
             ..Config::default()

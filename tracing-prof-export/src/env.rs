@@ -66,7 +66,7 @@ pub const ENV_OTLP_PROFILES_HEADERS: &str = "OTEL_EXPORTER_OTLP_PROFILES_HEADERS
 /// As [`ENV_OTLP_PROFILES_HEADERS`], for every signal.
 #[cfg(feature = "otlp")]
 pub const ENV_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-/// Time one request may take, in milliseconds; `0`: no limit.
+/// Time one request may take, in milliseconds; `0`: the longest allowed, 10 minutes.
 #[cfg(feature = "otlp")]
 pub const ENV_OTLP_PROFILES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT";
 /// As [`ENV_OTLP_PROFILES_TIMEOUT`], for every signal.
@@ -78,10 +78,11 @@ pub const ENV_OTLP_PROFILES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_PROFILES_COM
 /// As [`ENV_OTLP_PROFILES_COMPRESSION`], for every signal.
 #[cfg(feature = "otlp")]
 pub const ENV_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
-/// `http/protobuf`, the only protocol sent (and the default).
+/// `http/protobuf`, the only protocol sent (and the default); set to another, an error.
 #[cfg(feature = "otlp")]
 pub const ENV_OTLP_PROFILES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL";
-/// As [`ENV_OTLP_PROFILES_PROTOCOL`], for every signal.
+/// As [`ENV_OTLP_PROFILES_PROTOCOL`], for every signal; set to another (`grpc` for traces),
+/// no OTLP profiles unless [`ENV_OTLP_PROFILES_ENDPOINT`] is set.
 #[cfg(feature = "otlp")]
 pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 
@@ -245,9 +246,15 @@ fn otel_var(
             Ok(v) => return Ok(Some((name, v.trim().to_owned()))),
             Err(std::env::VarError::NotPresent) => {}
             Err(std::env::VarError::NotUnicode(v)) => {
+                // Headers may hold a token: their value is never shown.
+                let headers = [ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_HEADERS].contains(&name);
                 return Err(ConfigError::Env {
                     name,
-                    value: v.to_string_lossy().into_owned(),
+                    value: if headers {
+                        "<not shown>".into()
+                    } else {
+                        v.to_string_lossy().into_owned()
+                    },
                     reason: "not valid UTF-8".into(),
                 });
             }
@@ -270,8 +277,25 @@ pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::ot
         Some((ENV_OTLP_PROFILES_ENDPOINT, url)) => OtlpConfig::new(url),
         Some((_, base)) => OtlpConfig::with_base_url(&base),
     };
-    if let Some((name, protocol)) = otel_var(ENV_OTLP_PROFILES_PROTOCOL, ENV_OTLP_PROTOCOL)? {
-        if !protocol.eq_ignore_ascii_case("http/protobuf") {
+    let profiles_endpoint =
+        matches!(std::env::var(ENV_OTLP_PROFILES_ENDPOINT), Ok(v) if !v.trim().is_empty());
+    match otel_var(ENV_OTLP_PROFILES_PROTOCOL, ENV_OTLP_PROTOCOL)? {
+        Some((_, protocol)) if protocol.eq_ignore_ascii_case("http/protobuf") => {}
+        None => {}
+        // The general protocol is for the other signals; the profiles endpoint is HTTP.
+        Some((ENV_OTLP_PROTOCOL, _)) if profiles_endpoint => {}
+        Some((ENV_OTLP_PROTOCOL, protocol)) => {
+            // The general settings point at a receiver of another protocol (gRPC for the
+            // traces, say): profiles are not for it. Said, and no OTLP export.
+            eprintln!(
+                "tracing-prof: {ENV_OTLP_PROTOCOL}={protocol}: tracing-prof sends profiles over \
+                 OTLP/HTTP with protobuf only, so it sends none to {ENV_OTLP_ENDPOINT}; set \
+                 {ENV_OTLP_PROFILES_ENDPOINT} to the receiver's HTTP endpoint \
+                 (http://HOST:4318/v1development/profiles) to send them"
+            );
+            return Ok(None);
+        }
+        Some((name, protocol)) => {
             return Err(bad(
                 name,
                 &protocol,
@@ -288,14 +312,26 @@ pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::ot
     if let Some((name, headers)) = otel_var(ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_HEADERS)? {
         let (good, wrong) = tracing_prof_core::otel_resource::key_values(&headers);
         if let Some(pair) = wrong.first() {
-            // The pair itself is not shown: it may hold a token.
-            let key = pair.split('=').next().unwrap_or("");
+            // Named by its place, and by its key only when it has one that is a header
+            // name: a pair without `=` may be a whole `Authorization: Bearer ...`.
+            let place = headers
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .position(|p| p == *pair)
+                .map_or(0, |i| i + 1);
+            let key = pair.split_once('=').map(|(k, _)| k.trim()).filter(|k| {
+                !k.is_empty()
+                    && k.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
             return Err(bad(
                 name,
                 "<not shown>",
                 format!(
                     "expected key=value pairs separated by commas, values percent-encoded; \
-                     the pair of key {key:?} is not"
+                     pair {place}{} is not",
+                    key.map(|k| format!(" (key {k:?})")).unwrap_or_default()
                 ),
             )
             .into());
@@ -309,10 +345,15 @@ pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::ot
             bad(
                 name,
                 &ms,
-                "expected a whole number of milliseconds (0: no limit)".into(),
+                "expected a whole number of milliseconds (0: the longest, 10 minutes)".into(),
             )
         })?;
-        c = c.timeout(std::time::Duration::from_millis(ms));
+        // 0 is "no limit" to OpenTelemetry; a server that never answers would then hold the
+        // queue for good, so it is the longest we allow, 10 minutes.
+        c = c.timeout(match ms {
+            0 => crate::sending::MAX_TIMEOUT,
+            ms => std::time::Duration::from_millis(ms),
+        });
     }
     if let Some((name, compression)) =
         otel_var(ENV_OTLP_PROFILES_COMPRESSION, ENV_OTLP_COMPRESSION)?

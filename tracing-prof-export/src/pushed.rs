@@ -3,13 +3,25 @@
 //! profiles, so that a service seen through either shows the same numbers.
 
 use tracing_prof_model::pprof::proto;
-use tracing_prof_model::{Profile, ProfileKind, SampleType, Snapshot};
+use tracing_prof_model::{Label, Profile, ProfileKind, SampleType, Snapshot};
 
 /// Pyroscope's default `validation.max-profile-stacktrace-samples` (`pkg/validation/limits.go`):
 /// a profile with more samples is rejected whole.
 pub const MAX_SAMPLES: usize = 16_000;
 /// Pyroscope's default `validation.max-profile-size-bytes`, of the uncompressed pprof.
 pub const MAX_PROFILE_BYTES: usize = 4 << 20;
+
+/// What to send beside CPU and memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Select {
+    /// Exact memory per span path beside sampled heap stacks.
+    pub(crate) span_memory: bool,
+    /// The wall, busy, idle and CPU times of the `spans` kind beside its counts (OTLP says
+    /// their unit; Pyroscope's push API would show them as counts).
+    pub(crate) span_times: bool,
+    /// A `span_path` label on every sample under a span (the CPU kind has one already).
+    pub(crate) span_path_labels: bool,
+}
 
 /// One profile of a window, ready to encode.
 pub(crate) struct Pushed {
@@ -23,15 +35,9 @@ pub(crate) struct Pushed {
 /// The profiles of one window that have samples: CPU (sampled stacks, or with CPU sampling off
 /// and a CPU clock on, the CPU time of each span path), memory (sampled stacks, or exact span
 /// paths when heap sampling is off), exact memory per span path beside sampled stacks when
-/// `span_memory`, and span counts (with `span_times`, the wall, busy, idle and CPU times of
-/// the `spans` kind too: OTLP says their unit, Pyroscope's push API would show them as
-/// counts). Returns them and how many samples were merged to keep within the limits (the
-/// smallest first, totals unchanged).
-pub(crate) fn window_profiles(
-    window: &Snapshot,
-    span_memory: bool,
-    span_times: bool,
-) -> (Vec<Pushed>, usize) {
+/// `select.span_memory`, and span counts. Returns them and how many samples were merged to
+/// keep within the limits (the smallest first, totals unchanged).
+pub(crate) fn window_profiles(window: &Snapshot, select: Select) -> (Vec<Pushed>, usize) {
     let mut out: Vec<(&'static str, Profile)> = Vec::new();
     let spans = window.profile(ProfileKind::Spans);
     if ProfileKind::Cpu.is_available(window) {
@@ -54,11 +60,11 @@ pub(crate) fn window_profiles(
         out.push(("process_cpu", cpu));
     }
     out.push(("memory", window.profile(ProfileKind::Heap)));
-    if span_memory && ProfileKind::Heap.is_sampled(window) {
+    if select.span_memory && ProfileKind::Heap.is_sampled(window) {
         // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
         out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
     }
-    if span_times {
+    if select.span_times {
         out.push(("spans", spans));
     } else if let Some(counts) = spans.with_sample_types(&["spans"]) {
         out.push(("spans", counts));
@@ -69,6 +75,14 @@ pub(crate) fn window_profiles(
         // Nothing to store (the server keeps nothing of a profile without samples).
         .filter(|(_, p)| !p.samples.is_empty())
         .map(|(name, mut p)| {
+            if select.span_path_labels {
+                for s in &mut p.samples {
+                    let path = s.span_path();
+                    if s.label("span_path").is_none() && !path.is_empty() {
+                        s.labels.push(Label::str("span_path", path));
+                    }
+                }
+            }
             merged += p.keep_largest(MAX_SAMPLES);
             let message = loop {
                 let message = p.to_proto();

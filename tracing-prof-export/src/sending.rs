@@ -60,7 +60,7 @@ pub(crate) struct Failure {
 }
 
 /// The longest `Retry-After` obeyed: a server asking for more waits this long.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// One exporter's way of sending a batch: one attempt, no retries (the outbox retries).
 pub(crate) trait Courier: Send + 'static {
@@ -313,7 +313,10 @@ impl<C: Courier> SenderThread<C> {
                         self.reported = Some(f.message.clone());
                     }
                     let closing = self.closing.load(Ordering::SeqCst);
-                    let pause = f.retry_after.map_or(wait, |w| w.min(MAX_RETRY_AFTER));
+                    // As long as the server asks (up to a minute), never less than the backoff.
+                    let pause = f
+                        .retry_after
+                        .map_or(wait, |w| w.min(MAX_RETRY_AFTER).max(wait));
                     if !f.retry || closing || attempt == self.policy.retries || !self.sleep(pause) {
                         break;
                     }

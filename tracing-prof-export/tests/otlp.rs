@@ -95,8 +95,9 @@ fn expected(
         if value == 0 {
             continue;
         }
-        // String labels but the links; numeric ones are not sent (module docs).
-        let labels: BTreeMap<String, String> = s
+        // String labels but the links; numeric ones are not sent; the span path on every
+        // sample under a span (module docs).
+        let mut labels: BTreeMap<String, String> = s
             .labels
             .iter()
             .filter(|l| l.key != "span_id" && l.key != "trace_id")
@@ -105,6 +106,9 @@ fn expected(
                 LabelValue::Num { .. } => None,
             })
             .collect();
+        if !s.span_path().is_empty() {
+            labels.entry("span_path".into()).or_insert(s.span_path());
+        }
         *out.entry((id.clone(), labels)).or_default() += value;
     }
     out
@@ -502,15 +506,38 @@ fn the_stand_in_refuses_what_the_receivers_refuse() {
         "outside the ingestion window"
     );
     let mut r = good();
-    r.dictionary.as_mut().unwrap().mapping_table.clear();
-    let loc = otlp::Stack {
-        location_indices: vec![0],
-    };
-    r.dictionary.as_mut().unwrap().stack_table.push(loc);
+    let d = r.dictionary.as_mut().unwrap();
+    d.location_table.push(otlp::Location {
+        mapping_index: 5,
+        ..Default::default()
+    });
+    d.stack_table.push(otlp::Stack {
+        location_indices: vec![1],
+    });
     profile(&mut r).samples[0].stack_index = 1;
     assert_eq!(
         status(post(pb, bytes(&r))),
         500,
-        "a location needs a mapping table"
+        "mapping index out of range"
     );
+    // profiles.proto's MUSTs, which neither receiver checks.
+    let mut r = good();
+    r.dictionary.as_mut().unwrap().mapping_table.clear();
+    assert_eq!(status(post(pb, bytes(&r))), 400, "no zero mapping first");
+    let mut r = good();
+    let d = r.dictionary.as_mut().unwrap();
+    d.string_table.push("k".into());
+    for v in ["a", "b"] {
+        d.attribute_table.push(otlp::KeyValueAndUnit {
+            key_strindex: 5,
+            value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                value: Some(
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(v.into()),
+                ),
+            }),
+            unit_strindex: 0,
+        });
+    }
+    profile(&mut r).samples[0].attribute_indices = vec![1, 2];
+    assert_eq!(status(post(pb, bytes(&r))), 400, "a key twice on a sample");
 }

@@ -64,7 +64,7 @@ fn settings_come_from_the_opentelemetry_variables() {
             "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
             "http://pyroscope:4040/v1development/profiles",
         ),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "X-Scope-OrgID=general"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "X-General=general"),
         (
             "OTEL_EXPORTER_OTLP_PROFILES_HEADERS",
             "X-Scope-OrgID=team%20a,Authorization=Bearer%20s3cret",
@@ -81,11 +81,12 @@ fn settings_come_from_the_opentelemetry_variables() {
         c.contains("endpoint: \"http://pyroscope:4040/v1development/profiles\""),
         "{c}"
     );
+    // The profiles headers replace the general ones (not merged), values never shown.
     assert!(
-        c.contains("\"X-Scope-OrgID: <redacted>\", \"Authorization: <redacted>\""),
+        c.contains("headers: [\"X-Scope-OrgID: <redacted>\", \"Authorization: <redacted>\"]"),
         "{c}"
     );
-    assert!(!c.contains("s3cret") && !c.contains("general"), "{c}");
+    assert!(!c.contains("X-General") && !c.contains("s3cret"), "{c}");
     assert!(
         c.contains("gzip: false") && c.contains("timeout: 2.5s"),
         "{c}"
@@ -98,19 +99,34 @@ fn settings_come_from_the_opentelemetry_variables() {
 
     // What cannot work is an error naming the variable.
     let base = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317");
-    let e = from(&[base, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap_err();
+    let e = from(&[base, ("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL", "grpc")]).unwrap_err();
     assert!(
-        e.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && e.contains("http/protobuf"),
+        e.contains("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL") && e.contains("http/protobuf"),
         "{e}"
     );
-    // ... unless the profiles protocol says http/protobuf.
+    // The general protocol is the traces' too: gRPC there means no profiles (said), no error...
+    assert_eq!(
+        from(&[base, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
+        Ok(None)
+    );
+    // ... but a profiles endpoint is HTTP whatever the general protocol says...
+    let c = from(&[
+        base,
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        (
+            "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+            "http://collector:4318/v1development/profiles",
+        ),
+    ]);
+    assert!(c.is_ok_and(|c| c.is_some()));
+    // ... and so is a profiles protocol of http/protobuf.
     assert!(
         from(&[
             base,
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL", "http/protobuf"),
         ])
-        .is_ok()
+        .is_ok_and(|c| c.is_some())
     );
     let e = from(&[base, ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]).unwrap_err();
     assert!(
@@ -128,10 +144,27 @@ fn settings_come_from_the_opentelemetry_variables() {
     ])
     .unwrap_err();
     assert!(
-        e.contains("OTEL_EXPORTER_OTLP_HEADERS") && e.contains("Authorization"),
+        e.contains("OTEL_EXPORTER_OTLP_HEADERS") && e.contains("pair 1 (key \"Authorization\")"),
         "{e}"
     );
     assert!(!e.contains("secret"), "{e}");
+    // A pair without `=` may be a whole header: only its place is said.
+    let e = from(&[
+        base,
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "a=1,Authorization: Bearer s3cret",
+        ),
+    ])
+    .unwrap_err();
+    assert!(
+        e.contains("pair 2 is not") && !e.contains("s3cret") && !e.contains("Bearer"),
+        "{e}"
+    );
+    let c = from(&[base, ("OTEL_EXPORTER_OTLP_TIMEOUT", "0")])
+        .unwrap()
+        .unwrap();
+    assert!(c.contains("timeout: 600s"), "0 is the longest allowed: {c}");
     let e = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).unwrap_err();
     assert!(e.contains("http://"), "{e}");
 }

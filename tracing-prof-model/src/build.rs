@@ -110,6 +110,24 @@ pub(crate) fn field_labels(frames: &[SpanFrame]) -> Vec<Label> {
     out
 }
 
+/// The label keys the profiles set themselves: a span field of one of these names cannot be a
+/// label (it would stand beside ours, or be read as ours: `span_id` and `trace_id` as a trace
+/// link, `service.name` as the service by Pyroscope's OTLP ingestion).
+pub const PROFILE_LABELS: [&str; 12] = [
+    "span_path",
+    "span_id",
+    "trace_id",
+    "long_poll",
+    "long_polls",
+    "interval",
+    "lifetime",
+    "leak",
+    "bytes",
+    "thread",
+    "tid",
+    "service.name",
+];
+
 /// The labels of a sample whose path is `frames`: its field labels, then `rest`.
 fn labels_of(frames: &[SpanFrame], rest: Vec<Label>) -> Vec<Label> {
     let mut labels = field_labels(frames);

@@ -79,7 +79,9 @@ mod table;
 mod trace_link;
 pub mod units;
 
-pub use build::{CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, span_sample_types};
+pub use build::{
+    CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, PROFILE_LABELS, span_sample_types,
+};
 pub use in_flight::{
     InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow, display_path_with_fields,
 };

@@ -1,6 +1,8 @@
 //! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
 
-use crate::sending::{MAX_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url};
+use crate::sending::{
+    MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
+};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::config::ConfigError;
@@ -20,7 +22,8 @@ pub const DEFAULT_BASE_URL: &str = "http://localhost:4318";
 /// Time one request may take: 10 s (the OTLP exporter specification's default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request sent, uncompressed: the Collector's default `max_request_body_size`
-/// (20 MiB) less room to spare. A window that would make more has its smallest samples merged.
+/// (20 MiB) less room to spare. A window that would make more goes as one request per
+/// profile (each within Pyroscope's 4 MiB and 16 000 samples already).
 pub const MAX_REQUEST_BYTES: usize = 16 << 20;
 
 /// Where and how to send. Header values are never shown by `Debug`.
@@ -78,14 +81,20 @@ impl fmt::Debug for OtlpError {
 impl OtlpConfig {
     /// Sends to `endpoint`, the whole URL of the profiles path (as
     /// `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` gives it: `http://collector:4318/v1development/profiles`),
-    /// gzip'd, with the resource of [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env).
+    /// gzip'd, with the resource of [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env)
+    /// less `process.pid`.
     pub fn new(endpoint: impl Into<String>) -> Self {
         OtlpConfig {
             endpoint: endpoint.into(),
             headers: Vec::new(),
             gzip: true,
             timeout: DEFAULT_TIMEOUT,
-            resource: tracing_prof_core::otel_resource::resource_from_env(),
+            // Without `process.pid`: Pyroscope makes every resource attribute a label, and a
+            // pid would make new series at every restart and on every replica.
+            resource: tracing_prof_core::otel_resource::resource_from_env()
+                .into_iter()
+                .filter(|(k, _)| k != "process.pid")
+                .collect(),
             policy: Policy::default(),
         }
     }
@@ -113,7 +122,7 @@ impl OtlpConfig {
         self.gzip = on;
         self
     }
-    /// Time one request may take (default [`DEFAULT_TIMEOUT`]); zero: no limit.
+    /// Time one request may take (default [`DEFAULT_TIMEOUT`], 100 ms to 10 minutes).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -148,9 +157,9 @@ impl OtlpConfig {
                 ));
             }
         }
-        if self.timeout > MAX_TIMEOUT {
+        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
             return invalid(format!(
-                "the request timeout ({ENV_OTLP_TIMEOUT}) must be at most 10m, got {:?}",
+                "the request timeout ({ENV_OTLP_TIMEOUT}) must be from 100ms to 10m, got {:?}",
                 self.timeout
             ));
         }

@@ -10,8 +10,8 @@
 //!
 //! The rules kept, from the receivers' own code (see the module docs of [`super`]): every
 //! table starts with its zero value, every index is in range, every profile has a sample type,
-//! a period type and a non-zero period, every sample one value, no string is sent twice, and
-//! a sample's zero values are left out.
+//! a period type and a non-zero period, every sample one value, no string, attribute or sample
+//! is sent twice, and a sample's zero values are left out.
 
 use crate::pushed::Pushed;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
@@ -61,7 +61,12 @@ impl Dictionary {
                 mapping_table: vec![otlp::Mapping::default()],
                 location_table: vec![otlp::Location::default()],
                 function_table: vec![otlp::Function::default()],
-                link_table: vec![otlp::Link::default()],
+                // The zero link with ids of their lengths, as profiles.proto advises for codecs
+                // that expect 16 and 8 bytes.
+                link_table: vec![otlp::Link {
+                    trace_id: vec![0; 16],
+                    span_id: vec![0; 8],
+                }],
                 string_table: vec![String::new()],
                 attribute_table: vec![otlp::KeyValueAndUnit::default()],
                 stack_table: vec![otlp::Stack::default()],
@@ -268,6 +273,7 @@ fn sample_where(d: &mut Dictionary, ids: &Ids, p: &proto::Profile, s: &proto::Sa
 /// The OTLP profiles of one pushed profile: one per sample type sent (for sampled CPU, the
 /// sample count only: its CPU time is the count times the period), each with the period type
 /// named after the series (`cpu`, `memory`, `span_memory`, `spans`) in the pprof period's unit.
+/// Every sample has one value; samples with the same stack, attributes and link are one.
 fn profiles_of(d: &mut Dictionary, pushed: &Pushed) -> Vec<otlp::Profile> {
     let p = &pushed.message;
     let text = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
@@ -286,35 +292,53 @@ fn profiles_of(d: &mut Dictionary, pushed: &Pushed) -> Vec<otlp::Profile> {
         type_strindex: d.string(series),
         unit_strindex: d.string(period_unit),
     };
-    let sampled_cpu =
-        pushed.name == "process_cpu" && pushed.sample_types.iter().any(|t| t.name == "samples");
+    let cpu = pushed.name == "process_cpu";
+    let sampled_cpu = cpu && pushed.sample_types.iter().any(|t| t.name == "samples");
     let mut out = Vec::new();
     for (index, t) in pushed.sample_types.iter().enumerate() {
         if sampled_cpu && t.name != "samples" {
             continue;
         }
-        let samples: Vec<otlp::Sample> = p
-            .sample
-            .iter()
-            .zip(&wheres)
-            .filter_map(|(s, w)| {
-                let value = *s.value.get(index)?;
-                (value != 0).then(|| otlp::Sample {
-                    stack_index: w.stack,
-                    attribute_indices: w.attributes.clone(),
-                    link_index: w.link,
-                    values: vec![value],
-                    timestamps_unix_nano: Vec::new(),
-                })
-            })
-            .collect();
+        // CPU time measured by the clock (sampling off) goes as a count of nanoseconds, one
+        // nanosecond of CPU a period: Pyroscope stores it as `process_cpu` as it does sampled
+        // CPU, and a reader of OTLP reads it as what it is.
+        let (ty, unit) = if cpu && !sampled_cpu {
+            ("samples", "count")
+        } else {
+            (t.name.as_str(), t.unit.as_str())
+        };
+        // Samples that only numeric labels told apart are one here: summed.
+        let mut samples: Vec<otlp::Sample> = Vec::new();
+        let mut seen: HashMap<(i32, &[i32], i32), usize> = HashMap::new();
+        for (s, w) in p.sample.iter().zip(&wheres) {
+            let value = s.value.get(index).copied().unwrap_or(0);
+            if value == 0 {
+                continue;
+            }
+            match seen.entry((w.stack, &w.attributes, w.link)) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    let v = &mut samples[*e.get()].values[0];
+                    *v = v.saturating_add(value);
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(samples.len());
+                    samples.push(otlp::Sample {
+                        stack_index: w.stack,
+                        attribute_indices: w.attributes.clone(),
+                        link_index: w.link,
+                        values: vec![value],
+                        timestamps_unix_nano: Vec::new(),
+                    });
+                }
+            }
+        }
         if samples.is_empty() {
             continue;
         }
         out.push(otlp::Profile {
             sample_type: Some(otlp::ValueType {
-                type_strindex: d.string(&t.name),
-                unit_strindex: d.string(&t.unit),
+                type_strindex: d.string(ty),
+                unit_strindex: d.string(unit),
             }),
             samples,
             time_unix_nano: u64::try_from(p.time_nanos).unwrap_or(0),

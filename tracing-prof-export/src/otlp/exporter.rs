@@ -3,7 +3,7 @@
 
 use super::config::{MAX_REQUEST_BYTES, OtlpConfig, OtlpError};
 use super::convert::request;
-use crate::pushed::{Pushed, window_profiles};
+use crate::pushed::{Pushed, Select, window_profiles};
 use crate::sending::{Courier, Failure, Outbox, PushStats, outcome, printable};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
 use std::fmt;
@@ -15,12 +15,12 @@ use tracing_prof_core::{Sink, SinkError};
 use tracing_prof_model::Snapshot;
 
 /// One interval's requests, encoded: one, or one per profile when together they would pass
-/// [`MAX_REQUEST_BYTES`]. A retry resumes at the first not yet accepted, so that nothing is
-/// sent twice.
+/// [`MAX_REQUEST_BYTES`]. A retry resumes at the first not yet done, so that nothing is sent
+/// twice.
 pub(super) struct Batch {
     bodies: Vec<Vec<u8>>,
-    /// How many bodies the receiver accepted.
-    accepted: AtomicUsize,
+    /// How many bodies were accepted or refused for good.
+    done: AtomicUsize,
 }
 
 /// A [`Sink`] sending OTLP profiles; see the module docs.
@@ -42,13 +42,9 @@ impl OtlpExporter {
     pub fn start(config: OtlpConfig) -> Result<Self, OtlpError> {
         config.validate()?;
         let policy = config.policy;
-        let mut agent = ureq::AgentBuilder::new();
-        if !config.timeout.is_zero() {
-            agent = agent.timeout(config.timeout);
-        }
         let resource = config.resource.clone();
         let poster = Poster {
-            agent: agent.build(),
+            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
             config,
             warned: None,
         };
@@ -75,7 +71,14 @@ impl Sink for OtlpExporter {
     /// Encodes and queues; never waits on the network.
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         let window = self.outbox.window(profile);
-        let (pushed, merged) = window_profiles(&window, true, true);
+        let (pushed, merged) = window_profiles(
+            &window,
+            Select {
+                span_memory: true,
+                span_times: true,
+                span_path_labels: true,
+            },
+        );
         self.outbox.merged(merged);
         let bodies = encode(&pushed, &self.resource);
         if bodies.is_empty() {
@@ -83,7 +86,7 @@ impl Sink for OtlpExporter {
         }
         self.outbox.put(Batch {
             bodies,
-            accepted: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
         })
     }
 }
@@ -123,12 +126,20 @@ const MAX_RESPONSE_BYTES: u64 = 4 << 20;
 impl Courier for Poster {
     type Batch = Batch;
 
+    /// Posts the bodies not yet done: a failure worth a retry stops here (the retry resumes
+    /// at it); one that is not (a refusal) leaves that body behind and goes on with the next,
+    /// and is returned at the end.
     fn send(&mut self, batch: &Batch) -> Result<(), Failure> {
-        for body in &batch.bodies[batch.accepted.load(Ordering::Relaxed)..] {
-            self.post(body)?;
-            batch.accepted.fetch_add(1, Ordering::Relaxed);
+        let mut refused = None;
+        for body in &batch.bodies[batch.done.load(Ordering::Relaxed)..] {
+            match self.post(body) {
+                Ok(()) => {}
+                Err(f) if f.retry => return Err(f),
+                Err(f) => refused = refused.or(Some(f)),
+            }
+            batch.done.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 }
 
@@ -146,12 +157,20 @@ impl Poster {
         for (name, value) in &self.config.headers {
             r = r.set(name, value);
         }
-        let response = if self.config.gzip {
-            let r = r.set("Content-Encoding", "gzip");
-            outcome(r.send_bytes(&gzip(body)), retryable)?
+        let sent = if self.config.gzip {
+            r.set("Content-Encoding", "gzip").send_bytes(&gzip(body))
         } else {
-            outcome(r.send_bytes(body), retryable)?
+            r.send_bytes(body)
         };
+        let response = outcome(sent, retryable).map_err(|mut f| {
+            if f.message.starts_with("the server answered HTTP 404") {
+                f.message.push_str(
+                    " (no profiles endpoint there: a Collector takes profiles only with the \
+                     service.profilesSupport feature gate and a profiles pipeline)",
+                );
+            }
+            f
+        })?;
         // A partial success: never retried (the specification says so); a rejection loses
         // data and counts as a failure, a warning alone is said once.
         let mut answer = Vec::new();
@@ -190,4 +209,71 @@ fn gzip(body: &[u8]) -> Vec<u8> {
     // Writing to a Vec cannot fail.
     let _ = e.write_all(body);
     e.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pushed::Pushed;
+    use tracing_prof_test_support::otlp_receiver::OtlpReceiver;
+    use tracing_prof_test_support::stub_server::Answer;
+
+    /// Three small valid requests, as a window too large for one would be split.
+    fn batch() -> Batch {
+        let mut p = tracing_prof_model::Profile::new(vec![tracing_prof_model::SampleType::new(
+            "spans", "count",
+        )]);
+        p.period_type = Some(tracing_prof_model::SampleType::new("spans", "count"));
+        p.time = Some(std::time::SystemTime::now());
+        p.samples.push(tracing_prof_model::Sample {
+            stack: vec![tracing_prof_model::Frame::new(
+                tracing_prof_model::FrameKind::Span,
+                "app::request",
+                None,
+                None,
+            )],
+            values: vec![1],
+            labels: Vec::new(),
+        });
+        let pushed = Pushed {
+            name: "spans",
+            sample_types: p.sample_types.clone(),
+            message: p.to_proto(),
+        };
+        let body = encode(std::slice::from_ref(&pushed), &[]).remove(0);
+        Batch {
+            bodies: vec![body.clone(), body.clone(), body],
+            done: AtomicUsize::new(0),
+        }
+    }
+
+    /// A retry resumes at the body that failed; a refusal leaves its body behind and goes on
+    /// with the rest: no body is sent twice, none is lost to another's refusal.
+    #[test]
+    fn a_split_batch_resumes_and_outlives_a_refusal() {
+        let receiver = OtlpReceiver::start();
+        let config = OtlpConfig::with_base_url(&receiver.url()).gzip(false);
+        let mut poster = Poster {
+            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
+            config,
+            warned: None,
+        };
+        let batch = batch();
+        // The first body: unavailable, worth a retry: nothing after it is tried.
+        receiver.answer_next([Answer::text(503, "busy")]);
+        let f = poster.send(&batch).unwrap_err();
+        assert!(f.retry);
+        assert_eq!(batch.done.load(Ordering::Relaxed), 0);
+        assert_eq!(receiver.taken().len(), 1);
+        // The retry: the first body refused for good, the two others taken.
+        receiver.answer_next([Answer::text(400, "bad")]);
+        let f = poster.send(&batch).unwrap_err();
+        assert!(!f.retry && f.message.contains("400"), "{}", f.message);
+        assert_eq!(batch.done.load(Ordering::Relaxed), 3);
+        assert_eq!(receiver.taken().len(), 4);
+        assert_eq!(receiver.verdicts().iter().filter(|v| v.is_ok()).count(), 2);
+        // Nothing left: a further try sends nothing.
+        assert!(poster.send(&batch).is_ok());
+        assert_eq!(receiver.taken().len(), 4);
+    }
 }

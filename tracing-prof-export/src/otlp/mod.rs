@@ -6,8 +6,10 @@
 //! end) and queues one `ExportProfilesServiceRequest` for its own sender thread, with the
 //! retries, backoff, bounded queue and "said once" errors of the Pyroscope exporter. Only
 //! `429`, `502`, `503` and `504` answers and transport errors are retried, waiting as long as
-//! `Retry-After` asks; a partial success is never retried, and one that rejected profiles
-//! counts as a failure. Header values never appear in errors or `Debug` output.
+//! `Retry-After` asks in seconds (at most a minute, never less than the backoff); a partial
+//! success is never retried, and one that rejected profiles counts as a failure. Header values
+//! never appear in errors or `Debug` output. The resource leaves `process.pid` out: Pyroscope
+//! would make a series of each process.
 //!
 //! **The profiles signal is in Alpha** (opentelemetry-proto `v1development`, messages of
 //! v1.11.0 through the `opentelemetry-proto` crate's generated types): receivers and this
@@ -21,15 +23,17 @@
 //! | profiles | sample types | period type |
 //! |---|---|---|
 //! | CPU, sampled | `samples` (`count`); its CPU time is the count times `period` nanoseconds | `cpu`, `nanoseconds` |
-//! | CPU, with sampling off and a CPU clock on | `cpu` (`nanoseconds`) per span path | `cpu`, `nanoseconds`, period 1 |
+//! | CPU, with sampling off and a CPU clock on | `samples` (`count`) per span path, each a nanosecond of CPU time | `cpu`, `nanoseconds`, period 1 |
 //! | heap | `alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space` | `memory`, `bytes`, period the sampling rate |
 //! | exact memory per span path (beside sampled heap) | the same four | `span_memory`, `bytes`, period 1 |
 //! | spans | `spans`, `wall`, `busy`, `idle` and the CPU times measured | `spans`, `count`, period 1 |
 //!
 //! Frames are those of the pprof files: span frames (`request [span]`) above the code frames.
-//! A sample's attributes are its string pprof labels (`span_path`, your span fields,
-//! `long_poll`...; numeric ones such as a heap sample's mean size are left out, since Pyroscope
-//! would make a series of each value);
+//! A sample's attributes are its string pprof labels (your span fields, `long_poll`...; numeric
+//! ones such as a heap sample's mean size are left out, since Pyroscope would make a series of
+//! each value), and on every sample under a span its span path (`span_path`, as on the CPU
+//! samples of the files): Pyroscope makes it a label of every series, so that memory and span
+//! times can be picked by path as CPU can, at one series per path a profile type.
 //! CPU samples taken in a span linked to a trace (the `opentelemetry` feature of
 //! tracing-prof-core) carry a `Link` to its trace and span instead of the `span_id` and
 //! `trace_id` labels. The resource is [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env)'s

@@ -1,7 +1,7 @@
 //! The series of one window, each a gzip'd pprof within Pyroscope's limits.
 
 use super::PyroscopeApi;
-use crate::pushed::window_profiles;
+use crate::pushed::{Select, window_profiles};
 use tracing_prof_model::{SampleType, Snapshot};
 
 /// One pprof of a batch and the Pyroscope series it belongs to.
@@ -17,7 +17,13 @@ pub(super) struct Series {
 pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, usize) {
     // `/ingest` would name `span_memory` `memory` too (from its sample types), counting
     // memory twice.
-    let (profiles, merged) = window_profiles(window, api == PyroscopeApi::Push, false);
+    let (profiles, merged) = window_profiles(
+        window,
+        Select {
+            span_memory: api == PyroscopeApi::Push,
+            ..Select::default()
+        },
+    );
     let series = profiles
         .into_iter()
         .map(|p| Series {
