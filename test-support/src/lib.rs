@@ -4,6 +4,7 @@
 //! HTTP server for the exporters' stand-in receivers ([`stub_server`]), and a stand-in OTLP
 //! profiles receiver written from the Collector's and Pyroscope's rules ([`otlp_receiver`]).
 
+#[cfg(feature = "otlp")]
 pub mod otlp_receiver;
 pub mod stub_server;
 
