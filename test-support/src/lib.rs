@@ -1,8 +1,9 @@
 //! What the tests of tracing-prof share (a crate of their own, never published, instead of a
 //! module each test binary includes by path): reading profiles back with the real client,
 //! `go tool pprof`, and this thread's CPU clock, which the CPU tests burn time by; and a stub
-//! HTTP server for the exporters' stand-in receivers ([`stub_server`]), and a stand-in OTLP
-//! profiles receiver written from the Collector's and Pyroscope's rules ([`otlp_receiver`]).
+//! HTTP server for the exporters' stand-in receivers ([`stub_server`]), and (feature `otlp`)
+//! `otlp_receiver`, a stand-in OTLP profiles receiver written from the Collector's and
+//! Pyroscope's rules.
 
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
