@@ -5,6 +5,8 @@
 //! a database query that waits, a cache that retains memory, rendering that burns CPU, audit
 //! buffers freed by another task, and, on purpose, one slow leak.
 
+pub mod bench;
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};

@@ -22,14 +22,10 @@
 //! `cargo bench -p tracing-prof-examples --bench cheap`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
-#[path = "../../benches/child.rs"]
-mod child;
-#[path = "../../benches/switch.rs"]
-mod switch;
-
 use std::time::Instant;
 use tracing_prof::core::CpuTime;
 use tracing_prof::{FileExporter, Profiler};
+use tracing_prof_examples::bench::{child, switch};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]

@@ -15,13 +15,9 @@
 //!
 //! `cargo bench -p tracing-prof-examples --bench workload`
 
-#[path = "../../benches/child.rs"]
-mod child;
-#[path = "../../benches/switch.rs"]
-mod switch;
-
 use std::time::{Duration, Instant};
 use tracing_prof::{FileExporter, Profiler};
+use tracing_prof_examples::bench::{child, switch};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
 

@@ -4,11 +4,8 @@
 //!
 //! `cargo bench --manifest-path peers/Cargo.toml`
 
-#[path = "../../benches/ab.rs"]
-mod ab;
-#[path = "../../benches/pairs.rs"]
-mod pairs;
 
+use tracing_prof_test_support::bench::{ab, pairs};
 use pairs::pairs;
 use std::alloc::System;
 use tracing_prof_03::allocator::{AllocationGroup, TrackingAllocator, enter_allocation_group};

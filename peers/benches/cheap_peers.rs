@@ -20,11 +20,8 @@
 //! `cargo bench --manifest-path peers/Cargo.toml --bench cheap_peers`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
-#[path = "../../benches/child.rs"]
-mod child;
-#[path = "../../benches/switch.rs"]
-mod switch;
 
+use tracing_prof_examples::bench::{child, switch};
 use std::time::Instant;
 use tracing_prof::{FileExporter, Profiler};
 use tracing_subscriber::prelude::*;

@@ -6,9 +6,8 @@
 //!
 //! `cargo bench --manifest-path peers/Cargo.toml --bench workload_peers`
 
-#[path = "../../benches/child.rs"]
-mod child;
 
+use tracing_prof_examples::bench::child;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};

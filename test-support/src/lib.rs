@@ -5,6 +5,7 @@
 //! `otlp_receiver`, a stand-in OTLP profiles receiver written from the Collector's and
 //! Pyroscope's rules.
 
+pub mod bench;
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
 pub mod stub_server;
@@ -220,6 +221,7 @@ pub fn traces(text: &str) -> Vec<Vec<String>> {
 }
 
 /// Writes `profile` as `kind` into a fresh temporary file and returns its path.
+#[cfg(feature = "pprof")]
 pub fn write_profile(
     profile: &tracing_prof_model::Snapshot,
     kind: tracing_prof_model::ProfileKind,

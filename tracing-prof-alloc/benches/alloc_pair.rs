@@ -4,15 +4,11 @@
 //!
 //! `cargo bench -p tracing-prof-alloc --bench alloc_pair`
 
-#[path = "../../benches/ab.rs"]
-mod ab;
-#[path = "../../benches/pairs.rs"]
-mod pairs;
-
 use pairs::pairs;
 use std::alloc::{GlobalAlloc, System};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator, set_sample_rate};
+use tracing_prof_test_support::bench::{ab, pairs};
 
 /// The same on two threads at once; returns when both are done.
 fn pairs_2threads<A: GlobalAlloc + Sync>(a: &A, n: u64) {

@@ -12,12 +12,10 @@
 //! (`span/otel_lifecycle`). Run the bench with and without the feature to read what the
 //! feature costs a layer without links.
 
-#[path = "../../benches/ab.rs"]
-mod ab;
-
 use std::hint::black_box;
 use tracing::Dispatch;
 use tracing_prof_core::{CpuClock, ProfileLayer, SystemClock};
+use tracing_prof_test_support::bench::ab;
 use tracing_subscriber::prelude::*;
 
 fn enter_exit(dispatch: &Dispatch, n: u64) {

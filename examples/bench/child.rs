@@ -3,12 +3,6 @@
 //!
 //! The child prints `wall_ns=N flush_ns=N` on stdout; `wait4` gives its rusage.
 
-#![allow(
-    dead_code,
-    unreachable_pub,
-    reason = "each bench uses a part of this module"
-)]
-
 use std::io::Read;
 use std::process::{Command, Stdio};
 
@@ -48,7 +42,7 @@ pub fn run_cheap() -> std::time::Duration {
     // The requests are spawned from a task on the runtime, as a server's connection tasks do,
     // not from outside it (each spawn from outside wakes a worker: context switches dominate).
     let total = rt.block_on(async move {
-        tokio::spawn(tracing_prof_examples::run_cheap(requests, 256))
+        tokio::spawn(crate::run_cheap(requests, 256))
             .await
             .expect("the request loop")
     });
@@ -58,10 +52,15 @@ pub fn run_cheap() -> std::time::Duration {
 }
 
 /// One child's numbers.
+#[derive(Debug, Clone, Copy)]
 pub struct Run {
+    /// Wall time of its request loop, in seconds.
     pub wall_s: f64,
+    /// CPU time of the whole child (user and system), in seconds.
     pub cpu_s: f64,
+    /// Its peak resident memory, in MiB.
     pub maxrss_mib: f64,
+    /// Its final flush, in milliseconds.
     pub flush_ms: f64,
 }
 
@@ -135,6 +134,7 @@ pub fn rotate_with(
     runs
 }
 
+/// The median of `v`.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]

@@ -6,22 +6,27 @@
 //! interquartile range of the per-round ratios. Ratios taken within a round share the machine's
 //! state of that moment, which is what makes them stable when absolute times drift.
 
-#![allow(
-    dead_code,
-    unreachable_pub,
-    reason = "each bench uses a part of this module"
-)]
-
 use std::time::{Duration, Instant};
 
 const TARGET: Duration = Duration::from_millis(20);
 
 /// One variant: a name and a closure running `n` operations.
 pub struct Variant<'a> {
+    /// Its name in the table.
     pub name: &'a str,
+    /// Runs `n` operations.
     pub run: Box<dyn FnMut(u64) + 'a>,
 }
 
+impl std::fmt::Debug for Variant<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Variant")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A variant named `name` that runs `run(n)`.
 pub fn variant<'a>(name: &'a str, run: impl FnMut(u64) + 'a) -> Variant<'a> {
     Variant {
         name,

@@ -1,5 +1,5 @@
 //! The global allocator of the whole-process benchmarks: tagging or plain jemalloc, chosen per
-//! child process. Include it with `#[path]` after `child.rs` (as `mod child`).
+//! child process.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,7 +10,8 @@ use tracing_prof::TaggingAllocator;
 /// allocator and plain jemalloc; both sides pay the same branch. The child's mode
 /// (`TRACING_PROF_BENCH_CHILD`) picks: modes starting with `off` (and the parent, which has
 /// none) get plain jemalloc, every other mode the tagging allocator.
-pub(crate) struct Switch;
+#[derive(Debug)]
+pub struct Switch;
 
 static MODE: AtomicU8 = AtomicU8::new(0);
 static TAGGED: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
@@ -18,7 +19,7 @@ static TAGGED: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
 fn tagged() -> bool {
     let mut m = MODE.load(Ordering::Relaxed);
     if m == 0 {
-        let mode = crate::child::env_bytes(c"TRACING_PROF_BENCH_CHILD");
+        let mode = super::child::env_bytes(c"TRACING_PROF_BENCH_CHILD");
         let on = !mode.is_empty() && !mode.starts_with(b"off");
         m = if on { 1 } else { 2 };
         MODE.store(m, Ordering::Relaxed);

@@ -1,11 +1,5 @@
 //! The alloc+free pair loop shared by the allocator benchmarks.
 
-#![allow(
-    dead_code,
-    unreachable_pub,
-    reason = "each bench uses a part of this module"
-)]
-
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 
