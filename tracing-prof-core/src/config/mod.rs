@@ -1,6 +1,14 @@
 //! Settings, their documented defaults, and the `TRACING_PROF_*` environment variables.
 
+mod env;
+mod parse;
+
 use crate::CpuClock;
+use env::warn_unknown_variables;
+pub use env::*;
+pub(crate) use parse::parse_label_fields;
+pub use parse::{MAX_DURATION, MIN_GIANT_BYTES, MIN_INTERVAL, parse_bool, parse_duration};
+use parse::{check_giant_bytes, parse_max_paths};
 use std::time::Duration;
 pub use tracing_prof_cpu::Unwind;
 
@@ -56,49 +64,9 @@ pub const DEFAULT_TEMPORARY_THRESHOLD: Duration = tracing_prof_alloc::DEFAULT_TE
 /// Size at or above which an allocation is reported as giant: none (off).
 pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
 
-/// Export interval, e.g. `10s`, `500ms`, `2m`.
-pub const ENV_INTERVAL: &str = "TRACING_PROF_INTERVAL";
-/// Cap on distinct span paths, `1..=MAX_SPAN_PATHS`.
-pub const ENV_MAX_SPAN_PATHS: &str = "TRACING_PROF_MAX_SPAN_PATHS";
-/// Per-span CPU time: `sampled`, `exact` or `off` (`1`/`on` mean `sampled`, `0` means `off`).
-pub const ENV_CPU_TIME: &str = "TRACING_PROF_CPU_TIME";
-/// CPU clock of `exact` CPU time: `rusage` or `thread`.
-pub const ENV_CPU_CLOCK: &str = "TRACING_PROF_CPU_CLOCK";
-/// CPU stack samples per second of CPU time per thread, `0` to `10000` (`0`: off).
-pub const ENV_CPU_HZ: &str = "TRACING_PROF_CPU_HZ";
-/// How the CPU sampler walks stacks: `dwarf` or `fp` (frame pointers).
-pub const ENV_CPU_UNWIND: &str = "TRACING_PROF_CPU_UNWIND";
-/// Which spans' OpenTelemetry ids label CPU samples (the `opentelemetry` feature): `roots`,
-/// `all` or `off`. See [`TraceLinks`](crate::TraceLinks).
-pub const ENV_TRACE_LINKS: &str = "TRACING_PROF_TRACE_LINKS";
-/// Span fields shown as labels, comma-separated (`route,method`).
-pub const ENV_LABEL_FIELDS: &str = "TRACING_PROF_LABEL_FIELDS";
-/// Distinct values kept per label field.
-pub const ENV_LABEL_VALUES: &str = "TRACING_PROF_LABEL_VALUES";
-/// Captures the leak rule looks back over (see `leak_detection`), at most 1024; `0` turns
-/// detection off.
-pub const ENV_LEAK_SNAPSHOTS: &str = "TRACING_PROF_LEAK_SNAPSHOTS";
-/// Least growth, in bytes, over those captures.
-pub const ENV_LEAK_MIN_BYTES: &str = "TRACING_PROF_LEAK_MIN_BYTES";
-/// Level of the leak event: `error`, `warn`, `info`, `debug` or `trace`.
-pub const ENV_LEAK_LEVEL: &str = "TRACING_PROF_LEAK_LEVEL";
-/// Giant allocation threshold in bytes (`0`: off).
-pub const ENV_GIANT_BYTES: &str = "TRACING_PROF_GIANT_BYTES";
-/// Refuse giant allocations (return null): `1`/`0`, `true`/`false`, ...
-pub const ENV_GIANT_REFUSE: &str = "TRACING_PROF_GIANT_REFUSE";
-/// Heap sampling rate in bytes (`0`: off, `1`: every allocation).
-pub const ENV_SAMPLE_RATE: &str = "TRACING_PROF_SAMPLE_RATE";
-/// Temporary-allocation threshold, a duration like [`ENV_INTERVAL`] (`us` accepted too).
-pub const ENV_TEMPORARY: &str = "TRACING_PROF_TEMPORARY";
-/// Shutdown timeout, a duration like [`ENV_INTERVAL`].
-pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
-/// Long-poll threshold, a duration like [`ENV_INTERVAL`] (`0` or `off`: not counted).
-pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
 /// An enter-to-exit interval of a span's own on an async runtime's worker at least this long is
 /// a long poll: 10 ms.
 pub const DEFAULT_LONG_POLL: Option<Duration> = Some(Duration::from_millis(10));
-/// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
-pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
 
 /// A signal that pauses and resumes profiling (see [`crate::Profiler::pause`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,112 +101,6 @@ impl ToggleSignal {
             _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
         }
     }
-}
-
-/// Every `TRACING_PROF_*` setting of tracing-prof: those [`Config::apply_env`] reads, then
-/// the exporters' (files, `/debug/pprof`, Pyroscope). [`Config::apply_env`] says on stderr,
-/// once, which other `TRACING_PROF_*` variables are set (misspellings, with the setting each
-/// resembles).
-pub const ENV_VARS: &[&str] = &[
-    "TRACING_PROF_INTERVAL",
-    "TRACING_PROF_MAX_SPAN_PATHS",
-    "TRACING_PROF_CPU_TIME",
-    "TRACING_PROF_CPU_CLOCK",
-    "TRACING_PROF_CPU_HZ",
-    "TRACING_PROF_CPU_UNWIND",
-    "TRACING_PROF_TRACE_LINKS",
-    "TRACING_PROF_SAMPLE_RATE",
-    "TRACING_PROF_TEMPORARY",
-    "TRACING_PROF_SHUTDOWN_TIMEOUT",
-    "TRACING_PROF_GIANT_BYTES",
-    "TRACING_PROF_GIANT_REFUSE",
-    "TRACING_PROF_LABEL_FIELDS",
-    "TRACING_PROF_LABEL_VALUES",
-    "TRACING_PROF_LEAK_LEVEL",
-    "TRACING_PROF_LEAK_MIN_BYTES",
-    "TRACING_PROF_LEAK_SNAPSHOTS",
-    "TRACING_PROF_LONG_POLL",
-    "TRACING_PROF_TOGGLE_SIGNAL",
-    // The exporters' (`tracing-prof-export`).
-    "TRACING_PROF_DIR",
-    "TRACING_PROF_DELTAS",
-    "TRACING_PROF_FLAMEGRAPHS",
-    "TRACING_PROF_KEEP_FILES",
-    "TRACING_PROF_HTTP_ADDR",
-    "TRACING_PROF_HTTP_TOKEN",
-    "TRACING_PROF_HTTP_ALLOW_PUBLIC",
-    "TRACING_PROF_HTTP_REQUIRED",
-    "TRACING_PROF_PYROSCOPE_API",
-    "TRACING_PROF_PYROSCOPE_TIMEOUT",
-];
-
-/// Variables of this repository's own tests and benchmarks (not settings, never warned of).
-const DEV_VARS: &[&str] = &[
-    "TRACING_PROF_TEST_",
-    "TRACING_PROF_BENCH_",
-    "TRACING_PROF_EXPECT_FRAME_POINTERS",
-    "TRACING_PROF_WRITE_FIXTURES",
-    "TRACING_PROF_BLESS",
-    "TRACING_PROF_FUZZ_ITERS",
-    "TRACING_PROF_PEER_",
-    "TRACING_PROF_GIANT_PANIC_CHILD",
-    "TRACING_PROF_ALLOC_NOT_OURS",
-];
-
-/// Warnings for the `TRACING_PROF_*` names among `names` that are no setting, each with the
-/// setting it most resembles, if one is close.
-pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
-    let mut names: Vec<String> = names
-        .filter(|n| {
-            n.starts_with("TRACING_PROF_")
-                && !ENV_VARS.contains(&n.as_str())
-                && !DEV_VARS.iter().any(|d| n.starts_with(d))
-        })
-        .collect();
-    names.sort();
-    names
-        .into_iter()
-        .map(|name| {
-            let closest = ENV_VARS
-                .iter()
-                .map(|k| (edit_distance(&name, k), *k))
-                .min()
-                .filter(|(d, _)| *d <= 3);
-            match closest {
-                Some((_, k)) => format!(
-                    "{name} is not a tracing-prof setting (did you mean {k}?); it is ignored"
-                ),
-                None => format!("{name} is not a tracing-prof setting; it is ignored"),
-            }
-        })
-        .collect()
-}
-
-/// Says [`unknown_variables`] of the environment on stderr, once per process.
-fn warn_unknown_variables() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        for warning in unknown_variables(names) {
-            eprintln!("tracing-prof: {warning}");
-        }
-    });
-}
-
-/// Levenshtein distance.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
 }
 
 /// An invalid setting.
@@ -527,137 +389,6 @@ impl Config {
     }
 }
 
-/// Reads and parses `name`; `Ok(None)` when unset or empty.
-pub fn env_var<T>(
-    name: &'static str,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<Option<T>, ConfigError> {
-    let Some(raw) = std::env::var_os(name) else {
-        return Ok(None);
-    };
-    let err = |value: String, reason: String| ConfigError::Env {
-        name,
-        value,
-        reason,
-    };
-    let Some(value) = raw.to_str() else {
-        return Err(err(
-            raw.to_string_lossy().into_owned(),
-            "not valid UTF-8".into(),
-        ));
-    };
-    if value.trim().is_empty() {
-        // Set but empty (a template whose value went missing, say): never taken for unset,
-        // which for a token would mean no authentication.
-        return Err(err(
-            value.to_owned(),
-            "set but empty; unset it to use the default".into(),
-        ));
-    }
-    parse(value.trim())
-        .map(Some)
-        .map_err(|reason| err(value.to_owned(), reason))
-}
-
-/// Parses `100us`, `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let expected = || format!("expected a duration like 500ms, 10s, 2m or 1h, got {s:?}");
-    let n: u64 = num.parse().map_err(|_| expected())?;
-    let d = match unit.trim() {
-        "us" | "µs" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(expected()),
-    };
-    if d.is_zero() {
-        Err("must be greater than zero".into())
-    } else if d > MAX_DURATION {
-        Err(format!("must be at most 24h, got {s:?}"))
-    } else {
-        Ok(d)
-    }
-}
-
-/// The longest duration any setting takes: a day.
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-/// The shortest export interval: 100 ms (each export captures, symbolizes and encodes).
-pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
-
-/// The smallest giant-allocation threshold: 64 KiB. Below it ordinary allocations would take
-/// the cold path (a stack capture each), and with refusal on the program could not run.
-pub const MIN_GIANT_BYTES: usize = 64 << 10;
-
-fn check_giant_bytes(bytes: Option<usize>) -> Result<(), String> {
-    match bytes {
-        Some(n) if n < MIN_GIANT_BYTES => Err(format!(
-            "must be at least {MIN_GIANT_BYTES} bytes (64 KiB), or 0 for off; got {n}"
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
-pub fn parse_bool(s: &str) -> Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(format!(
-            "expected 1/0, true/false, on/off or yes/no, got {s:?}"
-        )),
-    }
-}
-
-fn parse_max_paths(s: &str) -> Result<usize, String> {
-    let max = crate::span_path::MAX_SPAN_PATHS;
-    match s.parse::<usize>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "expected a whole number from 1 to {max}, got {s:?}"
-        )),
-    }
-}
-
-/// `route,method` as field names: non-empty, made of letters, digits, `_` and `.`, none of
-/// the profiles' own labels ([`tracing_prof_model::PROFILE_LABELS`]), at most
-/// [`crate::labels::MAX_LABEL_FIELDS`].
-pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
-    let fields: Vec<String> = s
-        .split(',')
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if let Some(bad) = fields.iter().find(|f| {
-        !f.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-    }) {
-        return Err(format!(
-            "{bad:?} is not a field name (letters, digits, _ and . only)"
-        ));
-    }
-    if let Some(ours) = fields
-        .iter()
-        .find(|f| tracing_prof_model::PROFILE_LABELS.contains(&f.as_str()))
-    {
-        return Err(format!(
-            "{ours:?} is a label the profiles set themselves; rename the field (reserved: {})",
-            tracing_prof_model::PROFILE_LABELS.join(", ")
-        ));
-    }
-    if fields.len() > crate::labels::MAX_LABEL_FIELDS {
-        return Err(format!(
-            "at most {} fields, got {}",
-            crate::labels::MAX_LABEL_FIELDS,
-            fields.len()
-        ));
-    }
-    Ok(fields)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,10 +397,17 @@ mod tests {
     /// variables never names a real one.
     #[test]
     fn every_variable_read_here_is_listed() {
-        let all = include_str!("config.rs");
-        let source = &all[..all.find("#[cfg(test)]").unwrap()];
+        let all = [
+            include_str!("mod.rs"),
+            include_str!("env.rs"),
+            include_str!("parse.rs"),
+        ];
+        let source: String = all
+            .iter()
+            .map(|f| &f[..f.find("#[cfg(test)]").unwrap_or(f.len())])
+            .collect();
         // Less the lists themselves (they would pass on their own entries) and the prefix.
-        let mut source = source.to_owned();
+        let mut source = source;
         for list in ["pub const ENV_VARS", "const DEV_VARS"] {
             let start = source.find(list).unwrap();
             let end = start + source[start..].find("\n];").unwrap();

@@ -1,0 +1,103 @@
+//! How a setting's text is read and checked: durations, booleans, the span path cap, label
+//! fields, the giant-allocation threshold.
+
+use std::time::Duration;
+
+/// Parses `100us`, `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let expected = || format!("expected a duration like 500ms, 10s, 2m or 1h, got {s:?}");
+    let n: u64 = num.parse().map_err(|_| expected())?;
+    let d = match unit.trim() {
+        "us" | "µs" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(expected()),
+    };
+    if d.is_zero() {
+        Err("must be greater than zero".into())
+    } else if d > MAX_DURATION {
+        Err(format!("must be at most 24h, got {s:?}"))
+    } else {
+        Ok(d)
+    }
+}
+
+/// The longest duration any setting takes: a day.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The shortest export interval: 100 ms (each export captures, symbolizes and encodes).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The smallest giant-allocation threshold: 64 KiB. Below it ordinary allocations would take
+/// the cold path (a stack capture each), and with refusal on the program could not run.
+pub const MIN_GIANT_BYTES: usize = 64 << 10;
+
+pub(super) fn check_giant_bytes(bytes: Option<usize>) -> Result<(), String> {
+    match bytes {
+        Some(n) if n < MIN_GIANT_BYTES => Err(format!(
+            "must be at least {MIN_GIANT_BYTES} bytes (64 KiB), or 0 for off; got {n}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Parses `1/0`, `true/false`, `on/off`, `yes/no` (any case).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(format!(
+            "expected 1/0, true/false, on/off or yes/no, got {s:?}"
+        )),
+    }
+}
+
+pub(super) fn parse_max_paths(s: &str) -> Result<usize, String> {
+    let max = crate::span_path::MAX_SPAN_PATHS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a whole number from 1 to {max}, got {s:?}"
+        )),
+    }
+}
+
+/// `route,method` as field names: non-empty, made of letters, digits, `_` and `.`, none of
+/// the profiles' own labels ([`tracing_prof_model::PROFILE_LABELS`]), at most
+/// [`crate::labels::MAX_LABEL_FIELDS`].
+pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
+    let fields: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if let Some(bad) = fields.iter().find(|f| {
+        !f.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    }) {
+        return Err(format!(
+            "{bad:?} is not a field name (letters, digits, _ and . only)"
+        ));
+    }
+    if let Some(ours) = fields
+        .iter()
+        .find(|f| tracing_prof_model::PROFILE_LABELS.contains(&f.as_str()))
+    {
+        return Err(format!(
+            "{ours:?} is a label the profiles set themselves; rename the field (reserved: {})",
+            tracing_prof_model::PROFILE_LABELS.join(", ")
+        ));
+    }
+    if fields.len() > crate::labels::MAX_LABEL_FIELDS {
+        return Err(format!(
+            "at most {} fields, got {}",
+            crate::labels::MAX_LABEL_FIELDS,
+            fields.len()
+        ));
+    }
+    Ok(fields)
+}
