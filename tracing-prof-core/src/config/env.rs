@@ -44,8 +44,8 @@ pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
 /// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
 pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
 
-/// Every `TRACING_PROF_*` setting of tracing-prof: those [`Config::apply_env`] reads, then
-/// the exporters' (files, `/debug/pprof`, Pyroscope). [`Config::apply_env`] says on stderr,
+/// Every `TRACING_PROF_*` setting of tracing-prof: those [`Config::apply_env`](super::Config::apply_env) reads, then
+/// the exporters' (files, `/debug/pprof`, Pyroscope). [`Config::apply_env`](super::Config::apply_env) says on stderr,
 /// once, which other `TRACING_PROF_*` variables are set (misspellings, with the setting each
 /// resembles).
 pub const ENV_VARS: &[&str] = &[
