@@ -1,25 +1,59 @@
-//! The example service as a user runs it with the OpenTelemetry variables set: its profiles go
-//! to an OTLP receiver (the stand-in of `tracing_prof_test_support::otlp_receiver`, which
-//! answers as the Collector and Pyroscope would and decodes with the official `.proto` files),
-//! every request is taken, and with `SERVICE_OTEL=1` the CPU samples linked to its requests'
-//! spans arrive as span profiles: as many samples, of as many spans, as the service counted.
+//! The example service as the README's "OTLP profiles" section runs it, its variables read from
+//! the README's command line: its profiles go to an OTLP receiver (the stand-in of
+//! `tracing_prof_test_support::otlp_receiver`, which answers as the Collector and Pyroscope
+//! would and decodes with the official `.proto` files, in place of the README's
+//! `localhost:4318`), every request is taken, and with `SERVICE_OTEL=1` the CPU samples linked
+//! to its requests' spans arrive as span profiles: as many samples, of as many spans, as the
+//! service counted. Added for the test: fewer requests, a short interval, a directory of its
+//! own, and one resource attribute.
 
 mod running;
 
 use std::collections::BTreeMap;
 use tracing_prof_test_support::otlp_receiver::OtlpReceiver;
 
+/// The variables of the README's command that runs the example with OTLP profiles.
+fn readme_variables() -> Vec<(String, String)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| {
+            l.contains("OTEL_EXPORTER_OTLP_ENDPOINT=")
+                && l.ends_with("cargo run --release --example service")
+        })
+        .expect("the README's OTLP command");
+    line.split_whitespace()
+        .take_while(|w| *w != "cargo")
+        .map(|w| {
+            let (k, v) = w.split_once('=').expect("VAR=value");
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
 #[test]
 fn the_service_sends_otlp_profiles_with_span_links() {
     let receiver = OtlpReceiver::start();
     let dir = std::env::temp_dir().join(format!("tracing-prof-otlp-{}", std::process::id()));
-    let out = std::process::Command::new(running::example())
+    let mut service = std::process::Command::new(running::example());
+    let variables = readme_variables();
+    assert!(
+        variables
+            .iter()
+            .any(|(k, v)| k == "SERVICE_OTEL" && v == "1"),
+        "{variables:?}"
+    );
+    for (k, v) in variables {
+        match k.as_str() {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => service.env(k, receiver.url()),
+            _ => service.env(k, v),
+        };
+    }
+    let out = service
         .env("SERVICE_REQUESTS", "3000")
-        .env("SERVICE_OTEL", "1")
         .env("TRACING_PROF_DIR", &dir)
         .env("TRACING_PROF_INTERVAL", "300ms")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url())
-        .env("OTEL_SERVICE_NAME", "checkout")
         .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
         .output()
         .expect("run the example (cargo test builds it)");

@@ -272,13 +272,12 @@ pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::ot
         reason,
     };
     // The endpoint: the profiles one as is; the general one as a base.
-    let mut c = match otel_var(ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_ENDPOINT)? {
+    let (mut c, profiles_endpoint) = match otel_var(ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_ENDPOINT)?
+    {
         None => return Ok(None),
-        Some((ENV_OTLP_PROFILES_ENDPOINT, url)) => OtlpConfig::new(url),
-        Some((_, base)) => OtlpConfig::with_base_url(&base),
+        Some((ENV_OTLP_PROFILES_ENDPOINT, url)) => (OtlpConfig::new(url), true),
+        Some((_, base)) => (OtlpConfig::with_base_url(&base), false),
     };
-    let profiles_endpoint =
-        matches!(std::env::var(ENV_OTLP_PROFILES_ENDPOINT), Ok(v) if !v.trim().is_empty());
     match otel_var(ENV_OTLP_PROFILES_PROTOCOL, ENV_OTLP_PROTOCOL)? {
         Some((_, protocol)) if protocol.eq_ignore_ascii_case("http/protobuf") => {}
         None => {}

@@ -17,8 +17,6 @@ pub use crate::env::{
 /// The path of profiles under an OTLP/HTTP base URL (opentelemetry-proto's
 /// `docs/specification.md`; the Collector's `defaultProfilesURLPath`).
 pub const PROFILES_PATH: &str = "v1development/profiles";
-/// Where an OTLP/HTTP receiver listens unless told otherwise.
-pub const DEFAULT_BASE_URL: &str = "http://localhost:4318";
 /// Time one request may take: 10 s (the OTLP exporter specification's default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request sent, uncompressed: the Collector's default `max_request_body_size`

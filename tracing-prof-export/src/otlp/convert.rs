@@ -26,12 +26,6 @@ use tracing_prof_model::pprof::proto;
 /// `pkg/ingester/otlp/convert.go`).
 pub(super) const BUILD_ID_ATTRIBUTE: &str = "process.executable.build_id.gnu";
 
-/// An attribute's value as a key of the attribute table: a string of the string table.
-#[derive(Clone, PartialEq, Eq, Hash)]
-enum Value {
-    Str(i32),
-}
-
 /// A location's identity: its mapping, address and lines (function, line).
 type LocationKey = (i32, u64, Vec<(i32, i64)>);
 
@@ -44,7 +38,8 @@ struct Dictionary {
     functions: HashMap<(i32, i32, i32, i64), i32>,
     locations: HashMap<LocationKey, i32>,
     stacks: HashMap<Vec<i32>, i32>,
-    attributes: HashMap<(i32, Value, i32), i32>,
+    /// By key and string value (both indices of the string table).
+    attributes: HashMap<(i32, i32), i32>,
     links: HashMap<(u128, u64), i32>,
 }
 
@@ -91,22 +86,22 @@ impl Dictionary {
         i
     }
 
-    fn attribute(&mut self, key: &str, value: Value, unit: &str) -> i32 {
+    /// The attribute `key` = `value` (a string; no unit).
+    fn attribute(&mut self, key: &str, value: &str) -> i32 {
         let key = self.string(key);
-        let unit = self.string(unit);
-        let table = &mut self.out;
-        let strings = &table.string_table;
+        let value_index = self.string(value);
+        let table = &mut self.out.attribute_table;
         *self
             .attributes
-            .entry((key, value.clone(), unit))
+            .entry((key, value_index))
             .or_insert_with(|| {
-                let i = next(&table.attribute_table);
-                let Value::Str(s) = value;
-                let value = any_value::Value::StringValue(strings[s as usize].clone());
-                table.attribute_table.push(otlp::KeyValueAndUnit {
+                let i = next(table);
+                table.push(otlp::KeyValueAndUnit {
                     key_strindex: key,
-                    value: Some(AnyValue { value: Some(value) }),
-                    unit_strindex: unit,
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(value.to_owned())),
+                    }),
+                    unit_strindex: 0,
                 });
                 i
             })
@@ -125,21 +120,14 @@ impl Dictionary {
     }
 }
 
-/// One pprof message's ids, as indices of the dictionary.
-struct Ids {
-    locations: HashMap<u64, i32>,
-}
-
-/// Adds `p`'s mappings, functions and locations to `d`.
-fn add_tables(d: &mut Dictionary, p: &proto::Profile) -> Ids {
+/// Adds `p`'s mappings, functions and locations to `d`; returns its location ids as indices of
+/// the dictionary's location table.
+fn add_tables(d: &mut Dictionary, p: &proto::Profile) -> HashMap<u64, i32> {
     let s = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
     let mut mappings: HashMap<u64, i32> = HashMap::new();
     for m in &p.mapping {
         let filename = d.string(s(m.filename));
-        let build_id = (m.build_id != 0).then(|| {
-            let id = d.string(s(m.build_id));
-            d.attribute(BUILD_ID_ATTRIBUTE, Value::Str(id), "")
-        });
+        let build_id = (m.build_id != 0).then(|| d.attribute(BUILD_ID_ATTRIBUTE, s(m.build_id)));
         let key = (
             m.memory_start,
             m.memory_limit,
@@ -216,7 +204,7 @@ fn add_tables(d: &mut Dictionary, p: &proto::Profile) -> Ids {
             });
         locations.insert(l.id, index);
     }
-    Ids { locations }
+    locations
 }
 
 /// A sample's stack, attributes and link, as dictionary indices.
@@ -226,12 +214,17 @@ struct Where {
     link: i32,
 }
 
-fn sample_where(d: &mut Dictionary, ids: &Ids, p: &proto::Profile, s: &proto::Sample) -> Where {
+fn sample_where(
+    d: &mut Dictionary,
+    locations: &HashMap<u64, i32>,
+    p: &proto::Profile,
+    s: &proto::Sample,
+) -> Where {
     let text = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
     let stack: Vec<i32> = s
         .location_id
         .iter()
-        .filter_map(|id| ids.locations.get(id).copied())
+        .filter_map(|id| locations.get(id).copied())
         .collect();
     let table = &mut d.out.stack_table;
     let stack = *d.stacks.entry(stack).or_insert_with_key(|stack| {
@@ -249,8 +242,7 @@ fn sample_where(d: &mut Dictionary, ids: &Ids, p: &proto::Profile, s: &proto::Sa
             "span_id" => span_id = u64::from_str_radix(text(l.str), 16).ok(),
             "trace_id" => trace_id = u128::from_str_radix(text(l.str), 16).ok(),
             _ if l.str != 0 => {
-                let value = Value::Str(d.string(text(l.str)));
-                attributes.push(d.attribute(key, value, ""));
+                attributes.push(d.attribute(key, text(l.str)));
             }
             // A number (a heap sample's mean size in `bytes`, `long_polls`, `tid`): left
             // out, as Pyroscope's push API leaves it out of series labels; its OTLP
@@ -277,11 +269,11 @@ fn sample_where(d: &mut Dictionary, ids: &Ids, p: &proto::Profile, s: &proto::Sa
 fn profiles_of(d: &mut Dictionary, pushed: &Pushed) -> Vec<otlp::Profile> {
     let p = &pushed.message;
     let text = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
-    let ids = add_tables(d, p);
+    let locations = add_tables(d, p);
     let wheres: Vec<Where> = p
         .sample
         .iter()
-        .map(|s| sample_where(d, &ids, p, s))
+        .map(|s| sample_where(d, &locations, p, s))
         .collect();
     let series = match pushed.name {
         "process_cpu" => "cpu",
