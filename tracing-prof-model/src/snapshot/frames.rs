@@ -1,0 +1,165 @@
+//! The frames of a snapshot's stacks: a span callsite in a span path ([`SpanFrame`]), a
+//! function of the code ([`CodeFrame`]), the synthetic frames, and how a path is written.
+
+use std::sync::Arc;
+
+/// Frame name of work done while no span was entered.
+pub const NO_SPAN_FRAME: &str = "(no span)";
+/// Frame name of the profiler's own allocations.
+pub const PROFILER_FRAME: &str = "(tracing-prof)";
+/// Frame name standing for span paths beyond the cap.
+pub const OVERFLOW_FRAME: &str = "(other span paths)";
+/// Code frame of samples whose stack found no room in a stack table.
+pub const TABLE_FULL_FRAME: &str = "(stack table full)";
+
+/// One span callsite in a span path.
+///
+/// Two frames are equal when they stand for the same callsite with the same field values:
+/// [`SpanFrame::path_name`] is how the callsite is shown, not what it is.
+#[derive(Clone, Debug)]
+pub struct SpanFrame {
+    /// The span's target, usually its module path; empty for synthetic frames.
+    pub target: Arc<str>,
+    /// The span's name.
+    pub name: Arc<str>,
+    /// The name this callsite goes by in span paths (`request -> render`): its
+    /// [`name`](Self::name), or, where another callsite of the program has the same name,
+    /// `target::name` (with ` (file:line)` where the target is the same too). The profiler
+    /// sets it; [`SpanFrame::new`] makes it the name.
+    pub path_name: Arc<str>,
+    /// Source file of the callsite, when known.
+    pub file: Option<Arc<str>>,
+    /// Source line of the callsite, when known.
+    pub line: Option<u32>,
+    /// The values of the span's fields chosen as labels (`route` = `/users`), in the order
+    /// they were configured; empty unless labels were asked for. Spans of one callsite with
+    /// different values are different paths, shown as one frame with different labels.
+    pub fields: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl SpanFrame {
+    /// The fields that say which callsite and values this is (all but the path name).
+    #[allow(
+        clippy::type_complexity,
+        reason = "a tuple of the fields, for comparisons"
+    )]
+    fn identity(
+        &self,
+    ) -> (
+        &str,
+        &str,
+        Option<&str>,
+        Option<u32>,
+        &[(Arc<str>, Arc<str>)],
+    ) {
+        (
+            &self.target,
+            &self.name,
+            self.file.as_deref(),
+            self.line,
+            &self.fields,
+        )
+    }
+}
+
+compared_by_identity!(SpanFrame);
+
+impl SpanFrame {
+    /// The frame of a callsite, with no field labels, going by its name in span paths.
+    pub fn new(target: &str, name: &str, file: Option<&str>, line: Option<u32>) -> Self {
+        let name: Arc<str> = Arc::from(name);
+        SpanFrame {
+            target: Arc::from(target),
+            path_name: name.clone(),
+            name,
+            file: file.map(Arc::from),
+            line,
+            fields: Vec::new(),
+        }
+    }
+
+    /// A frame that stands for no callsite, such as [`NO_SPAN_FRAME`].
+    pub fn synthetic(name: &str) -> Self {
+        SpanFrame::new("", name, None, None)
+    }
+
+    /// Whether this frame stands for no callsite.
+    pub fn is_synthetic(&self) -> bool {
+        self.target.is_empty() && self.file.is_none()
+    }
+
+    /// `target::name`, or just `name` for synthetic frames.
+    pub fn qualified_name(&self) -> String {
+        if self.target.is_empty() {
+            self.name.to_string()
+        } else {
+            format!("{}::{}", self.target, self.name)
+        }
+    }
+}
+
+/// One function in a code stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeFrame {
+    /// The demangled function name without its hash, in full (generic arguments included):
+    /// `my_app::handler::parse`, `<alloc::vec::Vec<T,A> as core::clone::Clone>::clone`.
+    /// Viewers show [`CodeFrame::short_name`].
+    pub function: Arc<str>,
+    /// Source file, when the binary has line tables.
+    pub file: Option<Arc<str>>,
+    /// Source line, when the binary has line tables.
+    pub line: Option<u32>,
+}
+
+impl CodeFrame {
+    /// A frame with a name only.
+    pub fn named(function: &str) -> Self {
+        CodeFrame {
+            function: Arc::from(function),
+            file: None,
+            line: None,
+        }
+    }
+
+    /// The function's short name ([`short_function_name`](crate::short_function_name)): what
+    /// pprof files and tables show.
+    pub fn short_name(&self) -> std::borrow::Cow<'_, str> {
+        crate::names::short_function_name(&self.function)
+    }
+
+    /// `function (file:line)` with the short name and the file shortened to its last two
+    /// components, or just the short name when the location is unknown.
+    pub fn location(&self) -> String {
+        let function = self.short_name();
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => {
+                let short: Vec<&str> = file.rsplit('/').take(2).collect();
+                let short = if short.len() == 2 {
+                    format!("{}/{}", short[1], short[0])
+                } else {
+                    short[0].to_owned()
+                };
+                format!("{function} ({short}:{line})")
+            }
+            _ => function.into_owned(),
+        }
+    }
+}
+
+/// The path names of `frames` (see [`SpanFrame::path_name`]), root first, joined by ` -> `.
+pub fn display_path(frames: &[SpanFrame]) -> String {
+    let names: Vec<&str> = frames.iter().map(|f| &*f.path_name).collect();
+    names.join(PATH_SEPARATOR)
+}
+
+/// What joins the span names of a path: `request -> render`.
+pub const PATH_SEPARATOR: &str = " -> ";
+
+/// Whether each frame is named `names[i]`, by its name or its path name.
+pub(super) fn names_are(frames: &[SpanFrame], names: &[&str]) -> bool {
+    frames.len() == names.len()
+        && frames
+            .iter()
+            .zip(names)
+            .all(|(f, n)| &*f.name == *n || &*f.path_name == *n)
+}
