@@ -61,6 +61,26 @@ fn main() {
                 .with_clock(SystemClock::new(CpuClock::Rusage)),
         ),
     );
+    // The registry and the default layer only, for a driver that alternates builds with and
+    // without a feature (BENCHMARKS.md, command 9); run only when named.
+    if std::env::args().any(|a| a == "span/default_only") {
+        ab::compare(
+            "span enter+exit: registry alone vs the default layer",
+            31,
+            vec![
+                ab::variant("registry", |n| enter_exit(&registry, n)),
+                ab::variant("+ layer (default)", |n| enter_exit(&wall, n)),
+            ],
+        );
+        ab::compare(
+            "span create+enter+exit+close inside a parent: registry alone vs the default layer",
+            31,
+            vec![
+                ab::variant("registry", |n| lifecycle(&registry, n)),
+                ab::variant("+ layer (default)", |n| lifecycle(&wall, n)),
+            ],
+        );
+    }
     if ab::wanted("span/enter_exit") {
         ab::compare(
             "span enter+exit: registry alone vs with the layer",
