@@ -52,6 +52,7 @@
     allow(unused)
 )]
 
+mod loaded;
 mod long_poll;
 #[cfg(all(
     target_os = "linux",
@@ -98,6 +99,7 @@ mod unsupported;
 )))]
 pub use unsupported::*;
 
+pub use loaded::{LoadedModule, MAX_MODULES, MAX_SEGMENTS, loaded_modules};
 pub use long_poll::watch_long_polls;
 use std::sync::atomic::{AtomicU32, Ordering};
 pub use trace_link::TraceLink;

@@ -10,9 +10,8 @@
 //! bytes per module). A module unloaded with `dlclose` while the profiler runs leaves its
 //! tables unmapped: see the crate docs.
 
+use crate::loaded::{LoadedModule, loaded_modules};
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder as _};
-use std::ffi::{CStr, c_void};
-use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Memory the loader mapped, for as long as the module stays loaded.
@@ -39,123 +38,6 @@ pub(crate) fn unwinder() -> Option<&'static Unwinder> {
     let p = UNWINDER.load(Ordering::Acquire);
     // SAFETY: UNWINDER holds null or a leaked, never-freed, fully built Unwinder.
     (!p.is_null()).then(|| unsafe { &*p })
-}
-
-/// What `dl_iterate_phdr` says about one module.
-#[derive(Clone, Debug, Default)]
-struct Found {
-    name: String,
-    bias: u64,
-    /// Executable segments, as stated in the module (add `bias` for addresses).
-    text: Option<Range<u64>>,
-    /// The `PT_GNU_EH_FRAME` segment.
-    eh_frame_hdr: Option<Range<u64>>,
-    /// Loaded segments, to find where `.eh_frame` ends.
-    segments: Vec<Range<u64>>,
-}
-
-/// Modules read per call; more are left out (and unwound with frame pointers).
-const MAX_MODULES: usize = 256;
-/// Loaded segments kept per module.
-const MAX_SEGMENTS: usize = 8;
-
-/// One module as the callback copies it: plain data, so the callback never allocates while
-/// the loader's lock is held.
-#[derive(Clone, Copy)]
-struct Raw {
-    name: *const libc::c_char,
-    bias: u64,
-    phdr: *const libc::Elf64_Phdr,
-    phnum: usize,
-}
-
-/// Every loaded module, and the loader's add/remove counter.
-fn loaded_modules() -> (Vec<Found>, u64) {
-    struct State {
-        raw: [Raw; MAX_MODULES],
-        n: usize,
-        generation: u64,
-    }
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the duration of the
-        // call, and `data` is the `&mut State` that `loaded_modules` passed.
-        let (info, state) = unsafe { (&*info, &mut *data.cast::<State>()) };
-        state.generation = info.dlpi_adds.wrapping_add(info.dlpi_subs);
-        if state.n < MAX_MODULES {
-            state.raw[state.n] = Raw {
-                name: info.dlpi_name,
-                bias: info.dlpi_addr,
-                phdr: info.dlpi_phdr.cast(),
-                phnum: info.dlpi_phnum.into(),
-            };
-            state.n += 1;
-        }
-        0
-    }
-    let empty = Raw {
-        name: std::ptr::null(),
-        bias: 0,
-        phdr: std::ptr::null(),
-        phnum: 0,
-    };
-    let mut state = State {
-        raw: [empty; MAX_MODULES],
-        n: 0,
-        generation: 0,
-    };
-    // SAFETY: `visit` matches the callback contract, never unwinds and never allocates;
-    // `state` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut state).cast()) };
-    let found = state.raw[..state.n]
-        .iter()
-        .map(|r| {
-            let name = if r.name.is_null() {
-                String::new()
-            } else {
-                // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the
-                // loader, valid while the module stays loaded.
-                unsafe { CStr::from_ptr(r.name) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            let headers: &[libc::Elf64_Phdr] = if r.phdr.is_null() {
-                &[]
-            } else {
-                // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers of a loaded
-                // object, mapped for as long as it stays loaded.
-                unsafe { std::slice::from_raw_parts(r.phdr, r.phnum) }
-            };
-            let mut f = Found {
-                name,
-                bias: r.bias,
-                ..Found::default()
-            };
-            for h in headers {
-                let range = h.p_vaddr..h.p_vaddr.saturating_add(h.p_memsz);
-                match h.p_type {
-                    libc::PT_LOAD => {
-                        if h.p_flags & libc::PF_X != 0 {
-                            f.text = Some(match f.text.take() {
-                                Some(t) => t.start.min(range.start)..t.end.max(range.end),
-                                None => range.clone(),
-                            });
-                        }
-                        if f.segments.len() < MAX_SEGMENTS {
-                            f.segments.push(range);
-                        }
-                    }
-                    libc::PT_GNU_EH_FRAME => f.eh_frame_hdr = Some(range),
-                    _ => {}
-                }
-            }
-            f
-        })
-        .collect();
-    (found, state.generation)
 }
 
 /// Where `.eh_frame` starts, from the `eh_frame_ptr` field of `.eh_frame_hdr` at `hdr_avma`.
@@ -187,7 +69,7 @@ fn eh_frame_start(hdr: &[u8], hdr_avma: u64) -> Option<u64> {
 }
 
 /// A framehop module for `f`, or `None` when it has no usable unwind tables.
-fn module(f: &Found) -> Option<framehop::Module<Mapped>> {
+fn module(f: &LoadedModule) -> Option<framehop::Module<Mapped>> {
     let text = f.text.clone()?;
     let hdr_svma = f.eh_frame_hdr.clone()?;
     let hdr_len = usize::try_from(hdr_svma.end - hdr_svma.start).ok()?;

@@ -13,7 +13,7 @@
 //! Deployments that replace binaries by renaming a new file over the old one (cargo, package
 //! managers, container images) leave the mapped old file intact.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -285,78 +285,26 @@ fn parse(
 /// Every module loaded now, with its tables; those of `known` still loaded at the same place
 /// are kept as they are (not mapped and read again).
 pub(super) fn loaded_modules(known: &[Arc<Module>]) -> Vec<Arc<Module>> {
-    struct Raw {
-        name: String,
-        bias: u64,
-        segments: Vec<(u64, u64, bool)>,
-    }
-    /// # Safety
-    ///
-    /// Only for `dl_iterate_phdr`, with `data` pointing to a live `Vec<Raw>`.
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the duration of the
-        // call, and `data` is the `&mut Vec<Raw>` that `loaded_modules` passed. This runs on
-        // the profiler's thread, off every hot path.
-        let (info, out) = unsafe { (&*info, &mut *data.cast::<Vec<Raw>>()) };
-        let name = if info.dlpi_name.is_null() {
-            String::new()
-        } else {
-            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(info.dlpi_name) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        let headers: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-            &[]
-        } else {
-            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers of a loaded object.
-            unsafe { std::slice::from_raw_parts(info.dlpi_phdr.cast(), info.dlpi_phnum.into()) }
-        };
-        let segments = headers
-            .iter()
-            .filter(|h| h.p_type == libc::PT_LOAD)
-            .map(|h| {
-                (
-                    h.p_vaddr,
-                    h.p_vaddr + h.p_memsz,
-                    h.p_flags & libc::PF_X != 0,
-                )
-            })
-            .collect();
-        out.push(Raw {
-            name,
-            bias: info.dlpi_addr,
-            segments,
-        });
-        0
-    }
-    let mut raw: Vec<Raw> = Vec::new();
-    // SAFETY: `visit` matches the callback contract and never unwinds; `raw` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut raw).cast()) };
-    raw.into_iter()
+    let (loaded, _) = tracing_prof_cpu::loaded_modules();
+    loaded
+        .into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
             let text = r
-                .segments
-                .iter()
-                .filter(|s| s.2)
-                .map(|s| (r.bias + s.0)..(r.bias + s.1))
-                .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))?;
+                .text
+                .as_ref()
+                .map(|t| (r.bias + t.start)..(r.bias + t.end))?;
             if let Some(m) = known.iter().find(|m| m.bias == r.bias && m.text == text) {
                 return Some(m.clone());
             }
             if r.name.starts_with("linux-vdso") || r.name.starts_with("linux-gate") {
                 // Mapped from the kernel, whole: its section headers (and so its symbol table)
                 // lie past the end of its one loaded segment, within the pages of the mapping.
-                let start = r.bias + r.segments.iter().map(|s| s.0).min()?;
+                let start = r.bias + r.segments.iter().map(|s| s.start).min()?;
                 // (Its loaded segment alone, if /proc/self/maps does not list it as expected:
                 // the functions then come from that part only.)
                 let end = vdso_mapping_end(start)
-                    .unwrap_or(r.bias + r.segments.iter().map(|s| s.1).max()?);
+                    .unwrap_or(r.bias + r.segments.iter().map(|s| s.end).max()?);
                 // SAFETY: `start..end` is the vDSO's mapping as /proc/self/maps lists it: the
                 // kernel maps it readable for the life of the process, ELF header first.
                 let bytes = unsafe {
