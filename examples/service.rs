@@ -20,9 +20,9 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
-use tracing_prof::core::{PathKind, PathProfile, Snapshot};
 use tracing_prof::export::HttpServer;
 use tracing_prof::export::otlp::{OtlpConfig, OtlpExporter};
+use tracing_prof::model::{PathKind, PathProfile, Snapshot};
 use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
@@ -286,7 +286,7 @@ fn print_stacks(profile: &Snapshot) {
     if profile.sample_rate == 0 || profile.stacks.is_empty() {
         return;
     }
-    let site = |s: &tracing_prof::core::StackProfile| {
+    let site = |s: &tracing_prof::model::StackProfile| {
         let leaf = s
             .code
             .last()
@@ -392,7 +392,7 @@ mod otel {
     use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
     use std::collections::HashSet;
     use std::sync::{Arc, Mutex};
-    use tracing_prof::core::Snapshot;
+    use tracing_prof::model::Snapshot;
 
     /// Counts the spans exported, and keeps the ids of the local roots that carry
     /// `pyroscope.profile.id` (what a tracing backend would store and Grafana link).

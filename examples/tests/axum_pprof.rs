@@ -95,7 +95,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
 
     // Answering runs on tokio's blocking pool, threads the profiler does not own: what it
     // allocates (the encoded profiles) is the profiler's, not the service's `(no span)`.
-    let alloc_of = |kind: tracing_prof::core::PathKind| {
+    let alloc_of = |kind: tracing_prof::model::PathKind| {
         guard
             .profiler()
             .snapshot()
@@ -105,7 +105,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
             .map(|p| p.memory.alloc_bytes)
             .sum::<u64>()
     };
-    use tracing_prof::core::PathKind::{NoSpan, Profiler as Own};
+    use tracing_prof::model::PathKind::{NoSpan, Profiler as Own};
     let (no_span, own) = (alloc_of(NoSpan), alloc_of(Own));
     // The client's own allocations go to a span of their own.
     let answered = tracing::info_span!("client").in_scope(|| {

@@ -278,7 +278,7 @@ fn the_rules_refuse_what_pyroscope_refuses() {
     }
     let push = |labels: &[(&str, &str)], profile: Vec<u8>| {
         use prost::Message as _;
-        use tracing_prof::export::pyroscope::push as p;
+        use tracing_prof_export::__private::push as p;
         let body = p::PushRequest {
             series: vec![p::RawProfileSeries {
                 labels: labels

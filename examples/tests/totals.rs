@@ -87,7 +87,7 @@ fn exported_totals_equal_what_the_program_requested() {
     let (objects, bytes) = (OBJECTS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
     let profile = tracing_prof::core::capture(std::time::Duration::from_secs(1));
     let not_profiler =
-        |p: &&tracing_prof::core::PathProfile| p.kind != tracing_prof::core::PathKind::Profiler;
+        |p: &&tracing_prof::model::PathProfile| p.kind != tracing_prof::model::PathKind::Profiler;
     let model: (u64, u64) = profile
         .paths
         .iter()

@@ -7,7 +7,8 @@
 use pairs::pairs;
 use std::alloc::{GlobalAlloc, System};
 use tikv_jemallocator::Jemalloc;
-use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator, set_sample_rate};
+use tracing_prof_alloc::__private::set_sample_rate;
+use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator};
 use tracing_prof_test_support::bench::{ab, pairs};
 
 /// The same on two threads at once; returns when both are done.

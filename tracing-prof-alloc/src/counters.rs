@@ -39,8 +39,8 @@ pub(crate) struct Slot {
     cpu_user_ns: AtomicU64,
     cpu_sys_ns: AtomicU64,
     /// Enter..exit intervals by own length, bucketed as lifetimes are
-    /// ([`crate::LIFETIME_BOUNDS_NS`]).
-    intervals: [AtomicU64; crate::LIFETIME_BUCKETS],
+    /// ([`crate::sample::LIFETIME_BOUNDS_NS`]).
+    intervals: [AtomicU64; crate::sample::LIFETIME_BUCKETS],
 }
 
 impl Slot {
@@ -57,19 +57,19 @@ impl Slot {
             cpu_ns: AtomicU64::new(0),
             cpu_user_ns: AtomicU64::new(0),
             cpu_sys_ns: AtomicU64::new(0),
-            intervals: [const { AtomicU64::new(0) }; crate::LIFETIME_BUCKETS],
+            intervals: [const { AtomicU64::new(0) }; crate::sample::LIFETIME_BUCKETS],
         }
     }
 }
 
-/// The bucket of an interval `ns` long: the first of [`crate::LIFETIME_BOUNDS_NS`] above it, or
+/// The bucket of an interval `ns` long: the first of [`crate::sample::LIFETIME_BOUNDS_NS`] above it, or
 /// the last.
 #[inline]
 fn interval_bucket(ns: u64) -> usize {
-    crate::LIFETIME_BOUNDS_NS
+    crate::sample::LIFETIME_BOUNDS_NS
         .iter()
         .position(|&bound| ns < bound)
-        .unwrap_or(crate::LIFETIME_BUCKETS - 1)
+        .unwrap_or(crate::sample::LIFETIME_BUCKETS - 1)
 }
 
 /// Frees of *other* threads' blocks, by the thread that allocated them (their *origin*), for the
@@ -591,8 +591,8 @@ pub struct TagTotals {
     pub cpu_user_ns: u64,
     /// System CPU time over enter..exit intervals, nanoseconds.
     pub cpu_sys_ns: u64,
-    /// Enter..exit intervals by length, bucketed by [`crate::LIFETIME_BOUNDS_NS`].
-    pub intervals: [u64; crate::LIFETIME_BUCKETS],
+    /// Enter..exit intervals by length, bucketed by [`crate::sample::LIFETIME_BOUNDS_NS`].
+    pub intervals: [u64; crate::sample::LIFETIME_BUCKETS],
 }
 
 impl TagTotals {

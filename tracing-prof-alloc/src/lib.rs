@@ -41,23 +41,27 @@
 //!   the interval histogram; 657 KiB of address space), touched only for the tags the thread
 //!   uses, reused by later threads once it exits.
 //!
+//! The functions named in the next sections (`set_sample_rate`, `read_stacks`, …) are the
+//! profiler's plumbing, in the hidden `__private` module: an application sets sampling, giant
+//! allocations and the rest through `tracing-prof`'s `Config`, and reads them in its profiles.
+//!
 //! # Heap sampling
-//! [`set_sample_rate`] turns on sampling of code stacks: sample points fall on average every
+//! `set_sample_rate` turns on sampling of code stacks: sample points fall on average every
 //! `rate` bytes a thread allocates, and the allocation that covers one has its stack captured
-//! (by the walker of [`set_stack_walker`] where it can, else `_Unwind_Backtrace`) into a fixed
-//! table read with [`read_stacks`]; see the `sample` module
+//! (by the walker of `set_stack_walker` where it can, else `_Unwind_Backtrace`) into a fixed
+//! table read with `read_stacks`; see the `sample` module
 //! docs for the statistics. Sampled blocks carry a larger header (birth time, stack bucket,
 //! weight, span instance), so frees of them feed lifetimes, temporaries and what outlived its
-//! span ([`read_outlived`]). Off by default; on, the hot path pays one subtraction and one
-//! compare. [`record_sites`] records every allocation's stack of one thread, for budgets.
+//! span (`read_outlived`). Off by default; on, the hot path pays one subtraction and one
+//! compare. `record_sites` records every allocation's stack of one thread, for budgets.
 //!
 //! # Per-thread view
-//! Each header records the allocating thread's table; [`read_threads`] gives allocated and
+//! Each header records the allocating thread's table; `read_threads` gives allocated and
 //! in-use memory per thread, frees credited to the thread that allocated.
 //!
 //! # Giant allocations
-//! [`set_giant_policy`] makes requests at or above a size be recorded (read them with
-//! [`giant_allocations_since`]) and, optionally, refused: null is returned before the inner
+//! `set_giant_policy` makes requests at or above a size be recorded (read them with
+//! `giant_allocations_since`) and, optionally, refused: null is returned before the inner
 //! allocator is asked, so nothing leaks. Off by default; when off or not triggered it costs one
 //! relaxed load and one compare per allocation.
 //!
@@ -85,39 +89,35 @@ mod tag;
 mod unwind;
 
 pub use allocator::{ReallocMode, TaggingAllocator};
-pub use counters::{TagTotals, ThreadTotals};
 pub use header::HEADER_SIZE;
 pub use sample::{DEFAULT_SAMPLE_RATE, DEFAULT_TEMPORARY_THRESHOLD};
 pub use tag::{Tag, TagGuard, current_tag};
 
-// The plumbing the profiler (tracing-prof-core) drives: public because it lives in another
-// crate, hidden from the docs because an application has no use for it.
+/// The plumbing the profiler (`tracing-prof-core`) and the CPU sampler drive: public because
+/// they live in other crates, out of the API because an application has no use for it and no
+/// promise is made about it. Everything an application may use is at the crate's root.
 #[doc(hidden)]
-pub use counters::{
-    MAX_ORIGINS, read_thread_totals, read_threads, read_totals, record_interval,
-    record_span_closed, set_new_thread_hook, thread_tables,
-};
-#[doc(hidden)]
-pub use giant::{
-    GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_end, giant_allocations_since,
-    set_giant_policy,
-};
-#[doc(hidden)]
-pub use instances::{
-    MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
-};
-#[doc(hidden)]
-pub use sample::{
-    HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,
-    StackTotals, read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
-    set_temporary_threshold, temporary_threshold,
-};
-#[doc(hidden)]
-pub use sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
-#[doc(hidden)]
-pub use tag::{set_current_span, set_current_tag, set_stretch_start, stretch_start};
-#[doc(hidden)]
-pub use unwind::{StackWalker, set_stack_walker};
+pub mod __private {
+    pub use crate::counters::{
+        MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
+        record_interval, record_span_closed, set_new_thread_hook, thread_tables,
+    };
+    pub use crate::giant::{
+        GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_end, giant_allocations_since,
+        set_giant_policy,
+    };
+    pub use crate::instances::{
+        MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
+    };
+    pub use crate::sample::{
+        HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,
+        StackTotals, read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
+        set_temporary_threshold, temporary_threshold,
+    };
+    pub use crate::sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
+    pub use crate::tag::{set_current_span, set_current_tag, set_stretch_start, stretch_start};
+    pub use crate::unwind::{StackWalker, set_stack_walker};
+}
 
 /// Number of distinct tags the counter tables hold (reserved tags included).
 pub const MAX_TAGS: usize = 4096;

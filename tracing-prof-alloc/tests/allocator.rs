@@ -3,7 +3,9 @@
 //! Each test uses its own tags, so tests running in parallel threads never see each other's counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use tracing_prof_alloc::{ReallocMode, Tag, TagGuard, TagTotals, TaggingAllocator, read_totals};
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::read_totals;
+use tracing_prof_alloc::{ReallocMode, Tag, TagGuard, TaggingAllocator};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<System> = TaggingAllocator::new(System);
@@ -166,12 +168,12 @@ fn exited_threads_tables_are_reused_and_their_counts_kept() {
         .unwrap()
     };
     run();
-    let tables = tracing_prof_alloc::thread_tables();
+    let tables = tracing_prof_alloc::__private::thread_tables();
     for _ in 0..20 {
         run();
     }
     // Other tests' threads may be alive at the same time, so allow some growth but not 20.
-    assert!(tracing_prof_alloc::thread_tables() < tables + 10);
+    assert!(tracing_prof_alloc::__private::thread_tables() < tables + 10);
     assert_eq!(totals(108).inuse_bytes(), 210);
 }
 

@@ -6,9 +6,8 @@
 //! compiler or a preempted writer to interleave, so this is a stress check of the protocol, not a
 //! proof: the proof is the sequence lock's fences, documented in `giant.rs`.
 
-use tracing_prof_alloc::{
-    Tag, TagGuard, TaggingAllocator, giant_allocations_since, set_giant_policy,
-};
+use tracing_prof_alloc::__private::{giant_allocations_since, set_giant_policy};
+use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);

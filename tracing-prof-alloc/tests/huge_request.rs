@@ -3,9 +3,9 @@
 //! seconds, for 2^48 bytes at the default rate, minutes for 2^56. (Its own process: the
 //! sampling rate is process-wide.)
 
-use tracing_prof_alloc::{
-    Tag, TagGuard, TagTotals, TaggingAllocator, read_totals, set_sample_rate,
-};
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::{read_totals, set_sample_rate};
+use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);

@@ -5,10 +5,11 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::Duration;
-use tracing_prof_alloc::{
-    StackTotals, Tag, TagGuard, TagTotals, TaggingAllocator, read_stacks, read_threads,
-    read_totals, set_sample_rate, set_temporary_threshold,
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::{
+    StackTotals, read_stacks, read_threads, read_totals, set_sample_rate, set_temporary_threshold,
 };
+use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<System> = TaggingAllocator::new(System);

@@ -2,10 +2,8 @@
 //! bucket, none is lost. (A test binary of its own: it fills the process-wide table.)
 
 use std::alloc::System;
-use tracing_prof_alloc::{
-    MAX_STACKS, MAX_TAGS, Tag, TagGuard, TaggingAllocator, read_stacks, sampler_stats,
-    set_sample_rate,
-};
+use tracing_prof_alloc::__private::{MAX_STACKS, read_stacks, sampler_stats, set_sample_rate};
+use tracing_prof_alloc::{MAX_TAGS, Tag, TagGuard, TaggingAllocator};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<System> = TaggingAllocator::new(System);

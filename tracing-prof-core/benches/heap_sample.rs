@@ -15,7 +15,8 @@
 use std::alloc::System;
 use std::hint::black_box;
 use std::time::Instant;
-use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator, set_sample_rate, set_stack_walker};
+use tracing_prof_alloc::__private::{set_sample_rate, set_stack_walker};
+use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
 use tracing_prof_cpu::Unwind;
 
 #[global_allocator]

@@ -28,9 +28,9 @@
 
 use crate::span_path;
 use std::fmt;
-use tracing_prof_alloc::{
-    SiteRecorder, Tag, TagGuard, TagTotals, current_tag, read_thread_totals, record_sites,
-};
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::{SiteRecorder, read_thread_totals, record_sites};
+use tracing_prof_alloc::{Tag, TagGuard, current_tag};
 
 /// Limits on what a closure may allocate; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub struct AllocationSite {
     /// The innermost code frame that asked for memory, with its file and line.
     pub location: String,
     /// The code stack from the closure down to it, root first.
-    pub stack: Vec<crate::CodeFrame>,
+    pub stack: Vec<tracing_prof_model::CodeFrame>,
     /// Allocations made there.
     pub allocations: u64,
     /// Bytes requested there.

@@ -4,13 +4,17 @@
 use crate::symbolize;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-use tracing_prof_alloc::{StackTotals, Tag, TagGuard, TagTotals};
+use tracing_prof_alloc::__private::StackTotals;
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::{Tag, TagGuard};
 use tracing_prof_model::{
     CodeFrame, CpuSource, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME,
     PathKind, PathProfile, Snapshot, SpanFrame, StackProfile, TABLE_FULL_FRAME, TimeStats,
 };
 
-const _: () = assert!(tracing_prof_model::LIFETIME_BUCKETS == tracing_prof_alloc::LIFETIME_BUCKETS);
+const _: () = assert!(
+    tracing_prof_model::LIFETIME_BUCKETS == tracing_prof_alloc::__private::LIFETIME_BUCKETS
+);
 
 /// The span paths known now, the reserved ones first, each with its kind and frames.
 pub(crate) type PathIndex = HashMap<Tag, (PathKind, Vec<SpanFrame>)>;
@@ -53,9 +57,9 @@ pub fn capture(duration: Duration) -> Snapshot {
     let _ = crate::span_index::trim();
     let all = all_paths();
     let mut totals = vec![TagTotals::default(); all.len()];
-    tracing_prof_alloc::read_totals(&mut totals);
+    tracing_prof_alloc::__private::read_totals(&mut totals);
     let mut outlived = vec![(0.0, 0); totals.len()];
-    tracing_prof_alloc::read_outlived(&mut outlived);
+    tracing_prof_alloc::__private::read_outlived(&mut outlived);
     let by_tag: PathIndex = all
         .iter()
         .map(|(tag, kind, frames)| (*tag, (*kind, frames.clone())))
@@ -90,7 +94,7 @@ pub fn capture(duration: Duration) -> Snapshot {
         })
         .collect();
     let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stacks_of(tracing_prof_alloc::read_stacks(), &by_tag)
+        stacks_of(tracing_prof_alloc::__private::read_stacks(), &by_tag)
     }))
     .unwrap_or_default();
     let mut snapshot = Snapshot::new(SystemTime::now(), duration);
@@ -103,8 +107,8 @@ pub fn capture(duration: Duration) -> Snapshot {
     snapshot.cpu = cpu;
     snapshot.cpu_stacks = cpu_stacks;
     snapshot.cpu_sampling_hz = crate::cpu::sampled_hz();
-    snapshot.sample_rate = tracing_prof_alloc::sample_rate();
-    snapshot.temporary_threshold = tracing_prof_alloc::temporary_threshold();
+    snapshot.sample_rate = tracing_prof_alloc::__private::sample_rate();
+    snapshot.temporary_threshold = tracing_prof_alloc::__private::temporary_threshold();
     snapshot.stacks = stacks;
     snapshot.threads = crate::threads::threads();
     snapshot

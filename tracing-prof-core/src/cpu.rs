@@ -181,11 +181,11 @@ pub(crate) fn start(
     }
     // The unwinder's caches and module list are the profiler's own memory.
     let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-    tracing_prof_alloc::set_new_thread_hook(Some(tracing_prof_cpu::ensure_armed));
+    tracing_prof_alloc::__private::set_new_thread_hook(Some(tracing_prof_cpu::ensure_armed));
     tracing_prof_cpu::start(hz, unwind)?;
     // The heap sampler walks armed threads' stacks with the same unwinder (it stays usable
     // once sampling stops: its tables and the threads' stack extents are never freed).
-    tracing_prof_alloc::set_stack_walker(Some(tracing_prof_cpu::walk_own_stack));
+    tracing_prof_alloc::__private::set_stack_walker(Some(tracing_prof_cpu::walk_own_stack));
     let before = RAN_HZ.swap(hz, Ordering::Relaxed);
     if before != 0 && before != hz {
         // Counts taken at another rate stand for another period: start afresh.
@@ -199,7 +199,7 @@ pub(crate) fn start(
 pub(crate) fn stop() {
     if STARTED_HZ.swap(0, Ordering::Relaxed) != 0 {
         tracing_prof_cpu::stop();
-        tracing_prof_alloc::set_new_thread_hook(None);
+        tracing_prof_alloc::__private::set_new_thread_hook(None);
         drain();
     }
 }

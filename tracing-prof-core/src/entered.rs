@@ -19,7 +19,8 @@ use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_prof_alloc::{Tag, set_current_span};
+use tracing_prof_alloc::__private::set_current_span;
+use tracing_prof_alloc::Tag;
 
 /// Entered spans tracked per thread.
 pub const MAX_DEPTH: usize = 64;
@@ -254,7 +255,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         n.publish(state.tag, start_ns);
     }
     if s.worker && clock.is_monotonic() {
-        tracing_prof_alloc::set_stretch_start(start_ns);
+        tracing_prof_alloc::__private::set_stretch_start(start_ns);
     }
 }
 
@@ -300,7 +301,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         }
         if s.worker && clock.is_monotonic() {
             // The span below resumes: a new stretch (none outside every span).
-            tracing_prof_alloc::set_stretch_start(if pos > 0 { now_ns } else { 0 });
+            tracing_prof_alloc::__private::set_stretch_start(if pos > 0 { now_ns } else { 0 });
         }
     } else {
         out_of_order(s, pos, len, &e);
@@ -336,9 +337,15 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     }
     if cpu {
         let own = used.since(cpu_frame.children);
-        tracing_prof_alloc::record_interval(e.tag, own_busy, own.total_ns, own.user_ns, own.sys_ns);
+        tracing_prof_alloc::__private::record_interval(
+            e.tag,
+            own_busy,
+            own.total_ns,
+            own.user_ns,
+            own.sys_ns,
+        );
     } else {
-        tracing_prof_alloc::record_interval(e.tag, own_busy, 0, 0, 0);
+        tracing_prof_alloc::__private::record_interval(e.tag, own_busy, 0, 0, 0);
     }
 }
 

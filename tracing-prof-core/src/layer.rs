@@ -242,8 +242,8 @@ where
         };
         let tag = span_path::intern(parent, attrs.metadata(), crate::labels::of_span(attrs));
         // Span instances only serve the heap sampler's "outlived" counts.
-        let instance = if tracing_prof_alloc::sample_rate() > 0 {
-            tracing_prof_alloc::open_span_instance()
+        let instance = if tracing_prof_alloc::__private::sample_rate() > 0 {
+            tracing_prof_alloc::__private::open_span_instance()
         } else {
             0
         };
@@ -307,8 +307,12 @@ where
             Home::Index(slot) => span_index::remove(slot, id.into_u64()),
             Home::Extensions(b) => b.load(Ordering::Relaxed),
         };
-        tracing_prof_alloc::close_span_instance(state.instance, state.tag);
+        tracing_prof_alloc::__private::close_span_instance(state.instance, state.tag);
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
-        tracing_prof_alloc::record_span_closed(state.tag, wall, wall.saturating_sub(busy));
+        tracing_prof_alloc::__private::record_span_closed(
+            state.tag,
+            wall,
+            wall.saturating_sub(busy),
+        );
     }
 }

@@ -34,8 +34,12 @@
 //!   `(other span paths)` and counted in [`Stats::overflowed_spans`].
 //! - CPU time is Linux-only (zero elsewhere).
 
+// The model's types that the docs above name.
+#[cfg(doc)]
+use tracing_prof_model::{CodeFrame, Snapshot, StackProfile, ThreadProfile};
+
 mod binary;
-pub mod budget;
+mod budget;
 mod capture;
 mod clock;
 pub mod config;
@@ -48,7 +52,7 @@ mod layer;
 mod leak;
 mod long_poll;
 mod monotonic;
-pub mod otel_resource;
+mod otel_resource;
 mod pause;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;
@@ -65,6 +69,7 @@ pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError, CpuTime, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
+pub use otel_resource::{AttributeValue, resource_from_env};
 pub use profiler::{
     BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,
@@ -72,19 +77,24 @@ pub use profiler::{
 pub use span_path::MAX_SPAN_PATHS;
 pub use trace_link::TraceLinks;
 pub use tracing_prof_cpu::CpuSamplerStats;
-pub use tracing_prof_model as model;
-pub use tracing_prof_model::SuspectedLeak;
-pub use tracing_prof_model::{
-    CodeFrame, LIFETIME_BUCKET_NAMES, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME,
-    PROFILER_FRAME, PathKind, PathProfile, ProfileKind, Snapshot, SpanFrame, StackProfile,
-    TABLE_FULL_FRAME, ThreadProfile, TimeStats,
-};
+
+/// What `tracing-prof-export` needs of this crate beyond the API: reading a variable as the
+/// settings do, and the OpenTelemetry resource's encodings. Public because it lives in another
+/// crate; no promise is made about it.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::config::env::env_var;
+    pub use crate::config::parse::{parse_bool, parse_duration};
+    pub use crate::otel_resource::key_values;
+    #[cfg(feature = "otel-proto")]
+    pub use crate::otel_resource::resource_message;
+}
 
 /// Marks the calling thread as one of the profiler's own for the rest of its life: what it
 /// allocates, and the CPU samples taken on it, are counted under `(tracing-prof)`, never under
 /// a user's span. Threads started with [`spawn_profiler_thread`] are marked already.
 pub fn mark_profiler_thread() {
-    tracing_prof_alloc::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
+    tracing_prof_alloc::__private::set_current_tag(tracing_prof_alloc::Tag::PROFILER);
 }
 
 /// Starts a thread named `name` that runs `f` as the profiler's own work (see

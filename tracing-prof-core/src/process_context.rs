@@ -21,7 +21,7 @@
 //! 64-bit little-endian Linux only; elsewhere [`publish`] says it is unsupported.
 
 use crate::fork::ForkSafe;
-pub use crate::otel_resource::{AttributeValue, resource_from_env};
+use crate::otel_resource::AttributeValue;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// The signature of a published header.

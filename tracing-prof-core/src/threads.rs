@@ -29,7 +29,7 @@ fn os_name(tid: u64) -> Option<String> {
 
 /// Every thread table's memory, named.
 pub(crate) fn threads() -> Vec<ThreadProfile> {
-    let totals = tracing_prof_alloc::read_threads();
+    let totals = tracing_prof_alloc::__private::read_threads();
     let mut guard = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
     let names = guard.get_or_insert_with(HashMap::new);
     totals

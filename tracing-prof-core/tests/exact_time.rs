@@ -1,7 +1,8 @@
 //! Span time with a fake clock: every number exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_prof_core::{Clock, CpuSample, ProfileLayer, Snapshot};
+use tracing_prof_core::{Clock, CpuSample, ProfileLayer};
+use tracing_prof_model::Snapshot;
 use tracing_subscriber::prelude::*;
 
 static NOW: AtomicU64 = AtomicU64::new(1_000);

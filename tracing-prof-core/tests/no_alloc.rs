@@ -86,7 +86,7 @@ fn enter_exit_and_tagging_allocate_nothing() {
 fn creation_and_close_allocate_nothing() {
     // With heap sampling on, every span also opens and closes a span instance.
     for sampling in [false, true] {
-        tracing_prof_alloc::set_sample_rate(if sampling { 512 * 1024 } else { 0 });
+        tracing_prof_alloc::__private::set_sample_rate(if sampling { 512 * 1024 } else { 0 });
         let layer = ProfileLayer::new();
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
             let parent = tracing::info_span!("parent");
@@ -107,7 +107,7 @@ fn creation_and_close_allocate_nothing() {
             );
         });
     }
-    tracing_prof_alloc::set_sample_rate(0);
+    tracing_prof_alloc::__private::set_sample_rate(0);
 }
 
 #[test]

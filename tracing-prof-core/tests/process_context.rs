@@ -10,8 +10,9 @@
 
 use prost_reflect::{DescriptorPool, DynamicMessage, Value};
 use std::io::{Read, Seek, SeekFrom};
+use tracing_prof_core::AttributeValue;
 use tracing_prof_core::Profiler;
-use tracing_prof_core::process_context::{self, AttributeValue, HEADER_BYTES};
+use tracing_prof_core::process_context::{self, HEADER_BYTES};
 
 /// Where `/proc/self/maps` shows a mapping named `OTEL_CTX`: the OTEP's names
 /// (`[anon_shmem:OTEL_CTX]`, `/memfd:OTEL_CTX`) and the reference implementation's

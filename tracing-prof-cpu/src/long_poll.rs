@@ -3,7 +3,7 @@
 //! running code of its own), so a sample taken then shows the code that blocks it.
 //!
 //! The span layer records when each worker's current stretch began
-//! (`tracing_prof_alloc::set_stretch_start`); the handler compares that with the same clock,
+//! (`tracing_prof_alloc::__private::set_stretch_start`); the handler compares that with the same clock,
 //! read through the function [`watch_long_polls`] was given, and marks the sample. The samples
 //! of a long poll's first `threshold` are not marked: until then it was not long.
 
@@ -37,7 +37,7 @@ pub(crate) fn now() -> bool {
     if threshold == 0 {
         return false;
     }
-    let since = tracing_prof_alloc::stretch_start();
+    let since = tracing_prof_alloc::__private::stretch_start();
     let clock = CLOCK.load(Ordering::Relaxed);
     if since == 0 || clock.is_null() {
         return false;
@@ -64,12 +64,12 @@ mod tests {
         watch_long_polls(10, test_clock);
         NOW.store(100, Ordering::Relaxed);
         assert!(!now(), "no stretch recorded on this thread");
-        tracing_prof_alloc::set_stretch_start(95);
+        tracing_prof_alloc::__private::set_stretch_start(95);
         assert!(!now(), "5 ns in");
-        tracing_prof_alloc::set_stretch_start(90);
+        tracing_prof_alloc::__private::set_stretch_start(90);
         assert!(now(), "10 ns in");
         watch_long_polls(0, test_clock);
         assert!(!now(), "turned off");
-        tracing_prof_alloc::set_stretch_start(0);
+        tracing_prof_alloc::__private::set_stretch_start(0);
     }
 }

@@ -7,7 +7,8 @@ use crate::http::DEFAULT_HTTP_ADDR;
 use crate::pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeError};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use tracing_prof_core::config::{ConfigError, env_var, parse_bool, parse_duration};
+use tracing_prof_core::__private::{env_var, parse_bool, parse_duration};
+use tracing_prof_core::config::ConfigError;
 
 // Files.
 /// Output directory.
@@ -309,7 +310,7 @@ pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::ot
         }
     }
     if let Some((name, headers)) = otel_var(ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_HEADERS)? {
-        let (good, wrong) = tracing_prof_core::otel_resource::key_values(&headers);
+        let (good, wrong) = tracing_prof_core::__private::key_values(&headers);
         if let Some(pair) = wrong.first() {
             // Named by its place, and by its key only when it has one that is a header
             // name: a pair without `=` may be a whole `Authorization: Bearer ...`.

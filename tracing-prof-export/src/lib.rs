@@ -2,7 +2,7 @@
 //!
 //! Every exporter ships the model of `tracing-prof-model`: a
 //! [`Snapshot`](tracing_prof_model::Snapshot) becomes one pprof
-//! [`Profile`](tracing_prof_model::Profile) per [`ProfileKind`], which knows how to encode
+//! [`Profile`](tracing_prof_model::Profile) per [`ProfileKind`](tracing_prof_model::ProfileKind), which knows how to encode
 //! itself and draw its flame graphs.
 //!
 //! - [`FileExporter`]: a [`Sink`](tracing_prof_core::Sink) writing pprof files to a directory,
@@ -24,8 +24,15 @@ mod sending;
 pub use files::{FileError, FileExporter};
 pub use http::{HttpServer, PprofHandler};
 pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
-pub use tracing_prof_model::ProfileKind;
+pub use sending::PushStats;
 
+/// What this crate's own tests and the conformance tests of `tracing-prof-examples` need beyond
+/// the API: the Pyroscope push API's messages. Public because those tests live in other crates;
+/// no promise is made about it.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::pyroscope::wire::push;
+}
 #[cfg(test)]
 mod tests {
     /// Every variable the exporters read is a known setting (`config::ENV_VARS`), so the

@@ -11,7 +11,8 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::{
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 use tracing_prof_core::Sink;
-use tracing_prof_export::otlp::{OtlpConfig, OtlpExporter, PushStats};
+use tracing_prof_export::PushStats;
+use tracing_prof_export::otlp::{OtlpConfig, OtlpExporter};
 use tracing_prof_model::{LabelValue, Profile, ProfileKind, Snapshot};
 use tracing_prof_test_support::otlp_receiver::{OtlpReceiver, Series, Verdict};
 use tracing_prof_test_support::stub_server::Answer;
@@ -40,7 +41,7 @@ fn exporter(receiver: &OtlpReceiver) -> OtlpExporter {
         .retries(3, Duration::from_millis(50))
         .resource(vec![(
             "service.name".into(),
-            tracing_prof_core::otel_resource::AttributeValue::Str("otlp-test".into()),
+            tracing_prof_core::AttributeValue::Str("otlp-test".into()),
         )]);
     OtlpExporter::start(config).unwrap()
 }

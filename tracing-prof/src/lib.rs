@@ -55,9 +55,13 @@
 //! See the README for the profile kinds, the environment variables, the overhead and the
 //! limitations.
 
+#[doc(inline)]
 pub use tracing_prof_alloc as alloc;
+#[doc(inline)]
 pub use tracing_prof_core as core;
+#[doc(inline)]
 pub use tracing_prof_export as export;
+#[doc(inline)]
 pub use tracing_prof_model as model;
 
 pub use tracing_prof_alloc::{ReallocMode, TaggingAllocator};

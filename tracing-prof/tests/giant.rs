@@ -139,7 +139,7 @@ fn giant_allocations_are_reported_and_refused_without_leaking() {
     );
 
     // Reported, not refused.
-    tracing_prof::alloc::set_giant_policy(Some(MIB), false);
+    tracing_prof_alloc::__private::set_giant_policy(Some(MIB), false);
     let big = tracing::info_span!("giant_allowed").in_scope(|| vec![1u8; 2 * MIB]);
     guard.flush(Duration::from_secs(30)).unwrap();
     let last = profiler.giant_allocations().pop().unwrap();
@@ -168,7 +168,7 @@ const CHILD: &str = "TRACING_PROF_GIANT_PANIC_CHILD";
 #[test]
 fn a_panic_with_a_backtrace_survives_refusal() {
     if std::env::var(CHILD).is_ok() {
-        tracing_prof::alloc::set_giant_policy(Some(16 * 1024), true);
+        tracing_prof_alloc::__private::set_giant_policy(Some(16 * 1024), true);
         let r = std::thread::spawn(|| panic!("deliberate, to print a backtrace")).join();
         assert!(r.is_err());
         println!("survived");

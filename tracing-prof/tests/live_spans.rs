@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 use tracing_prof::{Profiler, TaggingAllocator};
-use tracing_prof_alloc::{Tag, TagTotals, read_totals};
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::read_totals;
+use tracing_prof_alloc::Tag;
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]

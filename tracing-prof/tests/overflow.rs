@@ -4,7 +4,7 @@
 use tracing_prof_test_support as common;
 
 use tracing_prof::Profiler;
-use tracing_prof::core::{OVERFLOW_FRAME, PathKind};
+use tracing_prof::model::{OVERFLOW_FRAME, PathKind};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]

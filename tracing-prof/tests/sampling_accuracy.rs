@@ -97,7 +97,7 @@ fn estimates_are_within_ten_percent_for_paths_of_64_mib_and_more() {
     {
         let before = profiler.snapshot();
         std::thread::spawn(move || {
-            tracing_prof::alloc::seed_this_thread(seed);
+            tracing_prof_alloc::__private::seed_this_thread(seed);
             if mixed { interleaved() } else { workload() }
         })
         .join()

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use tracing::Span;
 use tracing_prof::{ProfileLayer, Snapshot, TaggingAllocator};
-use tracing_prof_alloc::{TagTotals, read_totals};
+use tracing_prof_alloc::__private::TagTotals;
+use tracing_prof_alloc::__private::read_totals;
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]

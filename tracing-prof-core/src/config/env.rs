@@ -96,7 +96,7 @@ const DEV_VARS: &[&str] = &[
 
 /// Warnings for the `TRACING_PROF_*` names among `names` that are no setting, each with the
 /// setting it most resembles, if one is close.
-pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
+pub(crate) fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     let mut names: Vec<String> = names
         .filter(|n| {
             n.starts_with("TRACING_PROF_")

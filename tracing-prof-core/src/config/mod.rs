@@ -1,14 +1,21 @@
 //! Settings, their documented defaults, and the `TRACING_PROF_*` environment variables.
 
-mod env;
-mod parse;
+pub(crate) mod env;
+pub(crate) mod parse;
 
 use crate::CpuClock;
-use env::warn_unknown_variables;
-pub use env::*;
-pub(crate) use parse::parse_label_fields;
-pub use parse::{MAX_DURATION, MIN_GIANT_BYTES, MIN_INTERVAL, parse_bool, parse_duration};
+#[cfg(test)]
+use env::unknown_variables;
+pub use env::{
+    ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_GIANT_BYTES, ENV_GIANT_REFUSE,
+    ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL, ENV_LEAK_MIN_BYTES,
+    ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT,
+    ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
+};
+use env::{env_var, warn_unknown_variables};
+pub use parse::{MAX_DURATION, MIN_GIANT_BYTES, MIN_INTERVAL};
 use parse::{check_giant_bytes, parse_max_paths};
+pub(crate) use parse::{parse_bool, parse_duration, parse_label_fields};
 use std::time::Duration;
 pub use tracing_prof_cpu::Unwind;
 

@@ -10,7 +10,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tracing_prof_alloc::{Tag, set_current_tag};
+use tracing_prof_alloc::__private::set_current_tag;
+use tracing_prof_alloc::Tag;
 use tracing_prof_model::SuspectedLeak;
 
 pub(super) enum Command {
@@ -118,7 +119,8 @@ impl Aggregator {
         }
         let mut events: Vec<Box<dyn Fn()>> = Vec::new();
         if self.giants {
-            let (new, missed, next) = tracing_prof_alloc::giant_allocations_since(self.next_giant);
+            let (new, missed, next) =
+                tracing_prof_alloc::__private::giant_allocations_since(self.next_giant);
             self.next_giant = next;
             self.shared
                 .giants_missed
@@ -147,7 +149,7 @@ impl Aggregator {
             // Symbolized above, outside the lock: a ForkSafe lock is held briefly, alone.
             let mut kept = self.shared.giants.lock();
             for report in reports {
-                if kept.len() == tracing_prof_alloc::GIANT_RING {
+                if kept.len() == tracing_prof_alloc::__private::GIANT_RING {
                     kept.pop_front();
                 }
                 kept.push_back(report);

@@ -288,8 +288,8 @@ impl ProfilerBuilder {
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();
         crate::long_poll::set_threshold(self.config.long_poll);
-        tracing_prof_alloc::set_temporary_threshold(self.config.temporary_threshold);
-        if !tracing_prof_alloc::set_sample_rate(self.config.sample_rate) {
+        tracing_prof_alloc::__private::set_temporary_threshold(self.config.temporary_threshold);
+        if !tracing_prof_alloc::__private::set_sample_rate(self.config.sample_rate) {
             return Err(BuildError::Config(ConfigError::Value {
                 setting: "sample_rate",
                 reason: "the system allocator refused the sample table".into(),
@@ -353,7 +353,7 @@ impl ProfilerBuilder {
             toggle_signal: self.config.toggle_signal.is_some(),
             toggles_seen: 0,
             // Only records made from now on: older ones belong to an earlier profiler.
-            next_giant: tracing_prof_alloc::giant_allocations_end(),
+            next_giant: tracing_prof_alloc::__private::giant_allocations_end(),
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
@@ -371,7 +371,10 @@ impl ProfilerBuilder {
             .with_trace_links(self.config.trace_links)
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         // Last: what `build` itself allocates is never refused.
-        tracing_prof_alloc::set_giant_policy(self.config.giant_bytes, self.config.giant_refuse);
+        tracing_prof_alloc::__private::set_giant_policy(
+            self.config.giant_bytes,
+            self.config.giant_refuse,
+        );
         #[allow(unused_mut, reason = "attached to only with the opentelemetry feature")]
         let mut guard = ProfilerGuard {
             profiler: Profiler { shared },
@@ -383,7 +386,7 @@ impl ProfilerBuilder {
         };
         #[cfg(feature = "opentelemetry")]
         if self.config.process_context {
-            let resource = crate::process_context::resource_from_env();
+            let resource = crate::otel_resource::resource_from_env();
             match crate::process_context::publish(&resource) {
                 Ok(()) => guard
                     .attached

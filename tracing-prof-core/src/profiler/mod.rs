@@ -41,7 +41,7 @@ pub struct Stats {
     pub thread_tables: usize,
     /// Heap sampling rate in bytes (0: off).
     pub sample_rate: u64,
-    /// Stack buckets of the heap sampler in use, out of `tracing_prof_alloc::MAX_STACKS - 1`.
+    /// Stack buckets of the heap sampler in use, out of `tracing_prof_alloc::__private::MAX_STACKS - 1`.
     pub sampled_stacks: usize,
     /// Samples counted under `(stack table full)` because no bucket was left for their stack.
     pub stack_table_full: u64,
@@ -107,10 +107,10 @@ impl Shared {
         }
         if paused {
             self.paused.store(true, Ordering::Release);
-            tracing_prof_alloc::set_sample_rate(0);
+            tracing_prof_alloc::__private::set_sample_rate(0);
             crate::cpu::stop();
         } else {
-            tracing_prof_alloc::set_sample_rate(self.sample_rate);
+            tracing_prof_alloc::__private::set_sample_rate(self.sample_rate);
             if self.cpu_hz > 0 {
                 if let Err(e) = crate::cpu::start(self.cpu_time, self.cpu_hz, self.cpu_unwind) {
                     eprintln!("tracing-prof: CPU sampling did not start again: {e}");
@@ -218,17 +218,17 @@ impl Profiler {
 
     /// Counters about the profiler itself.
     pub fn stats(&self) -> Stats {
-        let sampler = tracing_prof_alloc::sampler_stats();
+        let sampler = tracing_prof_alloc::__private::sampler_stats();
         Stats {
             exports: self.shared.exports.load(Ordering::Relaxed),
             export_errors: self.shared.export_errors.load(Ordering::Relaxed),
             overflowed_spans: crate::span_path::overflowed_spans(),
             giant_allocations_missed: self.shared.giants_missed.load(Ordering::Relaxed),
-            thread_tables: tracing_prof_alloc::thread_tables(),
+            thread_tables: tracing_prof_alloc::__private::thread_tables(),
             sample_rate: sampler.rate,
             sampled_stacks: sampler.stacks,
             stack_table_full: sampler.table_full,
-            untracked_span_instances: tracing_prof_alloc::untracked_instances(),
+            untracked_span_instances: tracing_prof_alloc::__private::untracked_instances(),
             span_table_bytes: crate::span_index::resident_bytes(),
             spans_outside_table: crate::span_index::spans_outside(),
             cpu_links_let_go: crate::cpu::links_let_go(),

@@ -5,8 +5,8 @@ use crate::sending::{
 };
 use std::fmt;
 use std::time::Duration;
+use tracing_prof_core::AttributeValue;
 use tracing_prof_core::config::ConfigError;
-use tracing_prof_core::otel_resource::AttributeValue;
 
 pub use crate::env::{
     ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS, ENV_OTLP_PROFILES_COMPRESSION,
@@ -79,7 +79,7 @@ impl fmt::Debug for OtlpError {
 impl OtlpConfig {
     /// Sends to `endpoint`, the whole URL of the profiles path (as
     /// `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` gives it: `http://collector:4318/v1development/profiles`),
-    /// gzip'd, with the resource of [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env)
+    /// gzip'd, with the resource of [`resource_from_env`](tracing_prof_core::resource_from_env)
     /// less `process.pid`.
     pub fn new(endpoint: impl Into<String>) -> Self {
         OtlpConfig {
@@ -89,7 +89,7 @@ impl OtlpConfig {
             timeout: DEFAULT_TIMEOUT,
             // Without `process.pid`: Pyroscope makes every resource attribute a label, and a
             // pid would make new series at every restart and on every replica.
-            resource: tracing_prof_core::otel_resource::resource_from_env()
+            resource: tracing_prof_core::resource_from_env()
                 .into_iter()
                 .filter(|(k, _)| k != "process.pid")
                 .collect(),

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfil
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, any_value};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use std::collections::HashMap;
-use tracing_prof_core::otel_resource::AttributeValue;
+use tracing_prof_core::AttributeValue;
 use tracing_prof_model::pprof::proto;
 
 /// The attribute of a mapping that names its GNU build id (the semantic conventions'
@@ -354,7 +354,7 @@ pub(super) fn request(
     if profiles.is_empty() {
         return None;
     }
-    let resource = tracing_prof_core::otel_resource::resource_message(resource);
+    let resource = tracing_prof_core::__private::resource_message(resource);
     Some(ExportProfilesServiceRequest {
         resource_profiles: vec![otlp::ResourceProfiles {
             resource: Some(resource),

@@ -10,7 +10,7 @@ use std::fmt;
 use std::io::Read as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tracing_prof_core::otel_resource::AttributeValue;
+use tracing_prof_core::AttributeValue;
 use tracing_prof_core::{Sink, SinkError};
 use tracing_prof_model::Snapshot;
 

@@ -36,7 +36,7 @@
 //! times can be picked by path as CPU can, at one series per path a profile type.
 //! CPU samples taken in a span linked to a trace (the `opentelemetry` feature of
 //! tracing-prof-core) carry a `Link` to its trace and span instead of the `span_id` and
-//! `trace_id` labels. The resource is [`resource_from_env`](tracing_prof_core::otel_resource::resource_from_env)'s
+//! `trace_id` labels. The resource is [`resource_from_env`](tracing_prof_core::resource_from_env)'s
 //! (`service.name` from `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`), the scope
 //! `tracing-prof`.
 //!
@@ -64,7 +64,6 @@ mod config;
 mod convert;
 mod exporter;
 
-pub use crate::sending::PushStats;
 pub use config::{
     DEFAULT_TIMEOUT, ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS,
     ENV_OTLP_PROFILES_COMPRESSION, ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_PROFILES_HEADERS,

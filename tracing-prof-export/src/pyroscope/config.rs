@@ -214,9 +214,9 @@ impl PyroscopeConfig {
                 }
             ));
         }
-        if self.tags.len() > MAX_TAGS {
+        if self.tags.len() > MAX_SERIES_TAGS {
             return invalid(format!(
-                "{} tags ({ENV_LABELS}); Pyroscope allows {MAX_TAGS} beside the labels we set",
+                "{} tags ({ENV_LABELS}); Pyroscope allows {MAX_SERIES_TAGS} beside the labels we set",
                 self.tags.len()
             ));
         }
@@ -262,7 +262,7 @@ const RESERVED_TAGS: [&str; 3] = ["service_name", "app_name", "pyroscope_spy"];
 
 /// Pyroscope's default `validation.max-label-names-per-series` is 30; `__name__`,
 /// `service_name`, `__delta__` and (on `/ingest`) `pyroscope_spy` leave 26 for tags.
-pub const MAX_TAGS: usize = 26;
+pub const MAX_SERIES_TAGS: usize = 26;
 
 #[cfg(test)]
 mod tests {
@@ -379,9 +379,9 @@ mod tests {
         for value in ["", " prod", "prod ", "a\nb"] {
             assert!(base().tag("env", value).validate().is_err(), "{value:?}");
         }
-        let many = (0..=MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        let many = (0..=MAX_SERIES_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
         assert!(refused(many).contains("26"));
-        let enough = (0..MAX_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
+        let enough = (0..MAX_SERIES_TAGS).fold(base(), |c, i| c.tag(format!("t{i}"), "v"));
         assert!(enough.validate().is_ok());
         assert!(base().tag("k".repeat(1025), "v").validate().is_err());
         assert!(base().tag("k", "v".repeat(2049)).validate().is_err());

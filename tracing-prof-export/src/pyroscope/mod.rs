@@ -33,7 +33,7 @@
 //! A profile beyond Pyroscope's default limits ([`MAX_SAMPLES`] samples, [`MAX_PROFILE_BYTES`]
 //! uncompressed) would be refused whole: its smallest samples are summed into one
 //! `(N smaller stacks merged)` sample instead, totals unchanged, counted in
-//! [`PushStats::merged_samples`]. Pyroscope refuses profiles that start more than an hour ago:
+//! [`PushStats::merged_samples`](crate::PushStats::merged_samples). Pyroscope refuses profiles that start more than an hour ago:
 //! keep the interval under an hour.
 //!
 //! # The APIs
@@ -57,15 +57,13 @@ mod config;
 mod exporter;
 mod sender;
 mod series;
-mod wire;
+pub(crate) mod wire;
 
 pub use crate::pushed::{MAX_PROFILE_BYTES, MAX_SAMPLES};
-pub use crate::sending::PushStats;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_FLUSH_TIMEOUT, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETRIES,
     DEFAULT_TIMEOUT, ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD,
-    ENV_BASIC_AUTH_USER, ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT, MAX_TAGS,
-    PyroscopeApi, PyroscopeConfig, PyroscopeError,
+    ENV_BASIC_AUTH_USER, ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT,
+    MAX_SERIES_TAGS, PyroscopeApi, PyroscopeConfig, PyroscopeError,
 };
 pub use exporter::PyroscopeExporter;
-pub use wire::push;
