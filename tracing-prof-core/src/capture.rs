@@ -1,6 +1,7 @@
 //! Capturing a [`Snapshot`]: reads the allocator's counters, the span path table and the
 //! samplers, symbolizes the sampled stacks, and fills the model.
 
+use crate::span_path::{PathIndex, path_of};
 use crate::symbolize;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -8,41 +9,13 @@ use tracing_prof_alloc::__private::StackTotals;
 use tracing_prof_alloc::__private::TagTotals;
 use tracing_prof_alloc::{Tag, TagGuard};
 use tracing_prof_model::{
-    CodeFrame, CpuSource, Lifetimes, MemoryStats, NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME,
-    PathKind, PathProfile, Snapshot, SpanFrame, StackProfile, TABLE_FULL_FRAME, TimeStats,
+    CodeFrame, CpuSource, Lifetimes, MemoryStats, PathKind, PathProfile, Snapshot, SpanFrame,
+    StackProfile, TABLE_FULL_FRAME, TimeStats,
 };
 
 const _: () = assert!(
     tracing_prof_model::LIFETIME_BUCKETS == tracing_prof_alloc::__private::LIFETIME_BUCKETS
 );
-
-/// The span paths known now, the reserved ones first, each with its kind and frames.
-pub(crate) type PathIndex = HashMap<Tag, (PathKind, Vec<SpanFrame>)>;
-
-fn all_paths() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
-    let special = [
-        (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
-        (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
-        (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
-    ]
-    .map(|(tag, kind, name)| (tag, kind, vec![SpanFrame::synthetic(name)]));
-    special
-        .into_iter()
-        .chain(
-            crate::span_path::all_paths()
-                .into_iter()
-                .map(|(t, f)| (t, PathKind::Span, f)),
-        )
-        .collect()
-}
-
-/// Every span path known now, by tag.
-pub(crate) fn path_index() -> PathIndex {
-    all_paths()
-        .into_iter()
-        .map(|(tag, kind, frames)| (tag, (kind, frames)))
-        .collect()
-}
 
 /// Reads every counter now. Never blocks application threads. `duration` is how long the
 /// counters have been running.
@@ -55,7 +28,7 @@ pub(crate) fn path_index() -> PathIndex {
 pub fn capture(duration: Duration) -> Snapshot {
     let _profiler = TagGuard::new(Tag::PROFILER);
     let _ = crate::span_index::trim();
-    let all = all_paths();
+    let all = crate::span_path::all_paths_with_reserved();
     let mut totals = vec![TagTotals::default(); all.len()];
     tracing_prof_alloc::__private::read_totals(&mut totals);
     let mut outlived = vec![(0.0, 0); totals.len()];
@@ -64,7 +37,7 @@ pub fn capture(duration: Duration) -> Snapshot {
         .iter()
         .map(|(tag, kind, frames)| (*tag, (*kind, frames.clone())))
         .collect();
-    let cpu = crate::cpu::source(crate::layer::exact_cpu_source());
+    let cpu = crate::cpu::source(crate::cpu::exact_cpu_source());
     let period = crate::cpu::period_ns();
     // Symbolization reads the binary's debug info: whatever goes wrong there must not take
     // the snapshot (or the aggregator thread) down with it; the stacks are left out instead.
@@ -112,13 +85,6 @@ pub fn capture(duration: Duration) -> Snapshot {
     snapshot.stacks = stacks;
     snapshot.threads = crate::threads::threads();
     snapshot
-}
-
-/// The span path of `tag`: its kind and frames (overflow when unknown).
-pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) {
-    by_tag
-        .get(&tag)
-        .map_or((PathKind::Overflow, &[][..]), |(k, f)| (*k, f.as_slice()))
 }
 
 /// The code stack of `ips` sampled in the path `frames` of `kind`, or the table-full frame for

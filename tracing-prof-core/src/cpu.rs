@@ -9,8 +9,7 @@
 //! program's distinct hot stacks, not by its instructions: at most [`MAX_CPU_STACKS`] of them;
 //! samples of further stacks count under their span path with the `(stack table full)` frame.
 
-use crate::capture::{PathIndex, path_of};
-use crate::config::CpuTime;
+use crate::span_path::{PathIndex, path_of};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +19,44 @@ use tracing_prof_cpu::TraceLink;
 use tracing_prof_model::{
     CodeFrame, CpuSource, CpuStack, LinkedSamples, PathKind, SpanFrame, TABLE_FULL_FRAME,
 };
+
+/// How per-span CPU time is measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CpuTime {
+    /// From the CPU stack samples (the default): no cost on span enter and exit; an estimate
+    /// per span path, whose error shrinks with the time measured (see the README).
+    #[default]
+    Sampled,
+    /// A per-thread CPU clock read on every enter and exit ([`CpuClock`](crate::CpuClock)): exact per interval,
+    /// about 0.5 µs per read (a system call). For spans entered rarely, or tests.
+    Exact,
+    /// Not measured.
+    Off,
+}
+
+/// How the most recently installed layer measures CPU time on enter and exit: 0 off, 1 a
+/// thread clock, 2 a clock that splits user and system time.
+static EXACT_CPU: AtomicU8 = AtomicU8::new(0);
+
+/// Says how the layer installed last measures CPU time on enter and exit.
+pub(crate) fn set_exact_source(source: CpuSource) {
+    let mode = match source {
+        CpuSource::ThreadClock => 1,
+        CpuSource::Rusage => 2,
+        _ => 0,
+    };
+    EXACT_CPU.store(mode, Ordering::Relaxed);
+}
+
+/// How CPU time is measured on enter and exit by the layer installed last.
+pub(crate) fn exact_cpu_source() -> CpuSource {
+    match EXACT_CPU.load(Ordering::Relaxed) {
+        1 => CpuSource::ThreadClock,
+        2 => CpuSource::Rusage,
+        _ => CpuSource::Off,
+    }
+}
 
 /// How often the aggregator drains the samplers' rings: 100 ms (a thread's ring holds about
 /// 0.6 s of samples at 100 Hz).

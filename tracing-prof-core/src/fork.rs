@@ -86,7 +86,7 @@ extern "C" fn release() {
 
 extern "C" fn release_in_child() {
     release();
-    crate::profiler::after_fork_in_child();
+    crate::running::after_fork_in_child();
     crate::span_index::after_fork_in_child();
     crate::in_flight::after_fork_in_child(crate::entered::own_slot());
 }

@@ -7,7 +7,7 @@
 //! when the thread exits. Past [`MAX_THREADS`] threads at once, the others are not listed.
 //! Open spans come from the span table (see `span_index`), read without a lock.
 
-use crate::capture::PathIndex;
+use crate::span_path::PathIndex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};

@@ -14,7 +14,6 @@
 //! fields and takes a process-wide lock to intern the values; spans without those fields, and
 //! enter and exit, pay nothing.
 
-use crate::config::MAX_LABEL_VALUE_CHARS;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +23,8 @@ use tracing_core::span::Attributes;
 
 /// Fields that may be configured as labels at most.
 pub const MAX_LABEL_FIELDS: usize = 8;
+/// Characters kept of a label value: 64.
+pub const MAX_LABEL_VALUE_CHARS: usize = 64;
 /// Distinct values per field that may be configured at most.
 pub const MAX_LABEL_VALUES: usize = 1024;
 /// The value shown for every value of a field past its limit.

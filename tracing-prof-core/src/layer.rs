@@ -6,7 +6,7 @@ use crate::span_index::{self, SpanState};
 use crate::span_path;
 use crate::trace_link::{self, LinkCell, TraceLinks};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tracing_core::Subscriber;
 use tracing_core::span::{Attributes, Id};
 use tracing_prof_alloc::{Tag, TagGuard};
@@ -186,19 +186,6 @@ impl<C: Clock> ProfileLayer<C> {
     }
 }
 
-/// How the most recently installed layer measures CPU time: 0 off, 1 thread clock, 2 a clock
-/// that splits user and system time.
-static EXACT_CPU: AtomicU8 = AtomicU8::new(0);
-
-/// How CPU time is measured on enter and exit by the layer installed last.
-pub(crate) fn exact_cpu_source() -> tracing_prof_model::CpuSource {
-    match EXACT_CPU.load(Ordering::Relaxed) {
-        1 => tracing_prof_model::CpuSource::ThreadClock,
-        2 => tracing_prof_model::CpuSource::Rusage,
-        _ => tracing_prof_model::CpuSource::Off,
-    }
-}
-
 impl<S, C> Layer<S> for ProfileLayer<C>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -211,12 +198,11 @@ where
         let _ = self.dispatch.set(subscriber.downgrade());
         #[cfg(not(feature = "opentelemetry"))]
         let _ = subscriber;
-        let mode = match (self.cpu_time, self.clock.splits_cpu()) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        };
-        EXACT_CPU.store(mode, Ordering::Relaxed);
+        crate::cpu::set_exact_source(match (self.cpu_time, self.clock.splits_cpu()) {
+            (false, _) => tracing_prof_model::CpuSource::Off,
+            (true, false) => tracing_prof_model::CpuSource::ThreadClock,
+            (true, true) => tracing_prof_model::CpuSource::Rusage,
+        });
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {

@@ -57,6 +57,7 @@ mod pause;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;
 mod profiler;
+mod running;
 mod span_index;
 mod span_path;
 mod symbolize;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tracing_core::Metadata;
 use tracing_prof_alloc::{MAX_TAGS, Tag};
-use tracing_prof_model::{NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, SpanFrame};
+use tracing_prof_model::{NO_SPAN_FRAME, OVERFLOW_FRAME, PROFILER_FRAME, PathKind, SpanFrame};
 
 /// Most span paths the allocator's tables can hold (`MAX_TAGS` less the reserved tags).
 pub const MAX_SPAN_PATHS: usize = MAX_TAGS - Tag::FIRST_PATH as usize;
@@ -109,8 +109,11 @@ fn path_name(frame: &SpanFrame, group: &[SpanFrame]) -> Arc<str> {
     Arc::from(format!("{qualified} ({file}:{line})"))
 }
 
+/// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
+pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
+
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-static CAP: AtomicUsize = AtomicUsize::new(crate::config::DEFAULT_MAX_SPAN_PATHS);
+static CAP: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_SPAN_PATHS);
 static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
@@ -288,4 +291,35 @@ pub(crate) fn display(tag: Tag) -> String {
     }
     names.reverse();
     names.join(tracing_prof_model::PATH_SEPARATOR)
+}
+
+/// The span paths known now, the reserved ones first, each with its kind and frames.
+pub(crate) type PathIndex = HashMap<Tag, (PathKind, Vec<SpanFrame>)>;
+
+pub(crate) fn all_paths_with_reserved() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
+    let special = [
+        (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
+        (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
+        (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
+    ]
+    .map(|(tag, kind, name)| (tag, kind, vec![SpanFrame::synthetic(name)]));
+    special
+        .into_iter()
+        .chain(all_paths().into_iter().map(|(t, f)| (t, PathKind::Span, f)))
+        .collect()
+}
+
+/// Every span path known now, by tag.
+pub(crate) fn path_index() -> PathIndex {
+    all_paths_with_reserved()
+        .into_iter()
+        .map(|(tag, kind, frames)| (tag, (kind, frames)))
+        .collect()
+}
+
+/// The span path of `tag`: its kind and frames (overflow when unknown).
+pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) {
+    by_tag
+        .get(&tag)
+        .map_or((PathKind::Overflow, &[][..]), |(k, f)| (*k, f.as_slice()))
 }

@@ -19,30 +19,14 @@ pub(crate) use parse::{parse_bool, parse_duration, parse_label_fields};
 use std::time::Duration;
 pub use tracing_prof_cpu::Unwind;
 
-/// How per-span CPU time is measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CpuTime {
-    /// From the CPU stack samples (the default): no cost on span enter and exit; an estimate
-    /// per span path, whose error shrinks with the time measured (see the README).
-    #[default]
-    Sampled,
-    /// A per-thread CPU clock read on every enter and exit ([`CpuClock`]): exact per interval,
-    /// about 0.5 µs per read (a system call). For spans entered rarely, or tests.
-    Exact,
-    /// Not measured.
-    Off,
-}
+pub use crate::cpu::CpuTime;
 
 /// Distinct values kept per span field label before further ones are shown as `(other)`: 32.
 pub const DEFAULT_LABEL_VALUES: usize = 32;
-/// Characters kept of a label value: 64.
-pub const MAX_LABEL_VALUE_CHARS: usize = 64;
 
 /// How often the aggregator exports a profile: 10 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-/// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
-pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
+pub use crate::span_path::DEFAULT_MAX_SPAN_PATHS;
 /// How per-span CPU time is measured: [`CpuTime::Sampled`], from the CPU stack samples, so that
 /// span enter and exit pay no system call.
 pub const DEFAULT_CPU_TIME: CpuTime = CpuTime::Sampled;

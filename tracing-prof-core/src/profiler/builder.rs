@@ -8,11 +8,12 @@ use crate::config::{Config, ConfigError};
 use crate::fork::ForkSafe;
 use crate::layer::ProfileLayer;
 use crate::leak::LeakDetector;
+use crate::running::RunningToken;
 use crossbeam_channel::bounded;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// Why the profiler could not start.
@@ -39,33 +40,6 @@ impl std::fmt::Debug for BuildError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Display::fmt(self, f)
     }
-}
-
-/// Set while a profiler runs: from `build` until its aggregator thread has finished.
-pub(super) static RUNNING: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// Owns [`RUNNING`]: clears it when dropped (the aggregator's end, or a failed build).
-struct RunningToken(());
-
-impl RunningToken {
-    fn take() -> Result<Self, BuildError> {
-        RUNNING
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| RunningToken(()))
-            .map_err(|_| BuildError::AlreadyRunning)
-    }
-}
-
-impl Drop for RunningToken {
-    fn drop(&mut self) {
-        RUNNING.store(false, Ordering::Release);
-    }
-}
-
-/// In a child of `fork`: no aggregator runs there.
-pub(crate) fn after_fork_in_child() {
-    RUNNING.store(false, Ordering::Release);
 }
 
 /// Configures and starts a profiler.
@@ -283,7 +257,7 @@ impl ProfilerBuilder {
     /// Starts the aggregator thread and returns the layer to install and the guard to keep.
     pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
         self.config.validate()?;
-        let running = RunningToken::take()?;
+        let running = RunningToken::take().ok_or(BuildError::AlreadyRunning)?;
         crate::span_path::set_cap(self.config.max_span_paths);
         crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();

@@ -11,8 +11,6 @@ mod builder;
 mod guard;
 mod sink;
 
-use builder::RUNNING;
-pub(crate) use builder::after_fork_in_child;
 pub use builder::{BuildError, ProfilerBuilder};
 pub use guard::{FlushTimeout, ProfilerGuard};
 pub use sink::{Delivery, DeliveryProbe, ServiceStatus, Sink, SinkError, SinkStats};
@@ -174,7 +172,7 @@ impl Profiler {
     /// (the guard is alive, or its final export is still under way). While it is, building
     /// another fails with [`BuildError::AlreadyRunning`].
     pub fn running() -> bool {
-        RUNNING.load(Ordering::Acquire)
+        crate::running::is_running()
     }
 
     /// Everything counted so far, read now on the calling thread, with the suspected leaks the
@@ -198,7 +196,7 @@ impl Profiler {
     /// [`LISTED_PER_PATH`]: tracing_prof_model::LISTED_PER_PATH
     pub fn in_flight(&self) -> tracing_prof_model::InFlight {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        crate::in_flight::read(&crate::capture::path_index(), crate::monotonic::now_ns())
+        crate::in_flight::read(&crate::span_path::path_index(), crate::monotonic::now_ns())
     }
 
     /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
