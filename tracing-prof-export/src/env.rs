@@ -1,93 +1,78 @@
 //! Every environment variable the exporters read, in one place: what a deployment can set, and
 //! how each value is checked. A bad value is an error naming the variable
-//! ([`ConfigError::Env`]); the exporters' `from_env` functions call in here.
+//! ([`ConfigError::Env`]). The exporters' `from_env` functions are here; each exporter's
+//! module names its variables (`ENV_*`), and this module depends on the exporters, never the
+//! reverse.
 
-use crate::files::{DEFAULT_DIR, FileExporter};
-use crate::http::DEFAULT_HTTP_ADDR;
-use crate::pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeError};
+use crate::files::{
+    DEFAULT_DIR, ENV_DELTAS, ENV_DIR, ENV_FLAMEGRAPHS, ENV_KEEP_FILES, FileExporter,
+};
+use crate::http::{
+    DEFAULT_HTTP_ADDR, ENV_HTTP_ADDR, ENV_HTTP_ALLOW_PUBLIC, ENV_HTTP_REQUIRED, ENV_HTTP_TOKEN,
+    HttpError, HttpServer, HttpSettings,
+};
+#[cfg(feature = "otlp")]
+use crate::otlp::{
+    ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS, ENV_OTLP_PROFILES_COMPRESSION,
+    ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_PROFILES_PROTOCOL,
+    ENV_OTLP_PROFILES_TIMEOUT, ENV_OTLP_PROTOCOL, ENV_OTLP_TIMEOUT,
+};
+use crate::pyroscope::{
+    ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD, ENV_BASIC_AUTH_USER,
+    ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT, PyroscopeApi, PyroscopeConfig,
+    PyroscopeError,
+};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use tracing_prof_core::__private::{env_var, parse_bool, parse_duration};
+use tracing_prof_core::Profiler;
 use tracing_prof_core::config::ConfigError;
 
-// Files.
-/// Output directory.
-pub const ENV_DIR: &str = "TRACING_PROF_DIR";
-/// Files kept per kind and process, `0` for all.
-pub const ENV_KEEP_FILES: &str = "TRACING_PROF_KEEP_FILES";
-/// Also write each interval's own numbers (`{kind}-delta.*` files): `1`/`0`, `true`/`false`, ...
-pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
-/// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
-pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
+impl FileExporter {
+    /// [`DEFAULT_DIR`] and [`DEFAULT_KEEP_FILES`](crate::files::DEFAULT_KEEP_FILES), overridden by `TRACING_PROF_DIR` and
+    /// `TRACING_PROF_KEEP_FILES` when set. The directory is [checked](Self::check): one that
+    /// cannot be created or written to is an error naming the variable, unless the disk is
+    /// full (said on stderr; the exports try again every interval).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        file_exporter()
+    }
+}
 
-// `/debug/pprof`.
-/// Address to serve on (`host:port`, or `default` for [`DEFAULT_HTTP_ADDR`]); unset: no server.
-pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
-/// Bearer token the endpoint requires, if set.
-pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
-/// `1` to serve on a non-loopback address without a token (refused otherwise).
-pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
-/// `1` makes a `/debug/pprof` server that cannot listen an error at start; by default the
-/// service runs without it and the server tries again every
-/// [`BIND_RETRY`](crate::http::BIND_RETRY).
-pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
+impl PyroscopeConfig {
+    /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
+    /// `PYROSCOPE_SERVER_ADDRESS` is unset.
+    pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
+        pyroscope_config()
+    }
+}
 
-// Pyroscope.
-/// Server URL, e.g. `http://pyroscope:4040` (as Pyroscope's own clients name it). Unset: no push.
-pub const ENV_SERVER_ADDRESS: &str = "PYROSCOPE_SERVER_ADDRESS";
-/// Application name (`service_name`); default: the executable's name.
-pub const ENV_APPLICATION_NAME: &str = "PYROSCOPE_APPLICATION_NAME";
-/// Bearer token.
-pub const ENV_AUTH_TOKEN: &str = "PYROSCOPE_AUTH_TOKEN";
-/// Basic auth user (Grafana Cloud: the stack's user id).
-pub const ENV_BASIC_AUTH_USER: &str = "PYROSCOPE_BASIC_AUTH_USER";
-/// Basic auth password (Grafana Cloud: an access policy token).
-pub const ENV_BASIC_AUTH_PASSWORD: &str = "PYROSCOPE_BASIC_AUTH_PASSWORD";
-/// Tenant, sent as `X-Scope-OrgID`.
-pub const ENV_TENANT_ID: &str = "PYROSCOPE_TENANT_ID";
-/// Static tags, `key=value,key2=value2`.
-pub const ENV_LABELS: &str = "PYROSCOPE_LABELS";
-/// `push` (default) or `ingest`.
-pub const ENV_API: &str = "TRACING_PROF_PYROSCOPE_API";
-/// Request timeout, a duration like `10s`.
-pub const ENV_TIMEOUT: &str = "TRACING_PROF_PYROSCOPE_TIMEOUT";
+#[cfg(feature = "otlp")]
+impl crate::otlp::OtlpConfig {
+    /// From the OTLP exporter variables (the `ENV_*` constants), as OpenTelemetry's SDKs read
+    /// them; `Ok(None)` when neither `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` nor
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    pub fn from_env() -> Result<Option<Self>, crate::otlp::OtlpError> {
+        otlp_config()
+    }
+}
 
-// OTLP (`otlp` feature). Named as OpenTelemetry's exporters name them
-// (opentelemetry-specification, `specification/protocol/exporter.md`); the profiles variables
-// come first, the general ones stand in for them.
-/// The whole URL profiles are sent to, used as is.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROFILES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT";
-/// The receiver's base URL; profiles go to its `v1development/profiles`.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-/// Headers on every request, `key=value` pairs separated by commas, values percent-encoded.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROFILES_HEADERS: &str = "OTEL_EXPORTER_OTLP_PROFILES_HEADERS";
-/// As [`ENV_OTLP_PROFILES_HEADERS`], for every signal.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-/// Time one request may take, in milliseconds; `0`: the longest allowed, 10 minutes.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROFILES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT";
-/// As [`ENV_OTLP_PROFILES_TIMEOUT`], for every signal.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-/// `gzip` (our default) or `none`.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROFILES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_PROFILES_COMPRESSION";
-/// As [`ENV_OTLP_PROFILES_COMPRESSION`], for every signal.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
-/// `http/protobuf`, the only protocol sent (and the default); set to another, an error.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROFILES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL";
-/// As [`ENV_OTLP_PROFILES_PROTOCOL`], for every signal; set to another (`grpc` for traces),
-/// no OTLP profiles unless [`ENV_OTLP_PROFILES_ENDPOINT`] is set.
-#[cfg(feature = "otlp")]
-pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+impl HttpServer {
+    /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
+    /// [`DEFAULT_HTTP_ADDR`](crate::http::DEFAULT_HTTP_ADDR)), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is
+    /// set. A bad setting is an error. An address that cannot be listened on now (a port
+    /// another process holds) is not: it is said once on stderr, the server tries again every
+    /// [`BIND_RETRY`](crate::http::BIND_RETRY) in the background, and its state is in
+    /// [`Profiler::services`](tracing_prof_core::Profiler::services) and on the index page of
+    /// any other `/debug/pprof` mount; `TRACING_PROF_HTTP_REQUIRED=1` makes it an error.
+    pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
+        match http_settings()? {
+            Some(settings) => HttpServer::from_settings(profiler, settings).map(Some),
+            None => Ok(None),
+        }
+    }
+}
 
-pub(crate) fn file_exporter() -> Result<FileExporter, ConfigError> {
+fn file_exporter() -> Result<FileExporter, ConfigError> {
     let set = env_var(ENV_DIR, |s| Ok(PathBuf::from(s)))?;
     let mut exporter = FileExporter::new(set.clone().unwrap_or_else(|| DEFAULT_DIR.into()));
     match exporter.check() {
@@ -123,7 +108,7 @@ pub(crate) fn file_exporter() -> Result<FileExporter, ConfigError> {
     Ok(exporter)
 }
 
-pub(crate) fn pyroscope_config() -> Result<Option<PyroscopeConfig>, PyroscopeError> {
+fn pyroscope_config() -> Result<Option<PyroscopeConfig>, PyroscopeError> {
     let Some(url) = env_var(ENV_SERVER_ADDRESS, |s| Ok(s.to_owned()))? else {
         return Ok(None);
     };
@@ -184,18 +169,9 @@ fn parse_tags(s: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// What `/debug/pprof`'s server is told by the environment.
-pub(crate) struct HttpSettings {
-    /// `host:port` as given (`default` replaced).
-    pub(crate) addr: String,
-    pub(crate) token: Option<String>,
-    /// A failed bind is an error at start.
-    pub(crate) required: bool,
-}
-
 /// `TRACING_PROF_HTTP_*`, checked; `Ok(None)` when `TRACING_PROF_HTTP_ADDR` is unset. An
 /// address that is not loopback needs a token, or `TRACING_PROF_HTTP_ALLOW_PUBLIC=1`.
-pub(crate) fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
+fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
     let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else {
         return Ok(None);
     };
@@ -265,7 +241,7 @@ fn otel_var(
 }
 
 #[cfg(feature = "otlp")]
-pub(crate) fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::otlp::OtlpError> {
+fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::otlp::OtlpError> {
     use crate::otlp::OtlpConfig;
     let bad = |name: &'static str, value: &str, reason: String| ConfigError::Env {
         name,

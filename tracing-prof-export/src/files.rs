@@ -4,11 +4,17 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
-use tracing_prof_core::config::ConfigError;
 use tracing_prof_core::{Sink, SinkError};
 use tracing_prof_model::{ModelError, ProfileKind, Snapshot};
 
-pub use crate::env::{ENV_DELTAS, ENV_DIR, ENV_FLAMEGRAPHS, ENV_KEEP_FILES};
+/// Output directory.
+pub const ENV_DIR: &str = "TRACING_PROF_DIR";
+/// Files kept per kind and process, `0` for all.
+pub const ENV_KEEP_FILES: &str = "TRACING_PROF_KEEP_FILES";
+/// Also write each interval's own numbers (`{kind}-delta.*` files): `1`/`0`, `true`/`false`, ...
+pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
+/// Also write flame graph SVGs beside the pprof files: `1`/`0`, `true`/`false`, ...
+pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
 
 /// Where profiles go: `./profiles`.
 pub const DEFAULT_DIR: &str = "profiles";
@@ -142,14 +148,6 @@ impl FileExporter {
             previous: None,
             flamegraphs: Vec::new(),
         }
-    }
-
-    /// [`DEFAULT_DIR`] and [`DEFAULT_KEEP_FILES`], overridden by `TRACING_PROF_DIR` and
-    /// `TRACING_PROF_KEEP_FILES` when set. The directory is [checked](Self::check): one that
-    /// cannot be created or written to is an error naming the variable, unless the disk is
-    /// full (said on stderr; the exports try again every interval).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        crate::env::file_exporter()
     }
 
     /// Which kinds to write (default: spans and heap).

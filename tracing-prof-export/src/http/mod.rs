@@ -43,11 +43,21 @@ mod wire;
 
 use std::time::Duration;
 
-pub use crate::env::{ENV_HTTP_ADDR, ENV_HTTP_ALLOW_PUBLIC, ENV_HTTP_REQUIRED, ENV_HTTP_TOKEN};
+/// Address to serve on (`host:port`, or `default` for [`DEFAULT_HTTP_ADDR`]); unset: no server.
+pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
+/// Bearer token the endpoint requires, if set.
+pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
+/// `1` to serve on a non-loopback address without a token (refused otherwise).
+pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
+/// `1` makes a `/debug/pprof` server that cannot listen an error at start; by default the
+/// service runs without it and the server tries again every
+/// [`BIND_RETRY`].
+pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
 
 #[cfg(feature = "axum")]
 pub use axum::axum_router;
 pub use handler::{HttpResponse, PprofHandler};
+pub(crate) use server::HttpSettings;
 pub use server::{HttpError, HttpServer};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:

@@ -129,17 +129,11 @@ impl HttpServer {
         })
     }
 
-    /// Starts a server if `TRACING_PROF_HTTP_ADDR` is set (`default` means
-    /// [`DEFAULT_HTTP_ADDR`](super::DEFAULT_HTTP_ADDR)), requiring `TRACING_PROF_HTTP_TOKEN` as a bearer token if that is
-    /// set. A bad setting is an error. An address that cannot be listened on now (a port
-    /// another process holds) is not: it is said once on stderr, the server tries again every
-    /// [`BIND_RETRY`] in the background, and its state is in
-    /// [`Profiler::services`](tracing_prof_core::Profiler::services) and on the index page of
-    /// any other `/debug/pprof` mount; `TRACING_PROF_HTTP_REQUIRED=1` makes it an error.
-    pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
-        let Some(settings) = crate::env::http_settings()? else {
-            return Ok(None);
-        };
+    /// A server as the environment's settings say (see `crate::env`'s `HttpServer::from_env`).
+    pub(crate) fn from_settings(
+        profiler: &Profiler,
+        settings: HttpSettings,
+    ) -> Result<HttpServer, HttpError> {
         let (addr, required) = (settings.addr, settings.required);
         let mut handler = PprofHandler::new(profiler.clone());
         if let Some(token) = settings.token {
@@ -172,7 +166,7 @@ impl HttpServer {
                 profiler.set_service_status(ServiceStatus::new(SERVICE_NAME, false, why));
             }
         }
-        HttpServer::spawn(handler, listener, addr, Some(profiler.clone())).map(Some)
+        HttpServer::spawn(handler, listener, addr, Some(profiler.clone()))
     }
 
     /// The address listened on; `None` while a server from [`HttpServer::from_env`] is still
@@ -353,4 +347,13 @@ fn serve(
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
     let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
+}
+
+/// What `/debug/pprof`'s server is told by the environment.
+pub(crate) struct HttpSettings {
+    /// `host:port` as given (`default` replaced).
+    pub(crate) addr: String,
+    pub(crate) token: Option<String>,
+    /// A failed bind is an error at start.
+    pub(crate) required: bool,
 }

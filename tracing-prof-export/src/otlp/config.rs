@@ -8,11 +8,30 @@ use std::time::Duration;
 use tracing_prof_core::AttributeValue;
 use tracing_prof_core::config::ConfigError;
 
-pub use crate::env::{
-    ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS, ENV_OTLP_PROFILES_COMPRESSION,
-    ENV_OTLP_PROFILES_ENDPOINT, ENV_OTLP_PROFILES_HEADERS, ENV_OTLP_PROFILES_PROTOCOL,
-    ENV_OTLP_PROFILES_TIMEOUT, ENV_OTLP_PROTOCOL, ENV_OTLP_TIMEOUT,
-};
+// Named as OpenTelemetry's exporters name them (opentelemetry-specification,
+// `specification/protocol/exporter.md`); the profiles variables come first, the general ones
+// stand in for them.
+/// The whole URL profiles are sent to, used as is.
+pub const ENV_OTLP_PROFILES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT";
+/// The receiver's base URL; profiles go to its `v1development/profiles`.
+pub const ENV_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// Headers on every request, `key=value` pairs separated by commas, values percent-encoded.
+pub const ENV_OTLP_PROFILES_HEADERS: &str = "OTEL_EXPORTER_OTLP_PROFILES_HEADERS";
+/// As [`ENV_OTLP_PROFILES_HEADERS`], for every signal.
+pub const ENV_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// Time one request may take, in milliseconds; `0`: the longest allowed, 10 minutes.
+pub const ENV_OTLP_PROFILES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT";
+/// As [`ENV_OTLP_PROFILES_TIMEOUT`], for every signal.
+pub const ENV_OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+/// `gzip` (our default) or `none`.
+pub const ENV_OTLP_PROFILES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_PROFILES_COMPRESSION";
+/// As [`ENV_OTLP_PROFILES_COMPRESSION`], for every signal.
+pub const ENV_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+/// `http/protobuf`, the only protocol sent (and the default); set to another, an error.
+pub const ENV_OTLP_PROFILES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL";
+/// As [`ENV_OTLP_PROFILES_PROTOCOL`], for every signal; set to another (`grpc` for traces),
+/// no OTLP profiles unless [`ENV_OTLP_PROFILES_ENDPOINT`] is set.
+pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 
 /// The path of profiles under an OTLP/HTTP base URL (opentelemetry-proto's
 /// `docs/specification.md`; the Collector's `defaultProfilesURLPath`).
@@ -101,13 +120,6 @@ impl OtlpConfig {
     /// followed by [`PROFILES_PATH`].
     pub fn with_base_url(base: &str) -> Self {
         OtlpConfig::new(format!("{}/{PROFILES_PATH}", base.trim_end_matches('/')))
-    }
-
-    /// From the OTLP exporter variables (the `ENV_*` constants), as OpenTelemetry's SDKs read
-    /// them; `Ok(None)` when neither `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` nor
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
-    pub fn from_env() -> Result<Option<Self>, OtlpError> {
-        crate::env::otlp_config()
     }
 
     /// A header on every request (`Authorization`, `X-Scope-OrgID`...).

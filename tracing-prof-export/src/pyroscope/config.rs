@@ -8,10 +8,24 @@ use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::config::ConfigError;
 
-pub use crate::env::{
-    ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD, ENV_BASIC_AUTH_USER,
-    ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT,
-};
+/// Server URL, e.g. `http://pyroscope:4040` (as Pyroscope's own clients name it). Unset: no push.
+pub const ENV_SERVER_ADDRESS: &str = "PYROSCOPE_SERVER_ADDRESS";
+/// Application name (`service_name`); default: the executable's name.
+pub const ENV_APPLICATION_NAME: &str = "PYROSCOPE_APPLICATION_NAME";
+/// Bearer token.
+pub const ENV_AUTH_TOKEN: &str = "PYROSCOPE_AUTH_TOKEN";
+/// Basic auth user (Grafana Cloud: the stack's user id).
+pub const ENV_BASIC_AUTH_USER: &str = "PYROSCOPE_BASIC_AUTH_USER";
+/// Basic auth password (Grafana Cloud: an access policy token).
+pub const ENV_BASIC_AUTH_PASSWORD: &str = "PYROSCOPE_BASIC_AUTH_PASSWORD";
+/// Tenant, sent as `X-Scope-OrgID`.
+pub const ENV_TENANT_ID: &str = "PYROSCOPE_TENANT_ID";
+/// Static tags, `key=value,key2=value2`.
+pub const ENV_LABELS: &str = "PYROSCOPE_LABELS";
+/// `push` (default) or `ingest`.
+pub const ENV_API: &str = "TRACING_PROF_PYROSCOPE_API";
+/// Request timeout, a duration like `10s`.
+pub const ENV_TIMEOUT: &str = "TRACING_PROF_PYROSCOPE_TIMEOUT";
 
 pub use crate::sending::{
     DEFAULT_BACKOFF, DEFAULT_FLUSH_TIMEOUT, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETRIES,
@@ -106,12 +120,6 @@ impl PyroscopeConfig {
             timeout: DEFAULT_TIMEOUT,
             policy: Policy::default(),
         }
-    }
-
-    /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
-    /// `PYROSCOPE_SERVER_ADDRESS` is unset.
-    pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
-        crate::env::pyroscope_config()
     }
 
     /// Which API (default [`PyroscopeApi::Push`]).
