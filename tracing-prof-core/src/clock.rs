@@ -131,15 +131,7 @@ impl Clock for SystemClock {
 }
 
 fn thread_cputime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; on failure it stays zero, read as no CPU.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    tracing_prof_cpu::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 #[cfg(target_os = "linux")]

@@ -25,16 +25,7 @@ static BASE_NS: AtomicU64 = AtomicU64::new(0);
 /// `CLOCK_MONOTONIC` in nanoseconds, through the vDSO.
 #[inline]
 pub(crate) fn vdso_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on
-    // Linux, and on failure `ts` stays zero, which is harmless.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    tracing_prof_cpu::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -52,42 +52,34 @@
     allow(unused)
 )]
 
+/// The items of the platforms the sampler runs on: Linux on x86_64 and aarch64.
+macro_rules! supported {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(
+                target_os = "linux",
+                any(target_arch = "x86_64", target_arch = "aarch64")
+            ))]
+            $item
+        )*
+    };
+}
+
+mod clock;
 mod loaded;
 mod long_poll;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod modules;
 mod ring;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod signal;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod thread;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod timer;
 pub mod trace_link;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod unwind;
 
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-pub use unwind::{MAX_CPU_FRAMES, Unwind};
+supported! {
+    mod modules;
+    mod signal;
+    mod thread;
+    mod timer;
+    mod unwind;
+}
 
+// Elsewhere: the same API, which starts nothing and says so.
 #[cfg(not(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -99,8 +91,24 @@ mod unsupported;
 )))]
 pub use unsupported::*;
 
+pub use clock::clock_ns;
 pub use loaded::{LoadedModule, MAX_MODULES, MAX_SEGMENTS, loaded_modules};
 pub use long_poll::watch_long_polls;
+
+/// Frames kept per sample, innermost first; deeper stacks are cut (and counted).
+pub const MAX_CPU_FRAMES: usize = 128;
+
+/// How the signal handler walks the stack (on platforms where it runs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unwind {
+    /// DWARF call frame information (`.eh_frame`), frame pointers where there is none. Works
+    /// without frame pointers.
+    #[default]
+    Dwarf,
+    /// Frame pointers only: cheaper, correct only where every function keeps them.
+    FramePointers,
+}
 use std::sync::atomic::{AtomicU32, Ordering};
 pub use trace_link::TraceLink;
 
@@ -267,213 +275,195 @@ pub fn is_running() -> bool {
     hz() > 0
 }
 
-/// The header word of a record: tag, depth, weight (saturating at 16 bits), the truncated flag,
-/// the long-poll flag and whether the body starts with a trace link's three words. Never all ones (the ring's wrap marker): depth is at most 128.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-pub(crate) fn record_header(
-    tag: u32,
-    depth: usize,
-    weight: u64,
-    truncated: bool,
-    long_poll: bool,
-    linked: bool,
-) -> u64 {
-    let depth = depth.min(MAX_CPU_FRAMES) as u64;
-    let weight = weight.min(u64::from(u16::MAX));
-    u64::from(tag)
-        | depth << 32
-        | weight << 40
-        | u64::from(truncated) << 56
-        | u64::from(long_poll) << 57
-        | u64::from(linked) << LINKED_BIT
-}
+supported! {
+    /// The header word of a record: tag, depth, weight (saturating at 16 bits), the truncated flag,
+    /// the long-poll flag and whether the body starts with a trace link's three words. Never all ones (the ring's wrap marker): depth is at most 128.
+    pub(crate) fn record_header(
+        tag: u32,
+        depth: usize,
+        weight: u64,
+        truncated: bool,
+        long_poll: bool,
+        linked: bool,
+    ) -> u64 {
+        let depth = depth.min(MAX_CPU_FRAMES) as u64;
+        let weight = weight.min(u64::from(u16::MAX));
+        u64::from(tag)
+            | depth << 32
+            | weight << 40
+            | u64::from(truncated) << 56
+            | u64::from(long_poll) << 57
+            | u64::from(linked) << LINKED_BIT
+    }
 
-/// The header bit of a record whose body starts with a trace link.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-const LINKED_BIT: u32 = 58;
+    /// The header bit of a record whose body starts with a trace link.
+    const LINKED_BIT: u32 = 58;
 
-/// The body length of a record from its header.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-pub(crate) fn record_len(header: u64) -> usize {
-    ((header >> 32) & 0xff) as usize + 3 * ((header >> LINKED_BIT) & 1) as usize
-}
+    /// The body length of a record from its header.
+    pub(crate) fn record_len(header: u64) -> usize {
+        ((header >> 32) & 0xff) as usize + 3 * ((header >> LINKED_BIT) & 1) as usize
+    }
 
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod api {
-    use super::*;
-    use std::sync::Mutex;
+    mod api {
+        use super::*;
+        use std::sync::Mutex;
 
-    static STARTING: Mutex<()> = Mutex::new(());
+        static STARTING: Mutex<()> = Mutex::new(());
 
-    /// Starts sampling every thread's stack `hz` times per second of its CPU time, walking
-    /// stacks as `unwind` says, and arms the calling thread. Idempotent; a second call changes
-    /// the rate and the unwinding mode.
-    ///
-    /// Refuses when another SIGPROF handler is installed ([`StartError::ForeignHandler`]).
-    pub fn start(hz: u32, unwind: Unwind) -> Result<(), StartError> {
-        if hz == 0 || hz > MAX_HZ {
-            return Err(StartError::Rate(hz));
+        /// Starts sampling every thread's stack `hz` times per second of its CPU time, walking
+        /// stacks as `unwind` says, and arms the calling thread. Idempotent; a second call changes
+        /// the rate and the unwinding mode.
+        ///
+        /// Refuses when another SIGPROF handler is installed ([`StartError::ForeignHandler`]).
+        pub fn start(hz: u32, unwind: Unwind) -> Result<(), StartError> {
+            if hz == 0 || hz > MAX_HZ {
+                return Err(StartError::Rate(hz));
+            }
+            let _one = STARTING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            signal::install().map_err(|e| match e {
+                signal::InstallError::Foreign(handler) => StartError::ForeignHandler { handler },
+                signal::InstallError::Os(e) => StartError::Os(e),
+            })?;
+            register_fork_handler();
+            unwind::prepare();
+            unwind::set_mode(unwind);
+            modules::refresh();
+            thread::disarm_all();
+            thread::start_generation(1_000_000_000 / u64::from(hz));
+            HZ.store(hz, Ordering::Relaxed);
+            thread::ensure_armed();
+            Ok(())
         }
-        let _one = STARTING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        signal::install().map_err(|e| match e {
-            signal::InstallError::Foreign(handler) => StartError::ForeignHandler { handler },
-            signal::InstallError::Os(e) => StartError::Os(e),
-        })?;
-        register_fork_handler();
-        unwind::prepare();
-        unwind::set_mode(unwind);
-        modules::refresh();
-        thread::disarm_all();
-        thread::start_generation(1_000_000_000 / u64::from(hz));
-        HZ.store(hz, Ordering::Relaxed);
-        thread::ensure_armed();
-        Ok(())
-    }
 
-    /// Walks the calling thread's own stack with the sampler's unwinder, writing return
-    /// addresses into `out`, innermost first (the caller's return address first); returns how
-    /// many it wrote. `None` where it cannot: the thread was never armed (its stack's extent is
-    /// unknown), or it is exiting. Never allocates, locks or makes a system call.
-    ///
-    /// For the heap sampler of `tracing-prof-alloc`, whose sampled allocations it walks faster
-    /// than the platform unwinder (which also may take the dynamic loader's lock).
-    #[inline(never)]
-    pub fn walk_own_stack(out: &mut [usize]) -> Option<usize> {
-        let ts = thread::LOCAL
-            .try_with(|l| l.current.get())
-            .unwrap_or(std::ptr::null());
-        if ts.is_null() {
-            return None;
+        /// Walks the calling thread's own stack with the sampler's unwinder, writing return
+        /// addresses into `out`, innermost first (the caller's return address first); returns how
+        /// many it wrote. `None` where it cannot: the thread was never armed (its stack's extent is
+        /// unknown), or it is exiting. Never allocates, locks or makes a system call.
+        ///
+        /// For the heap sampler of `tracing-prof-alloc`, whose sampled allocations it walks faster
+        /// than the platform unwinder (which also may take the dynamic loader's lock).
+        #[inline(never)]
+        pub fn walk_own_stack(out: &mut [usize]) -> Option<usize> {
+            let ts = thread::LOCAL
+                .try_with(|l| l.current.get())
+                .unwrap_or(std::ptr::null());
+            if ts.is_null() {
+                return None;
+            }
+            // SAFETY: a state from `thread::acquire`, owned by this thread; states are never freed.
+            let ts = unsafe { &*ts };
+            let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
+            let mut ips = [0u64; MAX_CPU_FRAMES];
+            let walk = unwind::own_stack(ts, &mut ips, hint);
+            // From the third: the first is inside `own_stack`, the second is in this function
+            // (neither is ever inlined), the third is where this function was called from.
+            let found = ips.get(2..walk.depth).unwrap_or_default();
+            if found.is_empty() {
+                return None;
+            }
+            let n = found.len().min(out.len());
+            for (o, &ip) in out.iter_mut().zip(found) {
+                *o = ip as usize;
+            }
+            Some(n)
         }
-        // SAFETY: a state from `thread::acquire`, owned by this thread; states are never freed.
-        let ts = unsafe { &*ts };
-        let hint = ts.tid.load(Ordering::Relaxed).unsigned_abs() as usize;
-        let mut ips = [0u64; MAX_CPU_FRAMES];
-        let walk = unwind::own_stack(ts, &mut ips, hint);
-        // From the third: the first is inside `own_stack`, the second is in this function
-        // (neither is ever inlined), the third is where this function was called from.
-        let found = ips.get(2..walk.depth).unwrap_or_default();
-        if found.is_empty() {
-            return None;
-        }
-        let n = found.len().min(out.len());
-        for (o, &ip) in out.iter_mut().zip(found) {
-            *o = ip as usize;
-        }
-        Some(n)
-    }
 
-    /// Stops sampling: deletes every thread's timer. The handler stays installed (a signal
-    /// already queued is ignored). Samples still in the rings can be drained.
-    pub fn stop() {
-        let _one = STARTING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        HZ.store(0, Ordering::Relaxed);
-        thread::disarm_all();
-    }
-
-    /// Arms the calling thread if sampling runs and it is not armed yet: one thread-local
-    /// read and a compare otherwise. The span layer calls it on enter, the tagging allocator
-    /// on a thread's first allocation.
-    #[inline]
-    pub fn ensure_armed() {
-        thread::ensure_armed();
-    }
-
-    /// Hands every recorded sample to `f`, oldest first per thread, and frees room in the
-    /// rings. One reader at a time: returns `false` at once, reading nothing, when another
-    /// reader is draining. Call it often enough that rings do not fill: a thread's ring holds
-    /// about 60 samples of 30 frames, 0.6 s of one busy thread at 100 Hz.
-    pub fn drain(mut f: impl FnMut(RawSample<'_>)) -> bool {
-        thread::drain(|tid, header, body| {
-            let (link, ips) = if (header >> LINKED_BIT) & 1 == 1 && body.len() >= 3 {
-                (TraceLink::from_words(body), &body[3..])
-            } else {
-                (TraceLink::NONE, body)
-            };
-            f(RawSample {
-                tid,
-                tag: header as u32,
-                weight: (header >> 40) & 0xffff,
-                truncated: (header >> 56) & 1 == 1,
-                long_poll: (header >> 57) & 1 == 1,
-                link,
-                ips,
-            })
-        })
-    }
-
-    /// Rebuilds the unwinder if libraries were loaded or unloaded since it was built (a cheap
-    /// check otherwise). Returns the number of modules with unwind tables.
-    pub fn refresh_modules() -> usize {
-        modules::refresh()
-    }
-
-    /// Whether our SIGPROF handler is still installed. If someone replaced it, stop sampling:
-    /// our timers' signals now go to their handler.
-    pub fn handler_installed() -> bool {
-        signal::still_ours()
-    }
-
-    /// Counters about the sampler.
-    pub fn stats() -> CpuSamplerStats {
-        let t = thread::totals();
-        let (unwind_cache_hits, unwind_cache_misses) = unwind::cache_stats();
-        CpuSamplerStats {
-            unwind_cache_hits,
-            unwind_cache_misses,
-            hz: hz(),
-            samples: t.samples,
-            dropped: t.dropped,
-            truncated: t.truncated,
-            handler_runs: t.handled,
-            frames: t.frames,
-            handler_ns: t.handler_ns,
-            handler_ns_histogram: t.handler_hist,
-            threads_live: t.live,
-            threads_armed: thread::ARMED.load(Ordering::Relaxed),
-            arm_failures: thread::ARM_FAILURES.load(Ordering::Relaxed),
-            last_arm_error: thread::LAST_ARM_ERROR.load(Ordering::Relaxed),
-            threads_blocking: thread::BLOCKED.load(Ordering::Relaxed),
-            foreign_signals: signal::FOREIGN.load(Ordering::Relaxed),
-            late_signals: signal::LATE.load(Ordering::Relaxed),
-        }
-    }
-
-    fn register_fork_handler() {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        extern "C" fn child() {
+        /// Stops sampling: deletes every thread's timer. The handler stays installed (a signal
+        /// already queued is ignored). Samples still in the rings can be drained.
+        pub fn stop() {
+            let _one = STARTING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             HZ.store(0, Ordering::Relaxed);
-            thread::after_fork_in_child();
+            thread::disarm_all();
         }
-        ONCE.call_once(|| {
-            // SAFETY: registers a plain function with no preparation or parent handler; it
-            // only stores to atomics, which is what a child of fork may do.
-            unsafe { libc::pthread_atfork(None, None, Some(child)) };
-        });
-    }
-}
 
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-pub use api::*;
+        /// Arms the calling thread if sampling runs and it is not armed yet: one thread-local
+        /// read and a compare otherwise. The span layer calls it on enter, the tagging allocator
+        /// on a thread's first allocation.
+        #[inline]
+        pub fn ensure_armed() {
+            thread::ensure_armed();
+        }
+
+        /// Hands every recorded sample to `f`, oldest first per thread, and frees room in the
+        /// rings. One reader at a time: returns `false` at once, reading nothing, when another
+        /// reader is draining. Call it often enough that rings do not fill: a thread's ring holds
+        /// about 60 samples of 30 frames, 0.6 s of one busy thread at 100 Hz.
+        pub fn drain(mut f: impl FnMut(RawSample<'_>)) -> bool {
+            thread::drain(|tid, header, body| {
+                let (link, ips) = if (header >> LINKED_BIT) & 1 == 1 && body.len() >= 3 {
+                    (TraceLink::from_words(body), &body[3..])
+                } else {
+                    (TraceLink::NONE, body)
+                };
+                f(RawSample {
+                    tid,
+                    tag: header as u32,
+                    weight: (header >> 40) & 0xffff,
+                    truncated: (header >> 56) & 1 == 1,
+                    long_poll: (header >> 57) & 1 == 1,
+                    link,
+                    ips,
+                })
+            })
+        }
+
+        /// Rebuilds the unwinder if libraries were loaded or unloaded since it was built (a cheap
+        /// check otherwise). Returns the number of modules with unwind tables.
+        pub fn refresh_modules() -> usize {
+            modules::refresh()
+        }
+
+        /// Whether our SIGPROF handler is still installed. If someone replaced it, stop sampling:
+        /// our timers' signals now go to their handler.
+        pub fn handler_installed() -> bool {
+            signal::still_ours()
+        }
+
+        /// Counters about the sampler.
+        pub fn stats() -> CpuSamplerStats {
+            let t = thread::totals();
+            let (unwind_cache_hits, unwind_cache_misses) = unwind::cache_stats();
+            CpuSamplerStats {
+                unwind_cache_hits,
+                unwind_cache_misses,
+                hz: hz(),
+                samples: t.samples,
+                dropped: t.dropped,
+                truncated: t.truncated,
+                handler_runs: t.handled,
+                frames: t.frames,
+                handler_ns: t.handler_ns,
+                handler_ns_histogram: t.handler_hist,
+                threads_live: t.live,
+                threads_armed: thread::ARMED.load(Ordering::Relaxed),
+                arm_failures: thread::ARM_FAILURES.load(Ordering::Relaxed),
+                last_arm_error: thread::LAST_ARM_ERROR.load(Ordering::Relaxed),
+                threads_blocking: thread::BLOCKED.load(Ordering::Relaxed),
+                foreign_signals: signal::FOREIGN.load(Ordering::Relaxed),
+                late_signals: signal::LATE.load(Ordering::Relaxed),
+            }
+        }
+
+        fn register_fork_handler() {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            extern "C" fn child() {
+                HZ.store(0, Ordering::Relaxed);
+                thread::after_fork_in_child();
+            }
+            ONCE.call_once(|| {
+                // SAFETY: registers a plain function with no preparation or parent handler; it
+                // only stores to atomics, which is what a child of fork may do.
+                unsafe { libc::pthread_atfork(None, None, Some(child)) };
+            });
+        }
+    }
+
+    pub use api::*;
+}
 
 #[cfg(test)]
 mod tests {

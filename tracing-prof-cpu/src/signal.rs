@@ -22,7 +22,8 @@
 
 use crate::thread::{LOCAL, ThreadSampler};
 use crate::timer::COOKIE;
-use crate::unwind::{self, MAX_CPU_FRAMES, Regs, Stack};
+use crate::MAX_CPU_FRAMES;
+use crate::unwind::{self, Regs, Stack};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -170,17 +171,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const c_void) {
     bump(&ts.handler_hist[crate::handler_bucket(took)], 1);
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds: `clock_gettime` is async-signal-safe (POSIX.1-2008,
-/// signal-safety(7)), and served by the vDSO without a syscall where the kernel's clocksource
-/// allows (tsc, on x86 hosts and most VMs).
+/// `CLOCK_MONOTONIC` in nanoseconds (async-signal-safe: see [`crate::clock_ns`]).
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the timespec we own; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    crate::clock_ns(libc::CLOCK_MONOTONIC)
 }

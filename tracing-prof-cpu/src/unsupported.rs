@@ -1,20 +1,6 @@
 //! Platforms without per-thread CPU timers: sampling never starts.
 
-use crate::{CpuSamplerStats, RawSample, StartError};
-
-/// Frames kept per sample.
-pub const MAX_CPU_FRAMES: usize = 128;
-
-/// How the signal handler walks the stack (no effect on this platform).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Unwind {
-    /// DWARF call frame information.
-    #[default]
-    Dwarf,
-    /// Frame pointers only.
-    FramePointers,
-}
+use crate::{CpuSamplerStats, RawSample, StartError, Unwind};
 
 /// Always [`StartError::Unsupported`] here.
 pub fn start(_hz: u32, _unwind: Unwind) -> Result<(), StartError> {

@@ -18,23 +18,9 @@
 //! loader's lock) or `dl_iterate_phdr`.
 
 use crate::modules;
+use crate::{MAX_CPU_FRAMES, Unwind};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-
-/// Frames kept per sample, innermost first; deeper stacks are cut (and counted).
-pub const MAX_CPU_FRAMES: usize = 128;
-
-/// How the signal handler walks the stack.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Unwind {
-    /// DWARF call frame information (`.eh_frame`), frame pointers where there is none. Works
-    /// without frame pointers.
-    #[default]
-    Dwarf,
-    /// Frame pointers only: cheaper, correct only where every function keeps them.
-    FramePointers,
-}
 
 static MODE: AtomicU8 = AtomicU8::new(0);
 

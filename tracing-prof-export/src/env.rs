@@ -4,6 +4,7 @@
 //! module names its variables (`ENV_*`), and this module depends on the exporters, never the
 //! reverse.
 
+use crate::PushError;
 use crate::files::{
     DEFAULT_DIR, ENV_DELTAS, ENV_DIR, ENV_FLAMEGRAPHS, ENV_KEEP_FILES, FileExporter,
 };
@@ -20,7 +21,6 @@ use crate::otlp::{
 use crate::pyroscope::{
     ENV_API, ENV_APPLICATION_NAME, ENV_AUTH_TOKEN, ENV_BASIC_AUTH_PASSWORD, ENV_BASIC_AUTH_USER,
     ENV_LABELS, ENV_SERVER_ADDRESS, ENV_TENANT_ID, ENV_TIMEOUT, PyroscopeApi, PyroscopeConfig,
-    PyroscopeError,
 };
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ impl FileExporter {
 impl PyroscopeConfig {
     /// From `PYROSCOPE_SERVER_ADDRESS` and friends (see the `ENV_*` constants); `Ok(None)` when
     /// `PYROSCOPE_SERVER_ADDRESS` is unset.
-    pub fn from_env() -> Result<Option<Self>, PyroscopeError> {
+    pub fn from_env() -> Result<Option<Self>, PushError> {
         pyroscope_config()
     }
 }
@@ -51,7 +51,7 @@ impl crate::otlp::OtlpConfig {
     /// From the OTLP exporter variables (the `ENV_*` constants), as OpenTelemetry's SDKs read
     /// them; `Ok(None)` when neither `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` nor
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
-    pub fn from_env() -> Result<Option<Self>, crate::otlp::OtlpError> {
+    pub fn from_env() -> Result<Option<Self>, PushError> {
         otlp_config()
     }
 }
@@ -108,7 +108,7 @@ fn file_exporter() -> Result<FileExporter, ConfigError> {
     Ok(exporter)
 }
 
-fn pyroscope_config() -> Result<Option<PyroscopeConfig>, PyroscopeError> {
+fn pyroscope_config() -> Result<Option<PyroscopeConfig>, PushError> {
     let Some(url) = env_var(ENV_SERVER_ADDRESS, |s| Ok(s.to_owned()))? else {
         return Ok(None);
     };
@@ -123,9 +123,12 @@ fn pyroscope_config() -> Result<Option<PyroscopeConfig>, PyroscopeError> {
         (Some(u), Some(p)) => c = c.basic_auth(u, p),
         (None, None) => {}
         _ => {
-            return Err(PyroscopeError::Invalid(format!(
-                "set both {ENV_BASIC_AUTH_USER} and {ENV_BASIC_AUTH_PASSWORD}, or neither"
-            )));
+            return Err(PushError::Invalid {
+                exporter: "Pyroscope",
+                reason: format!(
+                    "set both {ENV_BASIC_AUTH_USER} and {ENV_BASIC_AUTH_PASSWORD}, or neither"
+                ),
+            });
         }
     }
     if let Some(t) = env_var(ENV_TENANT_ID, |s| Ok(s.to_owned()))? {
@@ -241,7 +244,7 @@ fn otel_var(
 }
 
 #[cfg(feature = "otlp")]
-fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, crate::otlp::OtlpError> {
+fn otlp_config() -> Result<Option<crate::otlp::OtlpConfig>, PushError> {
     use crate::otlp::OtlpConfig;
     let bad = |name: &'static str, value: &str, reason: String| ConfigError::Env {
         name,

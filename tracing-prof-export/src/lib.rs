@@ -24,7 +24,7 @@ mod sending;
 pub use files::{FileError, FileExporter};
 pub use http::{HttpServer, PprofHandler};
 pub use pyroscope::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
-pub use sending::PushStats;
+pub use sending::{PushError, PushStats};
 
 /// What this crate's own tests and the conformance tests of `tracing-prof-examples` need beyond
 /// the API: the Pyroscope push API's messages. Public because those tests live in other crates;

@@ -13,6 +13,41 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_prof_core::{Delivery, DeliveryProbe, SinkError};
 
+/// Why a pushing exporter (Pyroscope, OTLP) could not start: its settings cannot work, or its
+/// sender thread could not be spawned.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum PushError {
+    /// An environment variable is invalid.
+    #[error(transparent)]
+    Config(#[from] tracing_prof_core::config::ConfigError),
+    /// Another setting is invalid.
+    #[error("invalid {exporter} setting: {reason}")]
+    Invalid {
+        /// `Pyroscope` or `OTLP`.
+        exporter: &'static str,
+        /// What is wrong, and what would do.
+        reason: String,
+    },
+    /// The sender thread could not be spawned.
+    #[error("cannot spawn the tracing-prof {exporter} thread: {source}")]
+    Spawn {
+        /// `Pyroscope` or `OTLP`.
+        exporter: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
+// message, not the variant's structure, is what the user must read.
+impl std::fmt::Debug for PushError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// Counters of a pushing exporter, readable from anywhere.
 #[derive(Debug, Default)]
 pub struct PushStats {

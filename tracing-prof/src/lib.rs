@@ -81,19 +81,16 @@ pub enum Error {
     /// A `TRACING_PROF_*` variable is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The Pyroscope settings are invalid.
+    /// A pushing exporter (Pyroscope, OTLP) could not start: its settings are invalid, or
+    /// its thread could not be spawned.
     #[error(transparent)]
-    Pyroscope(#[from] tracing_prof_export::pyroscope::PyroscopeError),
+    Push(#[from] tracing_prof_export::PushError),
     /// The profiler could not start.
     #[error(transparent)]
     Build(#[from] tracing_prof_core::BuildError),
     /// The `/debug/pprof` server could not start.
     #[error(transparent)]
     Http(#[from] tracing_prof_export::http::HttpError),
-    /// The OTLP settings are invalid.
-    #[cfg(feature = "otlp")]
-    #[error(transparent)]
-    Otlp(#[from] tracing_prof_export::otlp::OtlpError),
 }
 
 // `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the

@@ -1,12 +1,12 @@
 //! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
 
+use crate::PushError;
 use crate::sending::{
     MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
 };
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::AttributeValue;
-use tracing_prof_core::config::ConfigError;
 
 // Named as OpenTelemetry's exporters name them (opentelemetry-specification,
 // `specification/protocol/exporter.md`); the profiles variables come first, the general ones
@@ -72,29 +72,6 @@ impl fmt::Debug for OtlpConfig {
     }
 }
 
-/// A configuration that cannot work.
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum OtlpError {
-    /// An environment variable is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// Something else is invalid.
-    #[error("invalid OTLP setting: {0}")]
-    Invalid(String),
-    /// The sender thread could not be spawned.
-    #[error("cannot spawn the tracing-prof OTLP thread: {0}")]
-    Spawn(#[source] std::io::Error),
-}
-
-// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
-// message, not the variant's structure, is what the user must read.
-impl fmt::Debug for OtlpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
 impl OtlpConfig {
     /// Sends to `endpoint`, the whole URL of the profiles path (as
     /// `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` gives it: `http://collector:4318/v1development/profiles`),
@@ -144,8 +121,13 @@ impl OtlpConfig {
     }
     policy_setters!();
 
-    pub(crate) fn validate(&self) -> Result<(), OtlpError> {
-        let invalid = |m: String| Err(OtlpError::Invalid(m));
+    pub(crate) fn validate(&self) -> Result<(), PushError> {
+        let invalid = |m: String| {
+            Err(PushError::Invalid {
+                exporter: "OTLP",
+                reason: m,
+            })
+        };
         if let Err(why) = check_url(
             &self.endpoint,
             &format!("the endpoint ({ENV_OTLP_PROFILES_ENDPOINT} or {ENV_OTLP_ENDPOINT})"),

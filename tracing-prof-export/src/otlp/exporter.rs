@@ -1,8 +1,9 @@
 //! The [`Sink`]: each interval's window becomes a request on the outbox, and the [`Courier`]
 //! that posts it.
 
-use super::config::{MAX_REQUEST_BYTES, OtlpConfig, OtlpError};
+use super::config::{MAX_REQUEST_BYTES, OtlpConfig};
 use super::convert::request;
+use crate::PushError;
 use crate::pushed::{Pushed, Select, window_profiles};
 use crate::sending::{Courier, Failure, Outbox, PushStats, outcome, printable};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
@@ -39,7 +40,7 @@ impl fmt::Debug for OtlpExporter {
 
 impl OtlpExporter {
     /// Validates `config` and starts the sender thread.
-    pub fn start(config: OtlpConfig) -> Result<Self, OtlpError> {
+    pub fn start(config: OtlpConfig) -> Result<Self, PushError> {
         config.validate()?;
         let policy = config.policy;
         let resource = config.resource.clone();
@@ -48,7 +49,10 @@ impl OtlpExporter {
             config,
             warned: None,
         };
-        let outbox = Outbox::start("otlp", poster, policy).map_err(OtlpError::Spawn)?;
+        let outbox = Outbox::start("otlp", poster, policy).map_err(|source| PushError::Spawn {
+            exporter: "OTLP",
+            source,
+        })?;
         Ok(OtlpExporter { outbox, resource })
     }
 

@@ -1,12 +1,12 @@
 //! Where and how to push: the settings, their checks against Pyroscope's own limits, and
 //! [`PyroscopeConfig::from_env`].
 
+use crate::PushError;
 use crate::sending::{
     MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
 };
 use std::fmt;
 use std::time::Duration;
-use tracing_prof_core::config::ConfigError;
 
 /// Server URL, e.g. `http://pyroscope:4040` (as Pyroscope's own clients name it). Unset: no push.
 pub const ENV_SERVER_ADDRESS: &str = "PYROSCOPE_SERVER_ADDRESS";
@@ -84,29 +84,6 @@ impl fmt::Debug for PyroscopeConfig {
     }
 }
 
-/// A configuration that cannot work.
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum PyroscopeError {
-    /// An environment variable is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// Something else is invalid.
-    #[error("invalid Pyroscope setting: {0}")]
-    Invalid(String),
-    /// The sender thread could not be spawned.
-    #[error("cannot spawn the tracing-prof Pyroscope thread: {0}")]
-    Spawn(#[source] std::io::Error),
-}
-
-// `fn main() -> Result<(), Box<dyn Error>>` prints an error it returns with `Debug`: the
-// message, not the variant's structure, is what the user must read.
-impl std::fmt::Debug for PyroscopeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
-    }
-}
-
 impl PyroscopeConfig {
     /// Pushes to `url` (e.g. `http://localhost:4040`) as application `app`.
     pub fn new(url: impl Into<String>, app: impl Into<String>) -> Self {
@@ -157,8 +134,13 @@ impl PyroscopeConfig {
     }
     policy_setters!();
 
-    pub(super) fn validate(&self) -> Result<(), PyroscopeError> {
-        let invalid = |m: String| Err(PyroscopeError::Invalid(m));
+    pub(super) fn validate(&self) -> Result<(), PushError> {
+        let invalid = |m: String| {
+            Err(PushError::Invalid {
+                exporter: "Pyroscope",
+                reason: m,
+            })
+        };
         if let Err(why) = check_url(
             &self.url,
             &format!("the server address ({ENV_SERVER_ADDRESS})"),

@@ -1,9 +1,10 @@
 //! The [`Sink`]: each interval's window becomes a batch of series on the outbox, which the
 //! sender thread empties; the aggregator never waits on the network.
 
-use super::config::{PyroscopeApi, PyroscopeConfig, PyroscopeError};
+use super::config::{PyroscopeApi, PyroscopeConfig};
 use super::sender::Pusher;
 use super::series::{Series, series_of};
+use crate::PushError;
 use crate::sending::{Outbox, PushStats};
 use std::fmt;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ impl fmt::Debug for PyroscopeExporter {
 
 impl PyroscopeExporter {
     /// Validates `config` and starts the sender thread.
-    pub fn start(config: PyroscopeConfig) -> Result<Self, PyroscopeError> {
+    pub fn start(config: PyroscopeConfig) -> Result<Self, PushError> {
         config.validate()?;
         let policy = config.policy;
         let api = config.api;
@@ -42,7 +43,11 @@ impl PyroscopeExporter {
             agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
             config,
         };
-        let outbox = Outbox::start("pyroscope", pusher, policy).map_err(PyroscopeError::Spawn)?;
+        let outbox =
+            Outbox::start("pyroscope", pusher, policy).map_err(|source| PushError::Spawn {
+                exporter: "Pyroscope",
+                source,
+            })?;
         Ok(PyroscopeExporter { outbox, api })
     }
 
