@@ -6,11 +6,15 @@
 //! where the tables look: the last [`TABLE_FRAMES`] and those up to the cursor. Decoded, a
 //! frame of the example takes about 200 KiB.
 
+mod stacks;
+mod tables;
+
+pub(crate) use stacks::{Stack, Window, in_long_poll};
+pub(crate) use tables::{PathRow, function_rows, intervals, long_polls, path_rows, thread_rows};
+
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
-use tracing_prof_model::{
-    FrameKind, Grouping, LabelValue, LiveFrame, Profile, ProfileKind, SPAN_MARK, Sample,
-};
+use tracing_prof_model::{Grouping, LabelValue, LiveFrame, Profile, ProfileKind, Sample};
 
 /// Frames whose profiles are kept for the tables and drill-downs (five minutes at one a second).
 pub(crate) const KEPT_FRAMES: usize = 300;
@@ -77,7 +81,7 @@ impl Tick {
 }
 
 /// The span path of a sample as the tables name it.
-fn path_name(s: &Sample) -> String {
+pub(super) fn path_name(s: &Sample) -> String {
     let p = s.span_path();
     if p.is_empty() { NO_SPAN.to_owned() } else { p }
 }
@@ -205,7 +209,7 @@ pub(crate) fn seconds(frames: &[&LiveFrame]) -> f64 {
 }
 
 /// Flat value of `sample_type` per span path.
-fn per_path(p: &Profile, sample_type: &str) -> HashMap<String, i64> {
+pub(super) fn per_path(p: &Profile, sample_type: &str) -> HashMap<String, i64> {
     let Ok(top) = p.top(Some(sample_type), Grouping::SpanPath, false, 0) else {
         return HashMap::new();
     };
@@ -216,404 +220,21 @@ fn per_path(p: &Profile, sample_type: &str) -> HashMap<String, i64> {
         .collect()
 }
 
-fn num_label(s: &Sample, key: &str) -> Option<i64> {
+pub(super) fn num_label(s: &Sample, key: &str) -> Option<i64> {
     s.labels.iter().find_map(|l| match &l.value {
         LabelValue::Num { value, .. } if l.key == key => Some(*value),
         _ => None,
     })
 }
 
-/// One span path's row.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct PathRow {
-    pub(crate) name: String,
-    /// Spans closed per second.
-    pub(crate) calls: f64,
-    /// CPU in cores, its own (not its children's); `None` when nothing measures CPU.
-    pub(crate) cpu: Option<f64>,
-    /// Bytes allocated per second.
-    pub(crate) alloc: f64,
-    /// Bytes in use at the cursor.
-    pub(crate) inuse: i64,
-    /// A suspected leak.
-    pub(crate) leak: bool,
-    /// Long polls in the table's window.
-    pub(crate) long_polls: i64,
-    /// In use over the last [`TREND_TICKS`] ticks, oldest first.
-    pub(crate) trend: Vec<i64>,
-}
-
-/// The span path rows at `cursor`, unsorted.
-pub(crate) fn path_rows(history: &History, cursor: usize) -> Vec<PathRow> {
-    let frames = history.table(cursor);
-    let secs = seconds(&frames);
-    let mut rows: HashMap<String, PathRow> = HashMap::new();
-    fn entry<'a>(rows: &'a mut HashMap<String, PathRow>, name: &str) -> &'a mut PathRow {
-        rows.entry(name.to_owned()).or_insert_with(|| PathRow {
-            name: name.to_owned(),
-            ..PathRow::default()
-        })
-    }
-
-    let spans = merged(&frames, ProfileKind::Spans);
-    let cpu_sampled = merged(&frames, ProfileKind::Cpu);
-    if let Some(spans) = &spans {
-        for (name, n) in per_path(spans, "spans") {
-            entry(&mut rows, &name).calls = n as f64 / secs;
-        }
-        for s in &spans.samples {
-            if let Some(n) = num_label(s, "long_polls") {
-                entry(&mut rows, &path_name(s)).long_polls += n;
-            }
-        }
-    }
-    let cpu = match (&cpu_sampled, &spans) {
-        (Some(p), _) => Some(per_path(p, "cpu")),
-        (None, Some(p)) if p.sample_type_index("cpu").is_some() => Some(per_path(p, "cpu")),
-        _ => None,
-    };
-    if let Some(cpu) = &cpu {
-        for (name, ns) in cpu {
-            entry(&mut rows, name).cpu = Some(*ns as f64 / 1e9 / secs);
-        }
-    }
-    if let Some(memory) = merged(&frames, ProfileKind::SpanMemory) {
-        for (name, n) in per_path(&memory, "alloc_space") {
-            entry(&mut rows, &name).alloc = n as f64 / secs;
-        }
-    }
-    if let Some(last) = frames
-        .last()
-        .and_then(|f| f.profile(ProfileKind::SpanMemory))
-    {
-        for s in &last.samples {
-            if s.label("leak") == Some("suspected") {
-                entry(&mut rows, &path_name(s)).leak = true;
-            }
-        }
-    }
-    if let Some(tick) = history.tick(cursor) {
-        for (name, n) in &tick.path_inuse {
-            entry(&mut rows, name).inuse = *n;
-        }
-    }
-    let from = (cursor + 1).saturating_sub(TREND_TICKS);
-    let ticks: Vec<&Tick> = history.ticks(from, cursor + 1).map(|(_, t)| t).collect();
-    let mut out: Vec<PathRow> = rows.into_values().collect();
-    for r in &mut out {
-        if cpu.is_some() && r.cpu.is_none() {
-            r.cpu = Some(0.0);
-        }
-        r.trend = ticks
-            .iter()
-            .map(|t| t.path_inuse.get(&r.name).copied().unwrap_or(0))
-            .collect();
-    }
-    out
-}
-
-/// One function's CPU.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct FunctionRow {
-    pub(crate) name: String,
-    pub(crate) location: Option<String>,
-    /// CPU in cores where it is the leaf.
-    pub(crate) flat: f64,
-    /// CPU in cores where it is on the stack.
-    pub(crate) cum: f64,
-}
-
-/// The functions' CPU at `cursor` from the sampled CPU stacks (code frames only); `None`
-/// without CPU sampling.
-pub(crate) fn function_rows(history: &History, cursor: usize) -> Option<Vec<FunctionRow>> {
-    let frames = history.table(cursor);
-    let cpu = merged(&frames, ProfileKind::Cpu)?;
-    let secs = seconds(&frames);
-    let top = cpu.top(Some("cpu"), Grouping::Function, false, 0).ok()?;
-    Some(
-        top.rows
-            .into_iter()
-            .filter(|r| !r.name.ends_with(SPAN_MARK) && !r.name.starts_with('('))
-            .map(|r| FunctionRow {
-                name: r.name,
-                location: r.location,
-                flat: r.flat as f64 / 1e9 / secs,
-                cum: r.cum as f64 / 1e9 / secs,
-            })
-            .collect(),
-    )
-}
-
-/// One thread's memory.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct ThreadRow {
-    pub(crate) name: String,
-    /// Bytes in use at the cursor.
-    pub(crate) inuse: i64,
-    /// Bytes allocated per second.
-    pub(crate) alloc: f64,
-    /// Allocations per second.
-    pub(crate) allocs: f64,
-}
-
-/// Memory per thread at `cursor`.
-pub(crate) fn thread_rows(history: &History, cursor: usize) -> Vec<ThreadRow> {
-    let frames = history.table(cursor);
-    let secs = seconds(&frames);
-    let mut rows: Vec<ThreadRow> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
-    let name = |s: &Sample| {
-        s.stack
-            .iter()
-            .find(|f| f.kind == FrameKind::Thread)
-            .map_or_else(|| "(thread)".to_owned(), |f| f.function.to_string())
-    };
-    // One row per thread: a thread that exited within the window is one row, named as the
-    // last frame names it (`thread NAME [INDEX, exited]`), not two.
-    let mut row = |rows: &mut Vec<ThreadRow>, n: String| -> usize {
-        let key = n.replace(", exited]", "]");
-        *at.entry(key).or_insert_with(|| {
-            rows.push(ThreadRow {
-                name: n,
-                inuse: 0,
-                alloc: 0.0,
-                allocs: 0.0,
-            });
-            rows.len() - 1
-        })
-    };
-    if let Some(p) = merged(&frames, ProfileKind::Threads) {
-        let (space, objects) = (
-            p.sample_type_index("alloc_space"),
-            p.sample_type_index("alloc_objects"),
-        );
-        for s in &p.samples {
-            let i = row(&mut rows, name(s));
-            if let Some(k) = space {
-                rows[i].alloc += s.values[k] as f64 / secs;
-            }
-            if let Some(k) = objects {
-                rows[i].allocs += s.values[k] as f64 / secs;
-            }
-        }
-    }
-    if let Some(p) = frames.last().and_then(|f| f.profile(ProfileKind::Threads)) {
-        if let Some(k) = p.sample_type_index("inuse_space") {
-            for s in &p.samples {
-                let i = row(&mut rows, name(s));
-                rows[i].inuse = s.values[k];
-                rows[i].name = name(s);
-            }
-        }
-    }
-    rows
-}
-
-/// Long polls per span path in the table's window, most first.
-pub(crate) fn long_polls(history: &History, cursor: usize) -> Vec<(String, i64)> {
-    let mut out: Vec<(String, i64)> = path_rows(history, cursor)
-        .into_iter()
-        .filter(|r| r.long_polls > 0)
-        .map(|r| (r.name, r.long_polls))
-        .collect();
-    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    out
-}
-
-/// The enter-to-exit intervals of span path `path` itself (not the paths below) in the
-/// table's window, per length bucket (`<1us` to `>=10s`, shortest first): the buckets with any.
-pub(crate) fn intervals(history: &History, cursor: usize, path: &str) -> Vec<(String, i64)> {
-    let frames = history.table(cursor);
-    let Some(spans) = merged(&frames, ProfileKind::Spans) else {
-        return Vec::new();
-    };
-    let Some(k) = spans.sample_type_index("intervals") else {
-        return Vec::new();
-    };
-    let mut out: Vec<(String, i64)> = tracing_prof_model::LIFETIME_BUCKET_NAMES
-        .iter()
-        .map(|b| ((*b).to_owned(), 0))
-        .collect();
-    for s in spans.samples.iter().filter(|s| path_name(s) == path) {
-        if let Some(row) = s
-            .label("interval")
-            .and_then(|b| out.iter_mut().find(|(name, _)| name == b))
-        {
-            row.1 += s.values[k];
-        }
-    }
-    out.retain(|(_, n)| *n > 0);
-    out
-}
-
-/// Whether a code frame is the application's own: not the standard library's, not
-/// `tracing`'s or the profiler's machinery, not a C library's (no Rust path).
-fn is_application(function: &str) -> bool {
-    const NOT: [&str; 8] = [
-        "std::",
-        "core::",
-        "alloc::",
-        "__rustc::",
-        "tracing::",
-        "tracing_core::",
-        "tracing_subscriber::",
-        "tracing_prof",
-    ];
-    let name = function.trim_start_matches('<');
-    name.contains("::") && !NOT.iter().any(|p| name.starts_with(p))
-}
-
-/// The function that blocked in `path`'s long polls: of the CPU samples taken in them (in the
-/// path itself: a child span's long polls are its own), the innermost frame of the crate the
-/// span belongs to (its target's first segment), else of the application's code, the one with
-/// the most CPU, with `file:line`. A sample in the profiler's own `on_close`, in
-/// `std::thread::sleep` or in a library the code called is charged to the code that called it.
-fn blocker(p: &Profile, path: &str) -> Option<String> {
-    let k = p.sample_type_index("cpu")?;
-    let mut by_frame: HashMap<String, i64> = HashMap::new();
-    for s in p
-        .samples
-        .iter()
-        .filter(|s| in_long_poll(s) && s.values[k] > 0 && path_name(s) == path)
-    {
-        let code: Vec<&tracing_prof_model::Frame> = s
-            .stack
-            .iter()
-            .rev()
-            .filter(|f| f.kind == FrameKind::Code)
-            .collect();
-        let Some(&leaf) = code.first() else { continue };
-        // The span's crate: `app` of the innermost span frame `app::handlers::get`.
-        let krate = s
-            .span_frames()
-            .last()
-            .and_then(|f| f.function.split("::").next())
-            .filter(|k| !k.is_empty() && !k.starts_with('('))
-            .map(|k| format!("{k}::"));
-        let own = |f: &&&tracing_prof_model::Frame| {
-            krate
-                .as_deref()
-                .is_some_and(|k| f.function.trim_start_matches('<').starts_with(k))
-        };
-        let frame = code
-            .iter()
-            .find(own)
-            .or_else(|| code.iter().find(|f| is_application(&f.function)))
-            .copied()
-            .unwrap_or(leaf);
-        *by_frame.entry(frame.display_with_location()).or_default() += s.values[k];
-    }
-    by_frame
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-        .map(|(f, _)| f)
-}
-
-/// Whether a CPU sample was taken in a long poll.
-pub(crate) fn in_long_poll(s: &Sample) -> bool {
-    s.label("long_poll") == Some("true")
-}
-
-/// One code stack of a drill-down: its share and its code frames, innermost first.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Stack {
-    /// Value per second in the sample type's unit (CPU: cores; memory: bytes).
-    pub(crate) rate: f64,
-    /// Code frames, innermost first, with `file:line` where known.
-    pub(crate) frames: Vec<String>,
-}
-
-/// The profiles of one kind over the table's window at a cursor, merged once for every
-/// [`Window::stacks`] asked of them.
-#[derive(Debug)]
-pub(crate) struct Window {
-    profile: Profile,
-    secs: f64,
-}
-
-impl Window {
-    /// The `kind` profiles of the frames the tables at `cursor` sum; `None` when none has one.
-    pub(crate) fn of(history: &History, cursor: usize, kind: ProfileKind) -> Option<Window> {
-        let frames = history.table(cursor);
-        Some(Window {
-            profile: merged(&frames, kind)?,
-            secs: seconds(&frames),
-        })
-    }
-
-    /// Where the CPU samples of `path`'s own long polls caught the application (see
-    /// [`blocker`]).
-    pub(crate) fn blocker(&self, path: &str) -> Option<String> {
-        blocker(&self.profile, path)
-    }
-
-    /// The heaviest code stacks (sample type `sample_type`) under span path `path` (the path
-    /// itself and the paths below it) among the samples `keep` keeps, at most `limit`; `None`
-    /// when the profile has no such sample type.
-    pub(crate) fn stacks(
-        &self,
-        sample_type: &str,
-        path: &str,
-        limit: usize,
-        keep: impl Fn(&Sample) -> bool,
-    ) -> Option<Vec<Stack>> {
-        stacks(&self.profile, self.secs, sample_type, path, limit, keep)
-    }
-}
-
-fn stacks(
-    p: &Profile,
-    secs: f64,
-    sample_type: &str,
-    path: &str,
-    limit: usize,
-    keep: impl Fn(&Sample) -> bool,
-) -> Option<Vec<Stack>> {
-    let k = p.sample_type_index(sample_type)?;
-    let below = format!("{path} -> ");
-    // Samples of one code stack differ in labels (heap samples carry their mean size): one
-    // entry per code stack as shown.
-    let mut by_stack: HashMap<Vec<String>, i64> = HashMap::new();
-    for s in &p.samples {
-        let name = path_name(s);
-        if s.values[k] <= 0 || (name != path && !name.starts_with(&below)) || !keep(s) {
-            continue;
-        }
-        let code: Vec<String> = s
-            .stack
-            .iter()
-            .rev()
-            .filter(|f| f.kind == FrameKind::Code)
-            .map(|f| f.display_with_location())
-            .collect();
-        if !code.is_empty() {
-            *by_stack.entry(code).or_default() += s.values[k];
-        }
-    }
-    let mut out: Vec<Stack> = by_stack
-        .into_iter()
-        .map(|(frames, v)| Stack {
-            rate: v as f64 / secs,
-            frames,
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        b.rate
-            .partial_cmp(&a.rate)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| a.frames.cmp(&b.frames))
-    });
-    out.truncate(limit);
-    Some(out)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::stacks::blocker;
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
     use tracing_prof_model::{
-        CodeFrame, CpuSource, CpuStack, InFlight, OpenPath, OpenSpan, PathKind, PathProfile,
-        Snapshot, SpanFrame, StackProfile, ThreadNow, ThreadProfile,
+        CodeFrame, CpuSource, CpuStack, FrameKind, InFlight, OpenPath, OpenSpan, PathKind,
+        PathProfile, Snapshot, SpanFrame, StackProfile, ThreadNow, ThreadProfile,
     };
 
     fn request() -> Vec<SpanFrame> {
