@@ -202,7 +202,7 @@ pub(crate) fn track(id: u64, objects_fp: u64, bytes: u64, alive: bool) {
 pub fn read_outlived(out: &mut [(f64, u64)]) {
     for (o, (objects, bytes)) in out.iter_mut().zip(&OUTLIVED) {
         *o = (
-            objects.load(Ordering::Relaxed) as f64 / crate::sample::FP,
+            objects.load(Ordering::Relaxed) as f64 / crate::FP,
             bytes.load(Ordering::Relaxed),
         );
     }

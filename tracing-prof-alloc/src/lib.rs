@@ -119,5 +119,9 @@ pub mod __private {
     pub use crate::unwind::{StackWalker, set_stack_walker};
 }
 
+/// Fixed-point scale of estimated object counts (a sampled block stands for a fraction of an
+/// object and more), in the heap sampler's stack table and the span instances alike.
+pub(crate) const FP: f64 = 256.0;
+
 /// Number of distinct tags the counter tables hold (reserved tags included).
 pub const MAX_TAGS: usize = 4096;

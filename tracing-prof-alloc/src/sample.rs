@@ -75,8 +75,6 @@ static TABLE_FULL: AtomicU64 = AtomicU64::new(0);
 const OFF_RECHECK: i64 = 16 << 20;
 /// Probes before a stack gives up looking for a bucket.
 const MAX_PROBES: usize = 64;
-/// Fixed-point scale of estimated object counts.
-pub(crate) const FP: f64 = 256.0;
 
 struct Bucket {
     /// Hash of (tag, stack), never 0 once claimed; 0: free.
@@ -358,7 +356,7 @@ fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
 }
 
 fn fixed(w: f64) -> u64 {
-    (w * FP).round() as u64
+    (w * crate::FP).round() as u64
 }
 
 /// Estimated bytes of a sample of `size` bytes and weight `w`: the same at allocation and at
@@ -500,7 +498,7 @@ pub fn read_stacks() -> Vec<StackTotals> {
         return Vec::new();
     };
     let load = |c: &AtomicU64| c.load(Ordering::Acquire);
-    let objects = |c: &AtomicU64| load(c) as f64 / FP;
+    let objects = |c: &AtomicU64| load(c) as f64 / crate::FP;
     let mut out = Vec::new();
     for (i, b) in table.buckets.iter().enumerate() {
         if i != 0 && !b.ready.load(Ordering::Acquire) {
