@@ -1,7 +1,10 @@
 //! What a snapshot knows of one span path: its time, its memory, its kind.
 
 use super::LIFETIME_BUCKETS;
+// What the docs below name.
 use super::frames::{SpanFrame, display_path, names_are};
+#[cfg(doc)]
+use super::{CpuSource, LIFETIME_BUCKET_NAMES, Snapshot};
 
 /// Time spent by the spans of one path. Durations in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

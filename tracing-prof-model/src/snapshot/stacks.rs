@@ -2,6 +2,9 @@
 //! with how their time was measured.
 
 use super::LIFETIME_BUCKETS;
+// What the docs below name.
+#[cfg(doc)]
+use super::LIFETIME_BUCKET_NAMES;
 use super::frames::{CodeFrame, SpanFrame, display_path};
 use super::paths::{MemoryStats, PathKind};
 
