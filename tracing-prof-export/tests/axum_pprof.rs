@@ -6,8 +6,9 @@ use tracing_prof_test_support as common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use tracing_prof::export::http::{PprofHandler, axum_router};
-use tracing_prof::{Profiler, TaggingAllocator};
+use tracing_prof_alloc::TaggingAllocator;
+use tracing_prof_core::Profiler;
+use tracing_prof_export::http::{PprofHandler, axum_router};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -95,7 +96,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
 
     // Answering runs on tokio's blocking pool, threads the profiler does not own: what it
     // allocates (the encoded profiles) is the profiler's, not the service's `(no span)`.
-    let alloc_of = |kind: tracing_prof::model::PathKind| {
+    let alloc_of = |kind: tracing_prof_model::PathKind| {
         guard
             .profiler()
             .snapshot()
@@ -105,7 +106,7 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
             .map(|p| p.memory.alloc_bytes)
             .sum::<u64>()
     };
-    use tracing_prof::model::PathKind::{NoSpan, Profiler as Own};
+    use tracing_prof_model::PathKind::{NoSpan, Profiler as Own};
     let (no_span, own) = (alloc_of(NoSpan), alloc_of(Own));
     // The client's own allocations go to a span of their own.
     let answered = tracing::info_span!("client").in_scope(|| {
