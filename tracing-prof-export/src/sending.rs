@@ -435,6 +435,18 @@ pub(crate) fn printable(bytes: &[u8]) -> String {
 /// a dead server holds the queue for good.
 pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Whether one request's `timeout` (set by variable `var`) is within
+/// [`MIN_TIMEOUT`]..=[`MAX_TIMEOUT`]; the reason it is not, naming the variable.
+pub(crate) fn check_timeout(timeout: Duration, var: &str) -> Result<(), String> {
+    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&timeout) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the request timeout ({var}) must be from 100ms to 10m, got {timeout:?}"
+        ))
+    }
+}
 /// The most retries of a batch.
 pub(crate) const MAX_RETRIES: u32 = 16;
 

@@ -1,9 +1,7 @@
 //! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
 
 use crate::PushError;
-use crate::sending::{
-    MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
-};
+use crate::sending::{Policy, check_timeout, check_url, header_ok, policy_setters, redact_url};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::AttributeValue;
@@ -149,11 +147,8 @@ impl OtlpConfig {
                 ));
             }
         }
-        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
-            return invalid(format!(
-                "the request timeout ({ENV_OTLP_TIMEOUT}) must be from 100ms to 10m, got {:?}",
-                self.timeout
-            ));
+        if let Err(why) = check_timeout(self.timeout, ENV_OTLP_TIMEOUT) {
+            return invalid(why);
         }
         self.policy.check().or_else(invalid)
     }

@@ -2,9 +2,7 @@
 //! [`PyroscopeConfig::from_env`].
 
 use crate::PushError;
-use crate::sending::{
-    MAX_TIMEOUT, MIN_TIMEOUT, Policy, check_url, header_ok, policy_setters, redact_url,
-};
+use crate::sending::{Policy, check_timeout, check_url, header_ok, policy_setters, redact_url};
 use std::fmt;
 use std::time::Duration;
 
@@ -175,11 +173,8 @@ impl PyroscopeConfig {
                 ));
             }
         }
-        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
-            return invalid(format!(
-                "the request timeout ({ENV_TIMEOUT}) must be from 100ms to 10m, got {:?}",
-                self.timeout
-            ));
+        if let Err(why) = check_timeout(self.timeout, ENV_TIMEOUT) {
+            return invalid(why);
         }
         if let Err(why) = self.policy.check() {
             return invalid(why);
