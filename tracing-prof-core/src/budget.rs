@@ -26,7 +26,7 @@
 //!
 //! Limitations: allocations on threads the closure spawns are not counted.
 
-use crate::span_path;
+use crate::runtime::RUNTIME;
 use std::fmt;
 use tracing_prof_alloc::__private::TagTotals;
 use tracing_prof_alloc::__private::{SiteRecorder, read_thread_totals, record_sites};
@@ -159,7 +159,7 @@ impl Budget {
         let after = thread_totals();
         drop(entered);
         let _profiler = TagGuard::new(Tag::PROFILER);
-        let paths = span_path::all_paths();
+        let paths = RUNTIME.paths.all();
         let Some(root) = paths
             .iter()
             .find(|(t, _)| *t == tag)

@@ -1,6 +1,7 @@
 //! Capturing a [`Snapshot`]: reads the allocator's counters, the span path table and the
 //! samplers, symbolizes the sampled stacks, and fills the model.
 
+use crate::runtime::RUNTIME;
 use crate::span_path::{PathIndex, path_of};
 use crate::symbolize;
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ const _: () = assert!(
 pub fn capture(duration: Duration) -> Snapshot {
     let _profiler = TagGuard::new(Tag::PROFILER);
     let _ = crate::span_index::trim();
-    let all = crate::span_path::all_paths_with_reserved();
+    let all = RUNTIME.paths.all_with_reserved();
     let mut totals = vec![TagTotals::default(); all.len()];
     tracing_prof_alloc::__private::read_totals(&mut totals);
     let mut outlived = vec![(0.0, 0); totals.len()];
@@ -37,13 +38,13 @@ pub fn capture(duration: Duration) -> Snapshot {
         .iter()
         .map(|(tag, kind, frames)| (*tag, (*kind, frames.clone())))
         .collect();
-    let cpu = crate::cpu::source(crate::cpu::exact_cpu_source());
-    let period = crate::cpu::period_ns();
+    let cpu = RUNTIME.cpu.source();
+    let period = RUNTIME.cpu.period_ns();
     // Symbolization reads the binary's debug info: whatever goes wrong there must not take
     // the snapshot (or the aggregator thread) down with it; the stacks are left out instead.
     let (cpu_stacks, sampled_cpu) = if period > 0 {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::cpu::stacks(&by_tag, period)
+            RUNTIME.cpu.stacks(&RUNTIME.paths, &by_tag, period)
         }))
         .unwrap_or_default()
     } else {
@@ -56,7 +57,7 @@ pub fn capture(duration: Duration) -> Snapshot {
             let (objects, bytes) = outlived[tag.get() as usize];
             let mut p = PathProfile::new(*kind, frames.clone());
             p.time = time_of(t);
-            p.time.long_polls = crate::long_poll::of(*tag).0;
+            p.time.long_polls = RUNTIME.long_polls.of(*tag).0;
             if matches!(cpu, CpuSource::Sampled { .. }) {
                 p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
             }
@@ -76,14 +77,14 @@ pub fn capture(duration: Duration) -> Snapshot {
         snapshot.symbols = symbolize::program_symbols();
     }
     snapshot.paths = paths;
-    snapshot.overflowed_spans = crate::span_path::overflowed_spans();
+    snapshot.overflowed_spans = RUNTIME.paths.overflowed_spans();
     snapshot.cpu = cpu;
     snapshot.cpu_stacks = cpu_stacks;
-    snapshot.cpu_sampling_hz = crate::cpu::sampled_hz();
+    snapshot.cpu_sampling_hz = RUNTIME.cpu.sampled_hz();
     snapshot.sample_rate = tracing_prof_alloc::__private::sample_rate();
     snapshot.temporary_threshold = tracing_prof_alloc::__private::temporary_threshold();
     snapshot.stacks = stacks;
-    snapshot.threads = crate::threads::threads();
+    snapshot.threads = RUNTIME.thread_names.threads();
     snapshot
 }
 

@@ -9,9 +9,9 @@
 //! program's distinct hot stacks, not by its instructions: at most [`MAX_CPU_STACKS`] of them;
 //! samples of further stacks count under their span path with the `(stack table full)` frame.
 
-use crate::span_path::{PathIndex, path_of};
+use crate::span_path::{PathIndex, Paths, path_of};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tracing_prof_alloc::Tag;
@@ -35,42 +35,11 @@ pub enum CpuTime {
     Off,
 }
 
-/// How the most recently installed layer measures CPU time on enter and exit: 0 off, 1 a
-/// thread clock, 2 a clock that splits user and system time.
-static EXACT_CPU: AtomicU8 = AtomicU8::new(0);
-
-/// Says how the layer installed last measures CPU time on enter and exit.
-pub(crate) fn set_exact_source(source: CpuSource) {
-    let mode = match source {
-        CpuSource::ThreadClock => 1,
-        CpuSource::Rusage => 2,
-        _ => 0,
-    };
-    EXACT_CPU.store(mode, Ordering::Relaxed);
-}
-
-/// How CPU time is measured on enter and exit by the layer installed last.
-pub(crate) fn exact_cpu_source() -> CpuSource {
-    match EXACT_CPU.load(Ordering::Relaxed) {
-        1 => CpuSource::ThreadClock,
-        2 => CpuSource::Rusage,
-        _ => CpuSource::Off,
-    }
-}
-
 /// How often the aggregator drains the samplers' rings: 100 ms (a thread's ring holds about
 /// 0.6 s of samples at 100 Hz).
 pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Distinct CPU stacks kept (per span path and code stack): 16384.
 pub const MAX_CPU_STACKS: usize = 16_384;
-
-/// The CPU time mode of the profiler built last: 0 none built (a bare layer), 1 sampled,
-/// 2 exact, 3 off.
-static MODE: AtomicU8 = AtomicU8::new(0);
-/// The sampling rate this process's profiler started the sampler with (0 once stopped).
-static STARTED_HZ: AtomicU32 = AtomicU32::new(0);
-/// The rate the samples in the store were taken at (kept after the sampler stops).
-static RAN_HZ: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Default)]
 struct Store {
@@ -115,14 +84,6 @@ pub(crate) const MAX_LINKED: usize = 65_536;
 /// interval takes to come round.
 const LINK_SECONDS: u64 = 300;
 
-/// Pairs let go so far (see [`MAX_LINKED`]).
-static LINKS_LET_GO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// (Stack, trace span) pairs let go so far, to bound the store.
-pub(crate) fn links_let_go() -> u64 {
-    LINKS_LET_GO.load(Ordering::Relaxed)
-}
-
 impl Store {
     /// The index of `frame` in `frames`, added if new.
     fn frame_id(&mut self, frame: &CodeFrame) -> u32 {
@@ -159,8 +120,8 @@ impl Store {
     }
 
     /// Lets go of pairs not sampled for [`LINK_SECONDS`], then of the least recently
-    /// sampled ones while there are more than [`MAX_LINKED`].
-    fn trim_links(&mut self) {
+    /// sampled ones while there are more than [`MAX_LINKED`]; returns how many went.
+    fn trim_links(&mut self) -> u64 {
         let now = self.now_s();
         let before = self.linked.len();
         self.linked
@@ -175,7 +136,7 @@ impl Store {
                 self.linked.remove(key);
             }
         }
-        LINKS_LET_GO.fetch_add((before - self.linked.len()) as u64, Ordering::Relaxed);
+        (before - self.linked.len()) as u64
     }
 }
 
@@ -187,236 +148,298 @@ const LONG_POLL: u32 = 1 << 31;
 /// drain that reaches this many, and at every capture).
 const MAX_RAW: usize = 4096;
 
-static STORE: Mutex<Option<Store>> = Mutex::new(None);
-
-/// The store's lock, for `fork` (see `crate::fork`).
-pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
-    Box::new(store())
+/// The CPU samples' store, and how CPU time is measured: a part of
+/// [`crate::runtime::Runtime`]. All zeros when new.
+#[repr(align(64))]
+pub(crate) struct Cpu {
+    /// Boxed: `None` is then all zeros, and so is the whole runtime (see `crate::runtime`).
+    store: Mutex<Option<Box<Store>>>,
+    /// How the most recently installed layer measures CPU time on enter and exit: 0 off, 1 a
+    /// thread clock, 2 a clock that splits user and system time.
+    exact: AtomicU8,
+    /// The CPU time mode of the profiler built last: 0 none built (a bare layer), 1 sampled,
+    /// 2 exact, 3 off.
+    mode: AtomicU8,
+    /// The sampling rate this process's profiler started the sampler with (0 once stopped).
+    started_hz: AtomicU32,
+    /// The rate the samples in the store were taken at (kept after the sampler stops).
+    ran_hz: AtomicU32,
+    /// (Stack, trace span) pairs let go so far (see [`MAX_LINKED`]).
+    links_let_go: AtomicU64,
 }
 
-fn store() -> std::sync::MutexGuard<'static, Option<Store>> {
-    STORE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Starts the sampler as `cpu_time`, `hz` and `unwind` say; `Err` says why it could not run
-/// (the profiler goes on without it).
-pub(crate) fn start(
-    cpu_time: CpuTime,
-    hz: u32,
-    unwind: tracing_prof_cpu::Unwind,
-) -> Result<(), tracing_prof_cpu::StartError> {
-    MODE.store(
-        match cpu_time {
-            CpuTime::Sampled => 1,
-            CpuTime::Exact => 2,
-            CpuTime::Off => 3,
-        },
-        Ordering::Relaxed,
-    );
-    if hz == 0 {
-        return Ok(());
-    }
-    // The unwinder's caches and module list are the profiler's own memory.
-    let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-    tracing_prof_alloc::__private::set_new_thread_hook(Some(tracing_prof_cpu::ensure_armed));
-    tracing_prof_cpu::start(hz, unwind)?;
-    // The heap sampler walks armed threads' stacks with the same unwinder (it stays usable
-    // once sampling stops: its tables and the threads' stack extents are never freed).
-    tracing_prof_alloc::__private::set_stack_walker(Some(tracing_prof_cpu::walk_own_stack));
-    let before = RAN_HZ.swap(hz, Ordering::Relaxed);
-    if before != 0 && before != hz {
-        // Counts taken at another rate stand for another period: start afresh.
-        *store() = None;
-    }
-    STARTED_HZ.store(hz, Ordering::Relaxed);
-    Ok(())
-}
-
-/// Stops the sampler if this process's profiler started it, and keeps what it recorded.
-pub(crate) fn stop() {
-    if STARTED_HZ.swap(0, Ordering::Relaxed) != 0 {
-        tracing_prof_cpu::stop();
-        tracing_prof_alloc::__private::set_new_thread_hook(None);
-        drain();
-    }
-}
-
-/// Moves every recorded sample into the store, and symbolizes them once enough have come.
-pub(crate) fn drain() {
-    let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-    let mut guard = store();
-    let s = guard.get_or_insert_with(Store::default);
-    tracing_prof_cpu::drain(|sample| {
-        let tag = sample.tag | if sample.long_poll { LONG_POLL } else { 0 };
-
-        let key = (tag, sample.link, Box::<[u64]>::from(sample.ips));
-        *s.raw.entry(key).or_insert(0) += sample.weight;
-    });
-    if s.raw.len() >= MAX_RAW {
-        compact(s);
-    }
-}
-
-/// Symbolizes the raw stacks and merges them into `resolved`. The interrupted instructions
-/// are resolved without entering the symbol cache (there are as many as there are hot
-/// instructions); return addresses are cached.
-fn compact(s: &mut Store) {
-    if s.raw.is_empty() {
-        return;
-    }
-    let now = s.now_s();
-    let raw = std::mem::take(&mut s.raw);
-    let leaves = crate::symbolize::resolve_transient(
-        raw.keys()
-            .filter_map(|(_, _, ips)| ips.first().map(|&ip| ip as usize)),
-    );
-    crate::symbolize::prepare(
-        raw.keys()
-            .flat_map(|(_, _, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
-    );
-    // The innermost span of each path: stacks are cut where it was entered.
-    let mut spans: HashMap<u32, Option<SpanFrame>> = HashMap::new();
-    for ((tag, link, ips), n) in raw {
-        let code: Box<[u32]> = match ips.split_first() {
-            None => Box::from([]),
-            Some((&pc, rest)) => {
-                let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
-                let path = tag & !LONG_POLL;
-                let span = spans
-                    .entry(path)
-                    .or_insert_with(|| crate::span_path::innermost(Tag::new(path)));
-                crate::symbolize::code_stack_from(
-                    leaves.get(&(pc as usize)).map(|f| &f[..]),
-                    &rest,
-                    span.as_ref(),
-                    crate::symbolize::Leaf::Keep,
-                )
-                .iter()
-                .map(|f| s.frame_id(f))
-                .collect()
-            }
-        };
-        let Some(id) = s.stack_id((tag, code)).or_else(|| {
-            s.overflowed += n;
-            s.stack_id((tag, Box::from([])))
-        }) else {
-            continue; // not reached: an empty stack always has room
-        };
-        s.counts[id as usize] += n;
-        if link.is_some() {
-            let l = s.linked.entry((id, link)).or_insert(Linked {
-                samples: 0,
-                seen: now,
-            });
-            l.samples += n;
-            l.seen = now;
+impl Cpu {
+    pub(crate) const fn new() -> Self {
+        Cpu {
+            store: Mutex::new(None),
+            exact: AtomicU8::new(0),
+            mode: AtomicU8::new(0),
+            started_hz: AtomicU32::new(0),
+            ran_hz: AtomicU32::new(0),
+            links_let_go: AtomicU64::new(0),
         }
     }
-    s.trim_links();
-}
 
-/// How the snapshot's per-span CPU time was measured.
-pub(crate) fn source(exact: CpuSource) -> CpuSource {
-    match MODE.load(Ordering::Relaxed) {
-        1 => match RAN_HZ.load(Ordering::Relaxed) {
-            0 => CpuSource::Off,
-            hz => CpuSource::Sampled { hz },
-        },
-        // Exact, or no profiler built: whatever the layer measures.
-        0 | 2 => exact,
-        _ => CpuSource::Off,
+    /// The store's lock, for `fork` (see `crate::fork`).
+    pub(crate) fn lock_for_fork(&'static self) -> Box<dyn std::any::Any> {
+        Box::new(self.store())
     }
-}
 
-/// The rate the store's counts were sampled at (0: no sampling ran).
-pub(crate) fn sampled_hz() -> u32 {
-    RAN_HZ.load(Ordering::Relaxed)
-}
-
-/// The sampling period the store's counts stand for (0: no sampling ran).
-pub(crate) fn period_ns() -> u64 {
-    match RAN_HZ.load(Ordering::Relaxed) {
-        0 => 0,
-        hz => 1_000_000_000 / u64::from(hz),
+    fn store(&self) -> std::sync::MutexGuard<'_, Option<Box<Store>>> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-/// The CPU stacks recorded so far (cumulative), symbolized and merged by span path and code
-/// stack, and the sampled CPU time per tag.
-pub(crate) fn stacks(by_tag: &PathIndex, period_ns: u64) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
-    drain();
-    /// A stack of the store, symbolized: its tag, code, samples and samples per trace span.
-    type Counted = (u32, Arc<[CodeFrame]>, u64, Vec<LinkedSamples>);
-    let counts: Vec<Counted> = {
-        let mut guard = store();
-        guard.as_mut().map_or_else(Vec::new, |s| {
-            compact(s);
-            let mut links: HashMap<u32, Vec<LinkedSamples>> = HashMap::new();
-            for (&(id, link), l) in &s.linked {
-                links.entry(id).or_default().push(LinkedSamples {
-                    link: tracing_prof_model::TraceLink {
-                        trace_id: link.trace_id,
-                        span_id: link.span_id,
-                    },
-                    samples: l.samples,
-                });
-            }
-            s.resolved
-                .iter()
-                .map(|((tag, code), &id)| {
-                    let frames: Arc<[CodeFrame]> =
-                        code.iter().map(|&i| s.frames[i as usize].clone()).collect();
-                    let links = links.remove(&id).unwrap_or_default();
-                    (*tag, frames, s.counts[id as usize], links)
-                })
-                .collect()
-        })
-    };
-    let mut per_tag: HashMap<Tag, u64> = HashMap::new();
-    let mut merged: Vec<CpuStack> = Vec::new();
-    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>, bool);
-    let mut index: HashMap<Key, usize> = HashMap::new();
-    for (key, code, n, links) in counts {
-        let long_poll = key & LONG_POLL != 0;
-        let tag = Tag::new(key & !LONG_POLL);
-        *per_tag.entry(tag).or_insert(0) += n * period_ns;
-        let (kind, frames) = path_of(by_tag, tag);
-        let key = (kind, frames.to_vec(), code, long_poll);
-        let i = *index
-            .entry(key)
-            .or_insert_with_key(|(kind, frames, code, long_poll)| {
-                let code = if code.is_empty() {
-                    vec![CodeFrame::named(TABLE_FULL_FRAME)]
-                } else {
-                    code.to_vec()
-                };
-                let mut stack = CpuStack::new(*kind, frames.clone(), code);
-                stack.long_poll = *long_poll;
-                merged.push(stack);
-                merged.len() - 1
-            });
-        merged[i].samples += n;
-        merged[i].cpu_ns += n * period_ns;
-        merged[i].links.extend(links);
+    /// Says how the layer installed last measures CPU time on enter and exit.
+    pub(crate) fn set_exact_source(&self, source: CpuSource) {
+        let mode = match source {
+            CpuSource::ThreadClock => 1,
+            CpuSource::Rusage => 2,
+            _ => 0,
+        };
+        self.exact.store(mode, Ordering::Relaxed);
     }
-    for stack in &mut merged {
-        // Two tags of one path may share a span: one entry per span, in span order.
-        stack.links.sort_by_key(|l| l.link);
-        stack.links.dedup_by(|b, a| {
-            let same = a.link == b.link;
-            if same {
-                a.samples += b.samples;
-            }
-            same
+
+    /// How CPU time is measured on enter and exit by the layer installed last.
+    fn exact_source(&self) -> CpuSource {
+        match self.exact.load(Ordering::Relaxed) {
+            1 => CpuSource::ThreadClock,
+            2 => CpuSource::Rusage,
+            _ => CpuSource::Off,
+        }
+    }
+
+    /// (Stack, trace span) pairs let go so far, to bound the store.
+    pub(crate) fn links_let_go(&self) -> u64 {
+        self.links_let_go.load(Ordering::Relaxed)
+    }
+
+    /// Starts the sampler as `cpu_time`, `hz` and `unwind` say; `Err` says why it could not run
+    /// (the profiler goes on without it).
+    pub(crate) fn start(
+        &self,
+        cpu_time: CpuTime,
+        hz: u32,
+        unwind: tracing_prof_cpu::Unwind,
+    ) -> Result<(), tracing_prof_cpu::StartError> {
+        self.mode.store(
+            match cpu_time {
+                CpuTime::Sampled => 1,
+                CpuTime::Exact => 2,
+                CpuTime::Off => 3,
+            },
+            Ordering::Relaxed,
+        );
+        if hz == 0 {
+            return Ok(());
+        }
+        // The unwinder's caches and module list are the profiler's own memory.
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        tracing_prof_alloc::__private::set_new_thread_hook(Some(tracing_prof_cpu::ensure_armed));
+        tracing_prof_cpu::start(hz, unwind)?;
+        // The heap sampler walks armed threads' stacks with the same unwinder (it stays usable
+        // once sampling stops: its tables and the threads' stack extents are never freed).
+        tracing_prof_alloc::__private::set_stack_walker(Some(tracing_prof_cpu::walk_own_stack));
+        let before = self.ran_hz.swap(hz, Ordering::Relaxed);
+        if before != 0 && before != hz {
+            // Counts taken at another rate stand for another period: start afresh.
+            *self.store() = None;
+        }
+        self.started_hz.store(hz, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops the sampler if this process's profiler started it, and keeps what it recorded.
+    pub(crate) fn stop(&self, paths: &Paths) {
+        if self.started_hz.swap(0, Ordering::Relaxed) != 0 {
+            tracing_prof_cpu::stop();
+            tracing_prof_alloc::__private::set_new_thread_hook(None);
+            self.drain(paths);
+        }
+    }
+
+    /// Moves every recorded sample into the store, and symbolizes them once enough have come.
+    pub(crate) fn drain(&self, paths: &Paths) {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let mut guard = self.store();
+        let s = guard.get_or_insert_with(Box::default);
+        tracing_prof_cpu::drain(|sample| {
+            let tag = sample.tag | if sample.long_poll { LONG_POLL } else { 0 };
+
+            let key = (tag, sample.link, Box::<[u64]>::from(sample.ips));
+            *s.raw.entry(key).or_insert(0) += sample.weight;
         });
+        if s.raw.len() >= MAX_RAW {
+            self.compact(s, paths);
+        }
     }
-    // Largest first, then by stack: a stable order for files and tables.
-    merged.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| (&a.frames, &a.code, a.long_poll).cmp(&(&b.frames, &b.code, b.long_poll)))
-    });
-    (merged, per_tag)
+
+    /// Symbolizes the raw stacks and merges them into `resolved`. The interrupted instructions
+    /// are resolved without entering the symbol cache (there are as many as there are hot
+    /// instructions); return addresses are cached.
+    fn compact(&self, s: &mut Store, paths: &Paths) {
+        if s.raw.is_empty() {
+            return;
+        }
+        let now = s.now_s();
+        let raw = std::mem::take(&mut s.raw);
+        let leaves = crate::symbolize::resolve_transient(
+            raw.keys()
+                .filter_map(|(_, _, ips)| ips.first().map(|&ip| ip as usize)),
+        );
+        crate::symbolize::prepare(
+            raw.keys()
+                .flat_map(|(_, _, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
+        );
+        // The innermost span of each path: stacks are cut where it was entered.
+        let mut spans: HashMap<u32, Option<SpanFrame>> = HashMap::new();
+        for ((tag, link, ips), n) in raw {
+            let code: Box<[u32]> = match ips.split_first() {
+                None => Box::from([]),
+                Some((&pc, rest)) => {
+                    let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
+                    let path = tag & !LONG_POLL;
+                    let span = spans
+                        .entry(path)
+                        .or_insert_with(|| paths.innermost(Tag::new(path)));
+                    crate::symbolize::code_stack_from(
+                        leaves.get(&(pc as usize)).map(|f| &f[..]),
+                        &rest,
+                        span.as_ref(),
+                        crate::symbolize::Leaf::Keep,
+                    )
+                    .iter()
+                    .map(|f| s.frame_id(f))
+                    .collect()
+                }
+            };
+            let Some(id) = s.stack_id((tag, code)).or_else(|| {
+                s.overflowed += n;
+                s.stack_id((tag, Box::from([])))
+            }) else {
+                continue; // not reached: an empty stack always has room
+            };
+            s.counts[id as usize] += n;
+            if link.is_some() {
+                let l = s.linked.entry((id, link)).or_insert(Linked {
+                    samples: 0,
+                    seen: now,
+                });
+                l.samples += n;
+                l.seen = now;
+            }
+        }
+        let let_go = s.trim_links();
+        self.links_let_go.fetch_add(let_go, Ordering::Relaxed);
+    }
+
+    /// How the snapshot's per-span CPU time was measured.
+    pub(crate) fn source(&self) -> CpuSource {
+        match self.mode.load(Ordering::Relaxed) {
+            1 => match self.ran_hz.load(Ordering::Relaxed) {
+                0 => CpuSource::Off,
+                hz => CpuSource::Sampled { hz },
+            },
+            // Exact, or no profiler built: whatever the layer measures.
+            0 | 2 => self.exact_source(),
+            _ => CpuSource::Off,
+        }
+    }
+
+    /// The rate the store's counts were sampled at (0: no sampling ran).
+    pub(crate) fn sampled_hz(&self) -> u32 {
+        self.ran_hz.load(Ordering::Relaxed)
+    }
+
+    /// The sampling period the store's counts stand for (0: no sampling ran).
+    pub(crate) fn period_ns(&self) -> u64 {
+        match self.ran_hz.load(Ordering::Relaxed) {
+            0 => 0,
+            hz => 1_000_000_000 / u64::from(hz),
+        }
+    }
+
+    /// The CPU stacks recorded so far (cumulative), symbolized and merged by span path and code
+    /// stack, and the sampled CPU time per tag.
+    pub(crate) fn stacks(
+        &self,
+        paths: &Paths,
+        by_tag: &PathIndex,
+        period_ns: u64,
+    ) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
+        self.drain(paths);
+        /// A stack of the store, symbolized: its tag, code, samples and samples per trace span.
+        type Counted = (u32, Arc<[CodeFrame]>, u64, Vec<LinkedSamples>);
+        let counts: Vec<Counted> = {
+            let mut guard = self.store();
+            guard.as_mut().map_or_else(Vec::new, |s| {
+                self.compact(s, paths);
+                let mut links: HashMap<u32, Vec<LinkedSamples>> = HashMap::new();
+                for (&(id, link), l) in &s.linked {
+                    links.entry(id).or_default().push(LinkedSamples {
+                        link: tracing_prof_model::TraceLink {
+                            trace_id: link.trace_id,
+                            span_id: link.span_id,
+                        },
+                        samples: l.samples,
+                    });
+                }
+                s.resolved
+                    .iter()
+                    .map(|((tag, code), &id)| {
+                        let frames: Arc<[CodeFrame]> =
+                            code.iter().map(|&i| s.frames[i as usize].clone()).collect();
+                        let links = links.remove(&id).unwrap_or_default();
+                        (*tag, frames, s.counts[id as usize], links)
+                    })
+                    .collect()
+            })
+        };
+        let mut per_tag: HashMap<Tag, u64> = HashMap::new();
+        let mut merged: Vec<CpuStack> = Vec::new();
+        type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>, bool);
+        let mut index: HashMap<Key, usize> = HashMap::new();
+        for (key, code, n, links) in counts {
+            let long_poll = key & LONG_POLL != 0;
+            let tag = Tag::new(key & !LONG_POLL);
+            *per_tag.entry(tag).or_insert(0) += n * period_ns;
+            let (kind, frames) = path_of(by_tag, tag);
+            let key = (kind, frames.to_vec(), code, long_poll);
+            let i = *index
+                .entry(key)
+                .or_insert_with_key(|(kind, frames, code, long_poll)| {
+                    let code = if code.is_empty() {
+                        vec![CodeFrame::named(TABLE_FULL_FRAME)]
+                    } else {
+                        code.to_vec()
+                    };
+                    let mut stack = CpuStack::new(*kind, frames.clone(), code);
+                    stack.long_poll = *long_poll;
+                    merged.push(stack);
+                    merged.len() - 1
+                });
+            merged[i].samples += n;
+            merged[i].cpu_ns += n * period_ns;
+            merged[i].links.extend(links);
+        }
+        for stack in &mut merged {
+            // Two tags of one path may share a span: one entry per span, in span order.
+            stack.links.sort_by_key(|l| l.link);
+            stack.links.dedup_by(|b, a| {
+                let same = a.link == b.link;
+                if same {
+                    a.samples += b.samples;
+                }
+                same
+            });
+        }
+        // Largest first, then by stack: a stable order for files and tables.
+        merged.sort_by(|a, b| {
+            b.samples.cmp(&a.samples).then_with(|| {
+                (&a.frames, &a.code, a.long_poll).cmp(&(&b.frames, &b.code, b.long_poll))
+            })
+        });
+        (merged, per_tag)
+    }
 }
 
 #[cfg(test)]
@@ -442,10 +465,9 @@ mod tests {
             s.linked
                 .insert((0, link(i + 1)), Linked { samples: 1, seen });
         }
-        let before = links_let_go();
-        s.trim_links();
+        let let_go = s.trim_links();
         assert_eq!(s.linked.len(), MAX_LINKED * 3 / 4);
         assert!((1..=10).all(|i| !s.linked.contains_key(&(0, link(i)))));
-        assert!(links_let_go() - before >= (MAX_LINKED / 4 + 100) as u64);
+        assert_eq!(let_go, (MAX_LINKED / 4 + 100) as u64);
     }
 }

@@ -183,7 +183,7 @@ fn stack() -> Option<&'static RefCell<ManuallyDrop<Stack>>> {
 #[inline(never)]
 fn first_enter(s: &mut Stack) {
     s.asked = true;
-    s.now = crate::in_flight::claim();
+    s.now = crate::runtime::RUNTIME.threads_now.claim();
     if s.now.is_some() {
         // Registers the destructor that gives the slot back.
         let _ = SLOT_OWNER.try_with(|_| ());
@@ -333,7 +333,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     // The span's own time: a child span's interval counts for the child.
     let own_busy = busy.saturating_sub(e.child_busy_ns);
     if s.worker {
-        crate::long_poll::exited(e.tag, own_busy);
+        crate::runtime::RUNTIME.long_polls.exited(e.tag, own_busy);
     }
     if cpu {
         let own = used.since(cpu_frame.children);

@@ -15,6 +15,7 @@
 //! aggregator thread (no files are written by the child unless it builds a profiler of its
 //! own), nor CPU sampling (POSIX timers do not survive `fork`; see `tracing-prof-cpu`).
 
+use crate::runtime::RUNTIME;
 use std::cell::RefCell;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
@@ -69,10 +70,7 @@ extern "C" fn prepare() {
     // Only the parent's allocator and malloc locks are free at this point (glibc takes its own
     // after user handlers), so allocating here is fine.
     let mut held: Vec<Box<dyn std::any::Any>> = Vec::with_capacity(8);
-    held.push(crate::cpu::lock_for_fork());
-    held.push(crate::span_path::lock_for_fork());
-    held.push(crate::labels::lock_for_fork());
-    held.push(crate::threads::lock_for_fork());
+    held.extend(RUNTIME.lock_for_fork());
     held.extend(crate::symbolize::lock_for_fork());
     held.push(Box::new(
         GATE.write().unwrap_or_else(PoisonError::into_inner),
@@ -88,7 +86,7 @@ extern "C" fn release_in_child() {
     release();
     crate::running::after_fork_in_child();
     crate::span_index::after_fork_in_child();
-    crate::in_flight::after_fork_in_child(crate::entered::own_slot());
+    RUNTIME.after_fork_in_child(crate::entered::own_slot());
 }
 
 /// Registers the handlers, once per process.

@@ -1,7 +1,7 @@
 //! What is running now: the span path each thread is in, and every open span (see
 //! [`InFlight`]).
 //!
-//! Each thread that enters a span takes a slot of [`THREADS`] on its first enter (its OS thread
+//! Each thread that enters a span takes a slot of [`ThreadSlots`] on its first enter (its OS thread
 //! id is read then, once: one `gettid` call), and on every enter and exit stores the path it is
 //! in and since when: two relaxed stores to a cache line only it writes. The slot is given back
 //! when the thread exits. Past [`MAX_THREADS`] threads at once, the others are not listed.
@@ -51,98 +51,106 @@ impl ThreadSlot {
     }
 }
 
-static THREADS: [ThreadSlot; MAX_THREADS] = [const { ThreadSlot::new() }; MAX_THREADS];
+/// A slot per thread that enters spans: a part of [`crate::runtime::Runtime`].
+pub(crate) struct ThreadSlots([ThreadSlot; MAX_THREADS]);
 
-/// A free slot for the calling thread, or `None` when every one is taken.
-pub(crate) fn claim() -> Option<&'static ThreadSlot> {
-    let slot = THREADS.iter().find(|s| {
-        !s.owned.load(Ordering::Relaxed)
-            && s.owned
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    })?;
-    slot.tid.store(gettid(), Ordering::Relaxed);
-    slot.publish(Tag::NO_SPAN, 0);
-    Some(slot)
+impl ThreadSlots {
+    pub(crate) const fn new() -> Self {
+        ThreadSlots([const { ThreadSlot::new() }; MAX_THREADS])
+    }
+
+    /// A free slot for the calling thread, or `None` when every one is taken.
+    pub(crate) fn claim(&'static self) -> Option<&'static ThreadSlot> {
+        let slot = self.0.iter().find(|s| {
+            !s.owned.load(Ordering::Relaxed)
+                && s.owned
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        })?;
+        slot.tid.store(gettid(), Ordering::Relaxed);
+        slot.publish(Tag::NO_SPAN, 0);
+        Some(slot)
+    }
+
+    /// In a child of `fork`: only the calling thread exists; the slots of the parent's other
+    /// threads are given back, and the caller's (if it has one) takes its new thread id.
+    pub(crate) fn after_fork_in_child(&self, own: Option<&'static ThreadSlot>) {
+        for s in &self.0 {
+            if !own.is_some_and(|o| std::ptr::eq(o, s)) {
+                s.release();
+            }
+        }
+        if let Some(o) = own {
+            o.tid.store(gettid(), Ordering::Relaxed);
+        }
+    }
+
+    /// Reads what is running now; `paths` resolves tags to span paths, `now_ns` is the
+    /// monotonic clock now.
+    pub(crate) fn read(&self, paths: &PathIndex, now_ns: u64) -> InFlight {
+        let frames = |tag: Tag| {
+            paths
+                .get(&tag)
+                .filter(|(kind, _)| *kind == tracing_prof_model::PathKind::Span)
+                .map(|(_, f)| f.clone())
+                .unwrap_or_default()
+        };
+        let age = |t: u64| Duration::from_nanos(now_ns.saturating_sub(t));
+        let threads = self
+            .0
+            .iter()
+            .filter(|s| s.owned.load(Ordering::Acquire))
+            .map(|s| {
+                let tid = s.tid.load(Ordering::Relaxed);
+                let since = s.since_ns.load(Ordering::Relaxed);
+                ThreadNow::new(
+                    tid,
+                    thread_name(tid),
+                    frames(Tag::new(s.tag.load(Ordering::Relaxed))),
+                    (since != 0).then(|| age(since)),
+                )
+            })
+            .collect();
+        // Per path: the count, and the oldest LISTED_PER_PATH creation times.
+        let mut open: HashMap<Tag, (u64, Vec<(u64, u64)>)> = HashMap::new();
+        crate::span_index::for_each_open(|tag, created_ns, busy_ns| {
+            let (count, oldest) = open.entry(tag).or_default();
+            *count += 1;
+            oldest.push((created_ns, busy_ns));
+            if oldest.len() >= 2 * LISTED_PER_PATH {
+                oldest.sort_unstable();
+                oldest.truncate(LISTED_PER_PATH);
+            }
+        });
+        let mut paths: Vec<OpenPath> = open
+            .into_iter()
+            .map(|(tag, (count, mut oldest))| {
+                oldest.sort_unstable();
+                oldest.truncate(LISTED_PER_PATH);
+                let spans = oldest
+                    .into_iter()
+                    .map(|(created, busy)| OpenSpan::new(age(created), Duration::from_nanos(busy)))
+                    .collect();
+                OpenPath::new(frames(tag), count, spans)
+            })
+            .collect();
+        paths.sort_by(|a, b| {
+            let oldest = |p: &OpenPath| p.oldest.first().map(|s| s.age).unwrap_or_default();
+            oldest(b).cmp(&oldest(a)).then(b.open.cmp(&a.open))
+        });
+        let mut out = InFlight::default();
+        out.time = Some(SystemTime::now());
+        out.binary = crate::binary::current();
+        out.threads = threads;
+        out.paths = paths;
+        out.unlisted = crate::span_index::spans_outside();
+        out
+    }
 }
 
 fn gettid() -> u64 {
     // SAFETY: gettid has no preconditions and cannot fail.
     u64::try_from(unsafe { libc::gettid() }).unwrap_or(0)
-}
-
-/// In a child of `fork`: only the calling thread exists; the slots of the parent's other
-/// threads are given back, and the caller's (if it has one) takes its new thread id.
-pub(crate) fn after_fork_in_child(own: Option<&'static ThreadSlot>) {
-    for s in &THREADS {
-        if !own.is_some_and(|o| std::ptr::eq(o, s)) {
-            s.release();
-        }
-    }
-    if let Some(o) = own {
-        o.tid.store(gettid(), Ordering::Relaxed);
-    }
-}
-
-/// Reads what is running now; `paths` resolves tags to span paths, `now_ns` is the
-/// monotonic clock now.
-pub(crate) fn read(paths: &PathIndex, now_ns: u64) -> InFlight {
-    let frames = |tag: Tag| {
-        paths
-            .get(&tag)
-            .filter(|(kind, _)| *kind == tracing_prof_model::PathKind::Span)
-            .map(|(_, f)| f.clone())
-            .unwrap_or_default()
-    };
-    let age = |t: u64| Duration::from_nanos(now_ns.saturating_sub(t));
-    let threads = THREADS
-        .iter()
-        .filter(|s| s.owned.load(Ordering::Acquire))
-        .map(|s| {
-            let tid = s.tid.load(Ordering::Relaxed);
-            let since = s.since_ns.load(Ordering::Relaxed);
-            ThreadNow::new(
-                tid,
-                thread_name(tid),
-                frames(Tag::new(s.tag.load(Ordering::Relaxed))),
-                (since != 0).then(|| age(since)),
-            )
-        })
-        .collect();
-    // Per path: the count, and the oldest LISTED_PER_PATH creation times.
-    let mut open: HashMap<Tag, (u64, Vec<(u64, u64)>)> = HashMap::new();
-    crate::span_index::for_each_open(|tag, created_ns, busy_ns| {
-        let (count, oldest) = open.entry(tag).or_default();
-        *count += 1;
-        oldest.push((created_ns, busy_ns));
-        if oldest.len() >= 2 * LISTED_PER_PATH {
-            oldest.sort_unstable();
-            oldest.truncate(LISTED_PER_PATH);
-        }
-    });
-    let mut paths: Vec<OpenPath> = open
-        .into_iter()
-        .map(|(tag, (count, mut oldest))| {
-            oldest.sort_unstable();
-            oldest.truncate(LISTED_PER_PATH);
-            let spans = oldest
-                .into_iter()
-                .map(|(created, busy)| OpenSpan::new(age(created), Duration::from_nanos(busy)))
-                .collect();
-            OpenPath::new(frames(tag), count, spans)
-        })
-        .collect();
-    paths.sort_by(|a, b| {
-        let oldest = |p: &OpenPath| p.oldest.first().map(|s| s.age).unwrap_or_default();
-        oldest(b).cmp(&oldest(a)).then(b.open.cmp(&a.open))
-    });
-    let mut out = InFlight::default();
-    out.time = Some(SystemTime::now());
-    out.binary = crate::binary::current();
-    out.threads = threads;
-    out.paths = paths;
-    out.unlisted = crate::span_index::spans_outside();
-    out
 }
 
 /// `/proc/self/task/TID/comm` (empty when the thread is gone or there is no `/proc`).

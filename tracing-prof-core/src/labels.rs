@@ -44,34 +44,49 @@ struct Table {
     by_id: Vec<Vec<(Arc<str>, Arc<str>)>>,
 }
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-/// Whether any field is configured: the only thing span creation reads when none is.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-
-/// The table's lock, for `fork` (see `crate::fork`).
-pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
-    Box::new(table())
+/// The configured fields and every label set interned so far: a part of
+/// [`crate::runtime::Runtime`].
+#[repr(align(64))]
+pub(crate) struct Labels {
+    /// Boxed: `None` is then all zeros, and so is the whole runtime (see `crate::runtime`).
+    table: Mutex<Option<Box<Table>>>,
+    /// Whether any field is configured: the only thing span creation reads when none is.
+    active: AtomicBool,
 }
 
-fn table() -> MutexGuard<'static, Option<Table>> {
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Sets the fields shown as labels and the values kept per field. Spans created before keep
-/// their labels; values interned before stay.
-pub(crate) fn configure(fields: &[String], limit: usize) {
-    let mut guard = table();
-    let t = guard.get_or_insert_with(Table::default);
-    if t.fields
-        .iter()
-        .map(|f| &**f)
-        .ne(fields.iter().map(String::as_str))
-    {
-        t.fields = fields.iter().map(|f| Arc::from(f.as_str())).collect();
-        t.values = vec![HashMap::new(); t.fields.len()];
+impl Labels {
+    pub(crate) const fn new() -> Self {
+        Labels {
+            table: Mutex::new(None),
+            active: AtomicBool::new(false),
+        }
     }
-    t.limit = limit.clamp(1, MAX_LABEL_VALUES);
-    ACTIVE.store(!t.fields.is_empty(), Ordering::Release);
+
+    /// The table's lock, for `fork` (see `crate::fork`).
+    pub(crate) fn lock_for_fork(&'static self) -> Box<dyn std::any::Any> {
+        Box::new(self.table())
+    }
+
+    fn table(&self) -> MutexGuard<'_, Option<Box<Table>>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the fields shown as labels and the values kept per field. Spans created before keep
+    /// their labels; values interned before stay.
+    pub(crate) fn configure(&self, fields: &[String], limit: usize) {
+        let mut guard = self.table();
+        let t = guard.get_or_insert_with(Box::default);
+        if t.fields
+            .iter()
+            .map(|f| &**f)
+            .ne(fields.iter().map(String::as_str))
+        {
+            t.fields = fields.iter().map(|f| Arc::from(f.as_str())).collect();
+            t.values = vec![HashMap::new(); t.fields.len()];
+        }
+        t.limit = limit.clamp(1, MAX_LABEL_VALUES);
+        self.active.store(!t.fields.is_empty(), Ordering::Release);
+    }
 }
 
 /// Collects the configured fields' values of one span.
@@ -120,74 +135,76 @@ impl Visit for Collect<'_> {
     }
 }
 
-/// The label set of a span being created: 0 when no configured field has a value in it.
-pub(crate) fn of_span(attrs: &Attributes<'_>) -> u32 {
-    if !ACTIVE.load(Ordering::Acquire) {
-        return 0;
-    }
-    let fields: Vec<Arc<str>> = {
-        let guard = table();
-        let Some(t) = guard.as_ref() else { return 0 };
-        let meta = attrs.metadata().fields();
-        if !t.fields.iter().any(|f| meta.field(&**f).is_some()) {
+impl Labels {
+    /// The label set of a span being created: 0 when no configured field has a value in it.
+    pub(crate) fn of_span(&self, attrs: &Attributes<'_>) -> u32 {
+        if !self.active.load(Ordering::Acquire) {
             return 0;
         }
-        t.fields.clone()
-    };
-    let mut c = Collect {
-        fields: &fields,
-        found: Vec::new(),
-    };
-    attrs.record(&mut c);
-    if c.found.is_empty() {
-        return 0;
+        let fields: Vec<Arc<str>> = {
+            let guard = self.table();
+            let Some(t) = guard.as_ref() else { return 0 };
+            let meta = attrs.metadata().fields();
+            if !t.fields.iter().any(|f| meta.field(&**f).is_some()) {
+                return 0;
+            }
+            t.fields.clone()
+        };
+        let mut c = Collect {
+            fields: &fields,
+            found: Vec::new(),
+        };
+        attrs.record(&mut c);
+        if c.found.is_empty() {
+            return 0;
+        }
+        c.found.sort_by_key(|f| f.0);
+        c.found.dedup_by_key(|f| f.0);
+        let mut guard = self.table();
+        let Some(t) = guard.as_mut() else { return 0 };
+        if t.fields != fields {
+            return 0; // reconfigured meanwhile
+        }
+        let limit = t.limit;
+        let other = t.other.get_or_insert_with(|| Arc::from(OTHER)).clone();
+        let key: Vec<(usize, Arc<str>)> = c
+            .found
+            .into_iter()
+            .map(|(i, v)| {
+                let values = &mut t.values[i];
+                let value = match values.get(&v) {
+                    Some(a) => a.clone(),
+                    None if values.len() < limit => {
+                        let a: Arc<str> = Arc::from(v.as_str());
+                        values.insert(v, a.clone());
+                        a
+                    }
+                    None => other.clone(),
+                };
+                (i, value)
+            })
+            .collect();
+        if let Some(&id) = t.sets.get(&key) {
+            return id;
+        }
+        let pairs: Vec<(Arc<str>, Arc<str>)> = key
+            .iter()
+            .map(|(i, v)| (t.fields[*i].clone(), v.clone()))
+            .collect();
+        t.by_id.push(pairs);
+        let id = t.by_id.len() as u32;
+        t.sets.insert(key, id);
+        id
     }
-    c.found.sort_by_key(|f| f.0);
-    c.found.dedup_by_key(|f| f.0);
-    let mut guard = table();
-    let Some(t) = guard.as_mut() else { return 0 };
-    if t.fields != fields {
-        return 0; // reconfigured meanwhile
-    }
-    let limit = t.limit;
-    let other = t.other.get_or_insert_with(|| Arc::from(OTHER)).clone();
-    let key: Vec<(usize, Arc<str>)> = c
-        .found
-        .into_iter()
-        .map(|(i, v)| {
-            let values = &mut t.values[i];
-            let value = match values.get(&v) {
-                Some(a) => a.clone(),
-                None if values.len() < limit => {
-                    let a: Arc<str> = Arc::from(v.as_str());
-                    values.insert(v, a.clone());
-                    a
-                }
-                None => other.clone(),
-            };
-            (i, value)
-        })
-        .collect();
-    if let Some(&id) = t.sets.get(&key) {
-        return id;
-    }
-    let pairs: Vec<(Arc<str>, Arc<str>)> = key
-        .iter()
-        .map(|(i, v)| (t.fields[*i].clone(), v.clone()))
-        .collect();
-    t.by_id.push(pairs);
-    let id = t.by_id.len() as u32;
-    t.sets.insert(key, id);
-    id
-}
 
-/// The (field, value) pairs of label set `id` (none for 0).
-pub(crate) fn pairs(id: u32) -> Vec<(Arc<str>, Arc<str>)> {
-    if id == 0 {
-        return Vec::new();
+    /// The (field, value) pairs of label set `id` (none for 0).
+    pub(crate) fn pairs(&self, id: u32) -> Vec<(Arc<str>, Arc<str>)> {
+        if id == 0 {
+            return Vec::new();
+        }
+        self.table()
+            .as_ref()
+            .and_then(|t| t.by_id.get(id as usize - 1).cloned())
+            .unwrap_or_default()
     }
-    table()
-        .as_ref()
-        .and_then(|t| t.by_id.get(id as usize - 1).cloned())
-        .unwrap_or_default()
 }

@@ -3,7 +3,6 @@
 use crate::clock::{Clock, SystemClock};
 use crate::entered::{self, Home};
 use crate::span_index::{self, SpanState};
-use crate::span_path;
 use crate::trace_link::{self, LinkCell, TraceLinks};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -198,11 +197,13 @@ where
         let _ = self.dispatch.set(subscriber.downgrade());
         #[cfg(not(feature = "opentelemetry"))]
         let _ = subscriber;
-        crate::cpu::set_exact_source(match (self.cpu_time, self.clock.splits_cpu()) {
-            (false, _) => tracing_prof_model::CpuSource::Off,
-            (true, false) => tracing_prof_model::CpuSource::ThreadClock,
-            (true, true) => tracing_prof_model::CpuSource::Rusage,
-        });
+        crate::runtime::RUNTIME.cpu.set_exact_source(
+            match (self.cpu_time, self.clock.splits_cpu()) {
+                (false, _) => tracing_prof_model::CpuSource::Off,
+                (true, false) => tracing_prof_model::CpuSource::ThreadClock,
+                (true, true) => tracing_prof_model::CpuSource::Rusage,
+            },
+        );
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
@@ -226,7 +227,7 @@ where
         } else {
             trace_link::UNRESOLVED
         };
-        let tag = span_path::intern(parent, attrs.metadata(), crate::labels::of_span(attrs));
+        let tag = crate::runtime::RUNTIME.intern(parent, attrs);
         // Span instances only serve the heap sampler's "outlived" counts.
         let instance = if tracing_prof_alloc::__private::sample_rate() > 0 {
             tracing_prof_alloc::__private::open_span_instance()

@@ -58,6 +58,7 @@ mod pause;
 pub mod process_context;
 mod profiler;
 mod running;
+mod runtime;
 mod span_index;
 mod span_path;
 mod symbolize;

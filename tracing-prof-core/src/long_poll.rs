@@ -12,47 +12,72 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tracing_prof_alloc::{MAX_TAGS, Tag};
 
-/// The threshold in nanoseconds; 0: off (no profiler built, or turned off).
-static THRESHOLD_NS: AtomicU64 = AtomicU64::new(0);
-
-static COUNTS: [AtomicU64; MAX_TAGS] = [const { AtomicU64::new(0) }; MAX_TAGS];
-static LONGEST_NS: [AtomicU64; MAX_TAGS] = [const { AtomicU64::new(0) }; MAX_TAGS];
-
-/// Sets the threshold (`None`: off), for the counters and for the CPU sampler's marks (which
-/// read the layer's clock, `crate::monotonic`).
-pub(crate) fn set_threshold(threshold: Option<Duration>) {
-    let ns = threshold.map_or(0, |d| {
-        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-    });
-    THRESHOLD_NS.store(ns, Ordering::Relaxed);
-    tracing_prof_cpu::watch_long_polls(ns, crate::monotonic::now_ns);
+/// The threshold, and each span path's long polls so far: a part of
+/// [`crate::runtime::Runtime`].
+#[repr(align(64))]
+pub(crate) struct LongPollCounts {
+    /// The threshold in nanoseconds; 0: off (no profiler built, or turned off). Read on every
+    /// exit, written when a profiler is built: on a cache line of its own, apart from the
+    /// counts that long polls write.
+    threshold_ns: AtomicU64,
+    counts: Counts,
 }
 
-/// Whether long polls are counted.
-pub(crate) fn enabled() -> bool {
-    THRESHOLD_NS.load(Ordering::Relaxed) != 0
+#[repr(align(64))]
+struct Counts {
+    polls: [AtomicU64; MAX_TAGS],
+    longest_ns: [AtomicU64; MAX_TAGS],
 }
 
-/// Counts the interval `busy_ns` of `tag` if it is a long poll.
-#[inline]
-pub(crate) fn exited(tag: Tag, busy_ns: u64) {
-    let t = THRESHOLD_NS.load(Ordering::Relaxed);
-    if t != 0 && busy_ns >= t {
-        let i = tag.get() as usize;
-        if let (Some(c), Some(l)) = (COUNTS.get(i), LONGEST_NS.get(i)) {
-            c.fetch_add(1, Ordering::Relaxed);
-            l.fetch_max(busy_ns, Ordering::Relaxed);
+impl LongPollCounts {
+    pub(crate) const fn new() -> Self {
+        LongPollCounts {
+            threshold_ns: AtomicU64::new(0),
+            counts: Counts {
+                polls: [const { AtomicU64::new(0) }; MAX_TAGS],
+                longest_ns: [const { AtomicU64::new(0) }; MAX_TAGS],
+            },
         }
     }
-}
 
-/// Long polls of `tag` so far, and the longest in nanoseconds.
-pub(crate) fn of(tag: Tag) -> (u64, u64) {
-    let i = tag.get() as usize;
-    (
-        COUNTS.get(i).map_or(0, |c| c.load(Ordering::Relaxed)),
-        LONGEST_NS.get(i).map_or(0, |c| c.load(Ordering::Relaxed)),
-    )
+    /// Sets the threshold (`None`: off), for the counters and for the CPU sampler's marks
+    /// (which read the layer's clock, `crate::monotonic`).
+    pub(crate) fn set_threshold(&self, threshold: Option<Duration>) {
+        let ns = threshold.map_or(0, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+        });
+        self.threshold_ns.store(ns, Ordering::Relaxed);
+        tracing_prof_cpu::watch_long_polls(ns, crate::monotonic::now_ns);
+    }
+
+    /// Whether long polls are counted.
+    pub(crate) fn enabled(&self) -> bool {
+        self.threshold_ns.load(Ordering::Relaxed) != 0
+    }
+
+    /// Counts the interval `busy_ns` of `tag` if it is a long poll.
+    #[inline]
+    pub(crate) fn exited(&self, tag: Tag, busy_ns: u64) {
+        let t = self.threshold_ns.load(Ordering::Relaxed);
+        if t != 0 && busy_ns >= t {
+            let i = tag.get() as usize;
+            let c = &self.counts;
+            if let (Some(n), Some(l)) = (c.polls.get(i), c.longest_ns.get(i)) {
+                n.fetch_add(1, Ordering::Relaxed);
+                l.fetch_max(busy_ns, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Long polls of `tag` so far, and the longest in nanoseconds.
+    pub(crate) fn of(&self, tag: Tag) -> (u64, u64) {
+        let i = tag.get() as usize;
+        let c = &self.counts;
+        (
+            c.polls.get(i).map_or(0, |n| n.load(Ordering::Relaxed)),
+            c.longest_ns.get(i).map_or(0, |l| l.load(Ordering::Relaxed)),
+        )
+    }
 }
 
 /// Whether the calling thread is an async runtime's worker (see the module docs).

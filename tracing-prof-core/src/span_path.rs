@@ -5,6 +5,7 @@
 //! registry can never mix two spans' counts. The table is process-wide, like the allocator's
 //! counters it indexes. Beyond the cap, new paths map to [`Tag::OVERFLOW`] and are counted.
 
+use crate::labels::Labels;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -112,10 +113,6 @@ fn path_name(frame: &SpanFrame, group: &[SpanFrame]) -> Arc<str> {
 /// Distinct span paths tracked before new ones are lumped into `(other span paths)`: 1024.
 pub const DEFAULT_MAX_SPAN_PATHS: usize = 1024;
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-static CAP: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_SPAN_PATHS);
-static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
     /// Per-thread cache of the table, so that span creation rarely takes the global lock.
     static CACHE: RefCell<KeyMap<u32>> = RefCell::new(KeyMap::default());
@@ -135,187 +132,228 @@ fn recent_slot(key: Key) -> usize {
     h.finish() as usize % RECENT_PATHS
 }
 
-/// The table's lock, for `fork` (see `crate::fork`).
-pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
-    Box::new(table())
+/// The span path table, its cap and what went past it: a part of [`crate::runtime::Runtime`].
+/// All zeros when new.
+#[repr(align(64))]
+pub(crate) struct Paths {
+    /// Boxed: `None` is then all zeros, and so is the whole runtime (see `crate::runtime`).
+    table: Mutex<Option<Box<Table>>>,
+    /// The cap on distinct paths; 0: [`DEFAULT_MAX_SPAN_PATHS`].
+    cap: AtomicUsize,
+    overflowed: AtomicU64,
 }
 
-fn table() -> MutexGuard<'static, Option<Table>> {
-    // A panic while holding the lock cannot leave the table inconsistent (inserts are one
-    // push plus one map insert), so a poisoned lock is simply taken over.
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Sets the cap on distinct span paths, clamped to `1..=MAX_SPAN_PATHS`. Paths already
-/// interned stay.
-pub(crate) fn set_cap(cap: usize) {
-    CAP.store(cap.clamp(1, MAX_SPAN_PATHS), Ordering::Relaxed);
-}
-
-/// The tag of the path `parent -> metadata` with the label set `labels` (see
-/// [`crate::labels`]; 0: none), interning it if it is new.
-///
-/// `parent` is the parent span's tag, or [`Tag::NO_SPAN`] for a root span. Allocates (call it
-/// with the profiler's tag current), may lock; never called on enter or exit.
-pub(crate) fn intern(parent: Tag, metadata: &'static Metadata<'static>, labels: u32) -> Tag {
-    let key = (
-        parent.get(),
-        metadata as *const Metadata<'static> as usize,
-        labels,
-    );
-    let slot = recent_slot(key);
-    if let Ok((p, m, l, tag)) = RECENT.try_with(|r| r[slot].get())
-        && (p, m, l) == key
-    {
-        return Tag::new(tag);
-    }
-    let tag = intern_slow(key, metadata);
-    if tag != Tag::OVERFLOW {
-        let _ = RECENT.try_with(|r| r[slot].set((key.0, key.1, key.2, tag.get())));
-    }
-    tag
-}
-
-#[cold]
-fn intern_slow(key: Key, metadata: &'static Metadata<'static>) -> Tag {
-    let parent = Tag::new(key.0);
-    let cached = CACHE
-        .try_with(|c| c.borrow().get(&key).copied())
-        .ok()
-        .flatten();
-    if let Some(raw) = cached {
-        return Tag::new(raw);
-    }
-    let tag = {
-        let mut guard = table();
-        let table = guard.get_or_insert_with(Table::default);
-        match table.by_key.get(&key) {
-            Some(&raw) => Tag::new(raw),
-            None if table.entries.len() < CAP.load(Ordering::Relaxed) => {
-                let raw = Tag::FIRST_PATH + table.entries.len() as u32;
-                table.callsite(key.1, metadata);
-                table.entries.push(Entry {
-                    parent: parent.get(),
-                    callsite: key.1,
-                    fields: crate::labels::pairs(key.2),
-                });
-                table.by_key.insert(key, raw);
-                Tag::new(raw)
-            }
-            None => Tag::OVERFLOW,
+impl Paths {
+    pub(crate) const fn new() -> Self {
+        Paths {
+            table: Mutex::new(None),
+            cap: AtomicUsize::new(0),
+            overflowed: AtomicU64::new(0),
         }
-    };
-    if tag == Tag::OVERFLOW {
-        OVERFLOWED.fetch_add(1, Ordering::Relaxed);
-    } else {
-        let _ = CACHE.try_with(|c| c.borrow_mut().insert(key, tag.get()));
     }
-    tag
-}
 
-/// The innermost span of the path of `tag`: its callsite's frame, with no field values; a
-/// synthetic frame for paths beyond the cap; `None` for tags that are no span path.
-pub(crate) fn innermost(tag: Tag) -> Option<SpanFrame> {
-    if tag == Tag::OVERFLOW {
-        return Some(SpanFrame::synthetic(OVERFLOW_FRAME));
+    /// The table's lock, for `fork` (see `crate::fork`).
+    pub(crate) fn lock_for_fork(&'static self) -> Box<dyn std::any::Any> {
+        Box::new(self.table())
     }
-    let i = tag.get().checked_sub(Tag::FIRST_PATH)? as usize;
-    let guard = table();
-    let table = guard.as_ref()?;
-    let e = table.entries.get(i)?;
-    table.frames.get(&e.callsite).cloned()
-}
 
-/// Spans that were mapped to [`Tag::OVERFLOW`] because the cap was reached.
-pub(crate) fn overflowed_spans() -> u64 {
-    OVERFLOWED.load(Ordering::Relaxed)
-}
+    fn table(&self) -> MutexGuard<'_, Option<Box<Table>>> {
+        // A panic while holding the lock cannot leave the table inconsistent (inserts are one
+        // push plus one map insert), so a poisoned lock is simply taken over.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 
-/// Every interned path as `(tag, frames root first)`.
-pub(crate) fn all_paths() -> Vec<(Tag, Vec<SpanFrame>)> {
-    let guard = table();
-    let Some(table) = guard.as_ref() else {
-        return Vec::new();
-    };
-    let frames_of = |mut raw: u32| {
-        let mut frames = Vec::new();
+    /// Sets the cap on distinct span paths, clamped to `1..=MAX_SPAN_PATHS`. Paths already
+    /// interned stay.
+    pub(crate) fn set_cap(&self, cap: usize) {
+        self.cap
+            .store(cap.clamp(1, MAX_SPAN_PATHS), Ordering::Relaxed);
+    }
+
+    fn cap(&self) -> usize {
+        match self.cap.load(Ordering::Relaxed) {
+            0 => DEFAULT_MAX_SPAN_PATHS,
+            n => n,
+        }
+    }
+
+    /// The tag of the path `parent -> metadata` with the label set `labels` (see
+    /// [`crate::labels`]; 0: none), interning it if it is new.
+    ///
+    /// `parent` is the parent span's tag, or [`Tag::NO_SPAN`] for a root span. Allocates (call it
+    /// with the profiler's tag current), may lock; never called on enter or exit.
+    pub(crate) fn intern(
+        &self,
+        parent: Tag,
+        metadata: &'static Metadata<'static>,
+        labels: u32,
+        label_pairs: &Labels,
+    ) -> Tag {
+        let key = (
+            parent.get(),
+            metadata as *const Metadata<'static> as usize,
+            labels,
+        );
+        let slot = recent_slot(key);
+        if let Ok((p, m, l, tag)) = RECENT.try_with(|r| r[slot].get())
+            && (p, m, l) == key
+        {
+            return Tag::new(tag);
+        }
+        let tag = self.intern_slow(key, metadata, label_pairs);
+        if tag != Tag::OVERFLOW {
+            let _ = RECENT.try_with(|r| r[slot].set((key.0, key.1, key.2, tag.get())));
+        }
+        tag
+    }
+
+    #[cold]
+    fn intern_slow(
+        &self,
+        key: Key,
+        metadata: &'static Metadata<'static>,
+        label_pairs: &Labels,
+    ) -> Tag {
+        let parent = Tag::new(key.0);
+        let cached = CACHE
+            .try_with(|c| c.borrow().get(&key).copied())
+            .ok()
+            .flatten();
+        if let Some(raw) = cached {
+            return Tag::new(raw);
+        }
+        let tag = {
+            let mut guard = self.table();
+            let table = guard.get_or_insert_with(Box::default);
+            match table.by_key.get(&key) {
+                Some(&raw) => Tag::new(raw),
+                None if table.entries.len() < self.cap() => {
+                    let raw = Tag::FIRST_PATH + table.entries.len() as u32;
+                    table.callsite(key.1, metadata);
+                    table.entries.push(Entry {
+                        parent: parent.get(),
+                        callsite: key.1,
+                        fields: label_pairs.pairs(key.2),
+                    });
+                    table.by_key.insert(key, raw);
+                    Tag::new(raw)
+                }
+                None => Tag::OVERFLOW,
+            }
+        };
+        if tag == Tag::OVERFLOW {
+            self.overflowed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = CACHE.try_with(|c| c.borrow_mut().insert(key, tag.get()));
+        }
+        tag
+    }
+
+    /// The innermost span of the path of `tag`: its callsite's frame, with no field values; a
+    /// synthetic frame for paths beyond the cap; `None` for tags that are no span path.
+    pub(crate) fn innermost(&self, tag: Tag) -> Option<SpanFrame> {
+        if tag == Tag::OVERFLOW {
+            return Some(SpanFrame::synthetic(OVERFLOW_FRAME));
+        }
+        let i = tag.get().checked_sub(Tag::FIRST_PATH)? as usize;
+        let guard = self.table();
+        let table = guard.as_ref()?;
+        let e = table.entries.get(i)?;
+        table.frames.get(&e.callsite).cloned()
+    }
+
+    /// Spans that were mapped to [`Tag::OVERFLOW`] because the cap was reached.
+    pub(crate) fn overflowed_spans(&self) -> u64 {
+        self.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Every interned path as `(tag, frames root first)`.
+    pub(crate) fn all(&self) -> Vec<(Tag, Vec<SpanFrame>)> {
+        let guard = self.table();
+        let Some(table) = guard.as_ref() else {
+            return Vec::new();
+        };
+        let frames_of = |mut raw: u32| {
+            let mut frames = Vec::new();
+            while raw >= Tag::FIRST_PATH {
+                let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
+                // Every entry's callsite has its frame (inserted before the entry).
+                if let Some(frame) = table.frames.get(&e.callsite) {
+                    let mut frame = frame.clone();
+                    frame.fields = e.fields.clone();
+                    frames.push(frame);
+                }
+                raw = e.parent;
+            }
+            if raw == Tag::OVERFLOW.get() {
+                frames.push(SpanFrame::synthetic(OVERFLOW_FRAME));
+            }
+            frames.reverse();
+            frames
+        };
+        (0..table.entries.len() as u32)
+            .map(|i| {
+                (
+                    Tag::new(Tag::FIRST_PATH + i),
+                    frames_of(Tag::FIRST_PATH + i),
+                )
+            })
+            .collect()
+    }
+
+    /// The path names of the path of `tag` (see [`SpanFrame::path_name`]), joined by ` -> ` (or
+    /// its synthetic frame's name).
+    pub(crate) fn display(&self, tag: Tag) -> String {
+        match tag {
+            Tag::NO_SPAN => return NO_SPAN_FRAME.to_owned(),
+            Tag::PROFILER => return PROFILER_FRAME.to_owned(),
+            Tag::OVERFLOW => return OVERFLOW_FRAME.to_owned(),
+            _ => {}
+        }
+        let guard = self.table();
+        let Some(table) = guard.as_ref() else {
+            return OVERFLOW_FRAME.to_owned();
+        };
+        let mut names = Vec::new();
+        let mut raw = tag.get();
         while raw >= Tag::FIRST_PATH {
-            let e = &table.entries[(raw - Tag::FIRST_PATH) as usize];
-            // Every entry's callsite has its frame (inserted before the entry).
-            if let Some(frame) = table.frames.get(&e.callsite) {
-                let mut frame = frame.clone();
-                frame.fields = e.fields.clone();
-                frames.push(frame);
+            let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
+                break;
+            };
+            if let Some(f) = table.frames.get(&e.callsite) {
+                names.push(&*f.path_name);
             }
             raw = e.parent;
         }
-        if raw == Tag::OVERFLOW.get() {
-            frames.push(SpanFrame::synthetic(OVERFLOW_FRAME));
-        }
-        frames.reverse();
-        frames
-    };
-    (0..table.entries.len() as u32)
-        .map(|i| {
-            (
-                Tag::new(Tag::FIRST_PATH + i),
-                frames_of(Tag::FIRST_PATH + i),
-            )
-        })
-        .collect()
-}
+        names.reverse();
+        names.join(tracing_prof_model::PATH_SEPARATOR)
+    }
 
-/// The path names of the path of `tag` (see [`SpanFrame::path_name`]), joined by ` -> ` (or
-/// its synthetic frame's name).
-pub(crate) fn display(tag: Tag) -> String {
-    match tag {
-        Tag::NO_SPAN => return NO_SPAN_FRAME.to_owned(),
-        Tag::PROFILER => return PROFILER_FRAME.to_owned(),
-        Tag::OVERFLOW => return OVERFLOW_FRAME.to_owned(),
-        _ => {}
+    /// Every span path known now, the reserved ones first, each with its kind and frames.
+    pub(crate) fn all_with_reserved(&self) -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
+        let special = [
+            (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
+            (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
+            (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
+        ]
+        .map(|(tag, kind, name)| (tag, kind, vec![SpanFrame::synthetic(name)]));
+        special
+            .into_iter()
+            .chain(self.all().into_iter().map(|(t, f)| (t, PathKind::Span, f)))
+            .collect()
     }
-    let guard = table();
-    let Some(table) = guard.as_ref() else {
-        return OVERFLOW_FRAME.to_owned();
-    };
-    let mut names = Vec::new();
-    let mut raw = tag.get();
-    while raw >= Tag::FIRST_PATH {
-        let Some(e) = table.entries.get((raw - Tag::FIRST_PATH) as usize) else {
-            break;
-        };
-        if let Some(f) = table.frames.get(&e.callsite) {
-            names.push(&*f.path_name);
-        }
-        raw = e.parent;
+
+    /// Every span path known now, by tag.
+    pub(crate) fn index(&self) -> PathIndex {
+        self.all_with_reserved()
+            .into_iter()
+            .map(|(tag, kind, frames)| (tag, (kind, frames)))
+            .collect()
     }
-    names.reverse();
-    names.join(tracing_prof_model::PATH_SEPARATOR)
 }
 
 /// The span paths known now, the reserved ones first, each with its kind and frames.
 pub(crate) type PathIndex = HashMap<Tag, (PathKind, Vec<SpanFrame>)>;
-
-pub(crate) fn all_paths_with_reserved() -> Vec<(Tag, PathKind, Vec<SpanFrame>)> {
-    let special = [
-        (Tag::NO_SPAN, PathKind::NoSpan, NO_SPAN_FRAME),
-        (Tag::PROFILER, PathKind::Profiler, PROFILER_FRAME),
-        (Tag::OVERFLOW, PathKind::Overflow, OVERFLOW_FRAME),
-    ]
-    .map(|(tag, kind, name)| (tag, kind, vec![SpanFrame::synthetic(name)]));
-    special
-        .into_iter()
-        .chain(all_paths().into_iter().map(|(t, f)| (t, PathKind::Span, f)))
-        .collect()
-}
-
-/// Every span path known now, by tag.
-pub(crate) fn path_index() -> PathIndex {
-    all_paths_with_reserved()
-        .into_iter()
-        .map(|(tag, kind, frames)| (tag, (kind, frames)))
-        .collect()
-}
 
 /// The span path of `tag`: its kind and frames (overflow when unknown).
 pub(crate) fn path_of(by_tag: &PathIndex, tag: Tag) -> (PathKind, &[SpanFrame]) {

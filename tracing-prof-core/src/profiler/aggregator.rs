@@ -4,6 +4,7 @@
 use super::sink::Sink;
 use super::{GiantReport, Shared};
 use crate::leak::LeakDetector;
+use crate::runtime::RUNTIME;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::HashMap;
 use std::fmt;
@@ -61,7 +62,7 @@ impl Aggregator {
                     // A drain tick: keep the samplers' rings from filling up.
                     next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
                     drains += 1;
-                    crate::cpu::drain();
+                    RUNTIME.cpu.drain(&RUNTIME.paths);
                     if drains % 10 == 0 {
                         self.watch_cpu_sampler();
                     }
@@ -93,7 +94,7 @@ impl Aggregator {
             return;
         }
         if !tracing_prof_cpu::handler_installed() {
-            crate::cpu::stop();
+            RUNTIME.stop_cpu();
             let msg = "another SIGPROF handler replaced tracing-prof's; CPU sampling stopped";
             eprintln!("tracing-prof: {msg}");
             *self.shared.cpu_error.lock() = Some(msg.to_owned());
@@ -110,7 +111,7 @@ impl Aggregator {
         if self.sinks.is_empty()
             && self.leaks.is_none()
             && !self.giants
-            && !crate::long_poll::enabled()
+            && !RUNTIME.long_polls.enabled()
         {
             return;
         }
@@ -132,11 +133,11 @@ impl Aggregator {
                 }
                 let report = GiantReport {
                     size: g.size,
-                    span_path: crate::span_path::display(g.tag),
+                    span_path: RUNTIME.paths.display(g.tag),
                     refused: g.refused,
                     stack: crate::symbolize::code_stack(
                         &g.ips,
-                        crate::span_path::innermost(g.tag).as_ref(),
+                        RUNTIME.paths.innermost(g.tag).as_ref(),
                         crate::symbolize::Leaf::TrimAllocator,
                     ),
                 };

@@ -9,6 +9,7 @@ use crate::fork::ForkSafe;
 use crate::layer::ProfileLayer;
 use crate::leak::LeakDetector;
 use crate::running::RunningToken;
+use crate::runtime::RUNTIME;
 use crossbeam_channel::bounded;
 use std::collections::HashMap;
 use std::fmt;
@@ -258,17 +259,10 @@ impl ProfilerBuilder {
     pub fn build(self) -> Result<(ProfileLayer, ProfilerGuard), BuildError> {
         self.config.validate()?;
         let running = RunningToken::take().ok_or(BuildError::AlreadyRunning)?;
-        crate::span_path::set_cap(self.config.max_span_paths);
-        crate::labels::configure(&self.config.label_fields, self.config.label_values);
         crate::fork::register();
-        crate::long_poll::set_threshold(self.config.long_poll);
-        tracing_prof_alloc::__private::set_temporary_threshold(self.config.temporary_threshold);
-        if !tracing_prof_alloc::__private::set_sample_rate(self.config.sample_rate) {
-            return Err(BuildError::Config(ConfigError::Value {
-                setting: "sample_rate",
-                reason: "the system allocator refused the sample table".into(),
-            }));
-        }
+        // Every process-wide setting, in one place; CPU sampling may fail to start, and the
+        // profiler then goes on without it.
+        let cpu_error = RUNTIME.apply(&self.config)?;
         let shared = Arc::new(Shared {
             started: Instant::now(),
             exports: AtomicU64::new(0),
@@ -296,19 +290,7 @@ impl ProfilerBuilder {
             cpu_hz: self.config.cpu_hz,
             cpu_unwind: self.config.cpu_unwind,
         });
-        if let Some(sig) = self.config.toggle_signal {
-            crate::pause::install(sig).map_err(|reason| {
-                BuildError::Config(ConfigError::Value {
-                    setting: "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
-                    reason,
-                })
-            })?;
-        }
-        if let Err(e) = crate::cpu::start(
-            self.config.cpu_time,
-            self.config.cpu_hz,
-            self.config.cpu_unwind,
-        ) {
+        if let Some(e) = cpu_error {
             eprintln!("tracing-prof: CPU sampling is off: {e}");
             *shared.cpu_error.lock() = Some(e.to_string());
         }
@@ -335,7 +317,7 @@ impl ProfilerBuilder {
                 aggregator.run(inbox);
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
-                crate::cpu::stop();
+                RUNTIME.stop_cpu();
                 drop(running);
                 let _ = done_tx.send(());
             })
@@ -345,10 +327,7 @@ impl ProfilerBuilder {
             .with_trace_links(self.config.trace_links)
             .with_clock(crate::SystemClock::new(self.config.cpu_clock));
         // Last: what `build` itself allocates is never refused.
-        tracing_prof_alloc::__private::set_giant_policy(
-            self.config.giant_bytes,
-            self.config.giant_refuse,
-        );
+        RUNTIME.apply_giant_policy(&self.config);
         #[allow(unused_mut, reason = "attached to only with the opentelemetry feature")]
         let mut guard = ProfilerGuard {
             profiler: Profiler { shared },

@@ -16,6 +16,7 @@ pub use guard::{FlushTimeout, ProfilerGuard};
 pub use sink::{Delivery, DeliveryProbe, ServiceStatus, Sink, SinkError, SinkStats};
 
 use crate::fork::ForkSafe;
+use crate::runtime::RUNTIME;
 use sink::SinkCounters;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,11 +107,14 @@ impl Shared {
         if paused {
             self.paused.store(true, Ordering::Release);
             tracing_prof_alloc::__private::set_sample_rate(0);
-            crate::cpu::stop();
+            RUNTIME.stop_cpu();
         } else {
             tracing_prof_alloc::__private::set_sample_rate(self.sample_rate);
             if self.cpu_hz > 0 {
-                if let Err(e) = crate::cpu::start(self.cpu_time, self.cpu_hz, self.cpu_unwind) {
+                if let Err(e) = RUNTIME
+                    .cpu
+                    .start(self.cpu_time, self.cpu_hz, self.cpu_unwind)
+                {
                     eprintln!("tracing-prof: CPU sampling did not start again: {e}");
                     *self.cpu_error.lock() = Some(e.to_string());
                 }
@@ -196,7 +200,9 @@ impl Profiler {
     /// [`LISTED_PER_PATH`]: tracing_prof_model::LISTED_PER_PATH
     pub fn in_flight(&self) -> tracing_prof_model::InFlight {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        crate::in_flight::read(&crate::span_path::path_index(), crate::monotonic::now_ns())
+        RUNTIME
+            .threads_now
+            .read(&RUNTIME.paths.index(), crate::monotonic::now_ns())
     }
 
     /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
@@ -220,7 +226,7 @@ impl Profiler {
         Stats {
             exports: self.shared.exports.load(Ordering::Relaxed),
             export_errors: self.shared.export_errors.load(Ordering::Relaxed),
-            overflowed_spans: crate::span_path::overflowed_spans(),
+            overflowed_spans: RUNTIME.paths.overflowed_spans(),
             giant_allocations_missed: self.shared.giants_missed.load(Ordering::Relaxed),
             thread_tables: tracing_prof_alloc::__private::thread_tables(),
             sample_rate: sampler.rate,
@@ -229,7 +235,7 @@ impl Profiler {
             untracked_span_instances: tracing_prof_alloc::__private::untracked_instances(),
             span_table_bytes: crate::span_index::resident_bytes(),
             spans_outside_table: crate::span_index::spans_outside(),
-            cpu_links_let_go: crate::cpu::links_let_go(),
+            cpu_links_let_go: RUNTIME.cpu.links_let_go(),
             cpu: tracing_prof_cpu::stats(),
             paused: self.is_paused(),
             services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
@@ -284,10 +290,12 @@ impl Profiler {
     /// its workers; the span whose own time was long is counted, not its parents.
     pub fn long_polls(&self) -> Vec<LongPolls> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        let mut out: Vec<LongPolls> = crate::span_path::all_paths()
+        let mut out: Vec<LongPolls> = RUNTIME
+            .paths
+            .all()
             .into_iter()
             .filter_map(|(tag, frames)| {
-                let (count, longest_ns) = crate::long_poll::of(tag);
+                let (count, longest_ns) = RUNTIME.long_polls.of(tag);
                 (count > 0).then(|| LongPolls {
                     path: tracing_prof_model::display_path(&frames),
                     frames,
