@@ -1,13 +1,16 @@
 //! What the tests of tracing-prof share (a crate of their own, never published, instead of a
 //! module each test binary includes by path): reading profiles back with the real client,
 //! `go tool pprof`, and this thread's CPU clock, which the CPU tests burn time by; and a stub
-//! HTTP server for the exporters' stand-in receivers ([`stub_server`]), and (feature `otlp`)
+//! HTTP server for the exporters' stand-in receivers ([`stub_server`]); (feature `otlp`)
 //! `otlp_receiver`, a stand-in OTLP profiles receiver written from the Collector's and
-//! Pyroscope's rules.
+//! Pyroscope's rules; and (feature `pyroscope`) `pyroscope_server`, a stand-in Pyroscope
+//! written from Pyroscope's own rules.
 
 pub mod bench;
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
+#[cfg(feature = "pyroscope")]
+pub mod pyroscope_server;
 pub mod stub_server;
 
 use std::collections::BTreeMap;

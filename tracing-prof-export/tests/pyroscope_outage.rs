@@ -2,14 +2,13 @@
 //! application and the profiler never wait on it, the queue stays bounded, drops are counted,
 //! and it recovers.
 
-mod mock_pyroscope;
-
-use mock_pyroscope::{FAIL_500, Mock, OK, STALL};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tracing_prof::export::{PyroscopeConfig, PyroscopeExporter};
-use tracing_prof::{Profiler, TaggingAllocator};
+use tracing_prof_alloc::TaggingAllocator;
+use tracing_prof_core::Profiler;
 use tracing_prof_examples::{App, Workload, run};
+use tracing_prof_export::{PyroscopeConfig, PyroscopeExporter};
+use tracing_prof_test_support::pyroscope_server::{FAIL_500, Mock, OK, STALL};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -20,7 +19,7 @@ const QUEUE: usize = 2;
 #[test]
 fn down_then_stalled_then_failing_never_blocks_and_stays_bounded() {
     tracing_subscriber::registry()
-        .with(tracing_prof::ProfileLayer::new())
+        .with(tracing_prof_core::ProfileLayer::new())
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

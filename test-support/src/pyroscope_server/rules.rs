@@ -1,6 +1,6 @@
 //! What a real Pyroscope server does with a request, written from its source: grafana/pyroscope
 //! at [`COMMIT`] (2026-08-21). Each rule names the file it comes from. Requests are decoded
-//! with Pyroscope's own `.proto` files (`proto/`, see its README), not with tracing-prof's
+//! with Pyroscope's own `.proto` files (`pyroscope_proto/`, see its README), not with tracing-prof's
 //! structs, and nothing here knows what tracing-prof chose to send.
 
 use super::Request;
@@ -16,7 +16,9 @@ pub const COMMIT: &str = "3fe6a457a32004efc46da819cbc114472d07415e";
 /// A request the server would refuse: the HTTP status and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status it answers.
     pub status: u16,
+    /// The body it answers, the reason.
     pub reason: String,
 }
 
@@ -30,7 +32,9 @@ fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Refusal> {
 /// One profile series as the distributor sees it after parsing: labels and a decoded pprof.
 #[derive(Debug, Clone)]
 pub struct SeriesIn {
+    /// The series labels.
     pub labels: Vec<(String, String)>,
+    /// Its profile, decoded.
     pub profile: Pprof,
 }
 
@@ -39,7 +43,9 @@ pub struct SeriesIn {
 pub struct Pprof {
     /// `(type, unit)` per sample type.
     pub sample_types: Vec<(String, String)>,
+    /// `(type, unit)` of the period, if any.
     pub period_type: Option<(String, String)>,
+    /// The profile's `time_nanos`.
     pub time_nanos: i64,
     /// Per sample: function names leaf first, and values.
     pub samples: Vec<(Vec<String>, Vec<i64>)>,
@@ -71,7 +77,7 @@ pub mod limits {
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mock_pyroscope/proto");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/pyroscope_proto");
         let files = protox::compile(["push/v1/push.proto", "google/v1/profile.proto"], [dir])
             .expect("Pyroscope's .proto files compile");
         DescriptorPool::from_file_descriptor_set(files).expect("a descriptor pool")
@@ -487,14 +493,19 @@ pub fn ingest(r: &Request, now: SystemTime) -> Result<Vec<SeriesIn>, Refusal> {
 /// `pkg/og/storage/tree/pprof.go`, `SampleTypeConfig` (JSON names).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct SampleTypeConfig {
+    /// `units`.
     #[serde(default)]
     pub units: String,
+    /// `display-name`.
     #[serde(default, rename = "display-name")]
     pub display_name: String,
+    /// `aggregation`.
     #[serde(default)]
     pub aggregation: String,
+    /// `cumulative`.
     #[serde(default)]
     pub cumulative: bool,
+    /// `sampled`.
     #[serde(default)]
     pub sampled: bool,
 }
@@ -642,15 +653,18 @@ pub struct Stored {
     pub profile_type: String,
     /// The series labels, `__delta__` removed.
     pub labels: Vec<(String, String)>,
+    /// The profile's `time_nanos`.
     pub time_nanos: i64,
     /// Values per stack (function names, leaf first), after delta computation.
     pub values: BTreeMap<Vec<String>, i64>,
 }
 
 impl Stored {
+    /// Every stack's value, summed.
     pub fn total(&self) -> i64 {
         self.values.values().sum()
     }
+    /// The value of label `name` (empty if it has none).
     pub fn label(&self, name: &str) -> &str {
         self.labels
             .iter()
@@ -667,10 +681,12 @@ impl Stored {
 #[derive(Debug, Default)]
 pub struct Ingester1x {
     highest: HashMap<String, BTreeMap<Vec<String>, i64>>,
+    /// What it stored, in order.
     pub stored: Vec<Stored>,
 }
 
 impl Ingester1x {
+    /// Stores `s` as the ingester would.
     pub fn ingest(&mut self, s: &SeriesIn) {
         let delta = s
             .labels
