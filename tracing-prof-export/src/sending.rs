@@ -114,9 +114,11 @@ pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// How long dropping the exporter waits for queued batches to be sent: 3 s.
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How hard an outbox tries, and how long it waits at the end.
+/// How hard an outbox tries, how long one request may take, and how long it waits at the end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Policy {
+    /// One request's time limit (both exporters' `DEFAULT_TIMEOUT`: 10 s).
+    pub(crate) timeout: Duration,
     pub(crate) queue_capacity: usize,
     pub(crate) retries: u32,
     pub(crate) backoff: Duration,
@@ -126,6 +128,7 @@ pub(crate) struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Policy {
+            timeout: Duration::from_secs(10),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             retries: DEFAULT_RETRIES,
             backoff: DEFAULT_BACKOFF,
@@ -135,8 +138,24 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// Why this policy cannot work, if it cannot: waits over 10 minutes, or too many retries.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    /// The default policy, with requests limited to `timeout`.
+    pub(crate) fn with_timeout(timeout: Duration) -> Self {
+        Policy {
+            timeout,
+            ..Policy::default()
+        }
+    }
+
+    /// Why this policy cannot work, if it cannot: a request timeout (set by variable
+    /// `timeout_var`) outside [`MIN_TIMEOUT`]..=[`MAX_TIMEOUT`], waits over 10 minutes, or too
+    /// many retries.
+    pub(crate) fn check(&self, timeout_var: &str) -> Result<(), String> {
+        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&self.timeout) {
+            return Err(format!(
+                "the request timeout ({timeout_var}) must be from 100ms to 10m, got {:?}",
+                self.timeout
+            ));
+        }
         if self.flush_timeout > MAX_TIMEOUT
             || self.retries > MAX_RETRIES
             || self.backoff > MAX_TIMEOUT
@@ -155,6 +174,11 @@ impl Policy {
 /// with a `policy: Policy` field: the same methods, documented once.
 macro_rules! policy_setters {
     () => {
+        /// Time one request may take (default `DEFAULT_TIMEOUT`, 10 s; 100 ms to 10 minutes).
+        pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.policy.timeout = timeout;
+            self
+        }
         /// Batches that may wait to be sent (default
         /// [`DEFAULT_QUEUE_CAPACITY`](crate::pyroscope::DEFAULT_QUEUE_CAPACITY), at least 1).
         pub fn queue_capacity(mut self, n: usize) -> Self {
@@ -436,17 +460,32 @@ pub(crate) fn printable(bytes: &[u8]) -> String {
 pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Whether one request's `timeout` (set by variable `var`) is within
-/// [`MIN_TIMEOUT`]..=[`MAX_TIMEOUT`]; the reason it is not, naming the variable.
-pub(crate) fn check_timeout(timeout: Duration, var: &str) -> Result<(), String> {
-    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&timeout) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the request timeout ({var}) must be from 100ms to 10m, got {timeout:?}"
-        ))
+/// Where a pushing exporter sends, and how: what every such exporter's settings must pass.
+pub(crate) struct Destination<'a> {
+    /// `Pyroscope` or `OTLP`, for the error.
+    pub(crate) exporter: &'static str,
+    /// The server's URL, and the setting it comes from, as the error names it.
+    pub(crate) url: &'a str,
+    pub(crate) url_setting: &'a str,
+    /// Where credentials go instead of the URL.
+    pub(crate) credentials_go: &'a str,
+    /// How it sends, and the variable of its request timeout.
+    pub(crate) policy: &'a Policy,
+    pub(crate) timeout_var: &'a str,
+}
+
+impl Destination<'_> {
+    /// Checks the URL ([`check_url`]) and the policy ([`Policy::check`]).
+    pub(crate) fn check(&self) -> Result<(), PushError> {
+        check_url(self.url, self.url_setting, self.credentials_go)
+            .and_then(|()| self.policy.check(self.timeout_var))
+            .map_err(|reason| PushError::Invalid {
+                exporter: self.exporter,
+                reason,
+            })
     }
 }
+
 /// The most retries of a batch.
 pub(crate) const MAX_RETRIES: u32 = 16;
 

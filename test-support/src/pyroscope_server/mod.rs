@@ -4,15 +4,15 @@
 //! test sets it.
 pub mod rules;
 
+pub use crate::stub_server::Request;
+use crate::stub_server::{Answer, StubServer};
 use prost::Message;
+use rules::{Ingester1x, SeriesIn};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use rules::{Ingester1x, SeriesIn};
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-pub use crate::stub_server::Request;
-use crate::stub_server::{Answer, StubServer};
 use tracing_prof_model::pprof::proto;
 
 /// A [`Mock::mode`]: up, answering by the rules.

@@ -1,7 +1,7 @@
 //! Where and how to send: the settings, their checks, and [`OtlpConfig::from_env`].
 
 use crate::PushError;
-use crate::sending::{Policy, check_timeout, check_url, header_ok, policy_setters, redact_url};
+use crate::sending::{Destination, Policy, header_ok, policy_setters, redact_url};
 use std::fmt;
 use std::time::Duration;
 use tracing_prof_core::AttributeValue;
@@ -47,7 +47,6 @@ pub struct OtlpConfig {
     pub(super) endpoint: String,
     pub(super) headers: Vec<(String, String)>,
     pub(super) gzip: bool,
-    pub(super) timeout: Duration,
     pub(super) resource: Vec<(String, AttributeValue)>,
     pub(super) policy: Policy,
 }
@@ -63,9 +62,8 @@ impl fmt::Debug for OtlpConfig {
             .field("endpoint", &redact_url(&self.endpoint))
             .field("headers", &headers)
             .field("gzip", &self.gzip)
-            .field("timeout", &self.timeout)
             .field("resource", &self.resource)
-            .field("queue_capacity", &self.policy.queue_capacity)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
@@ -80,14 +78,13 @@ impl OtlpConfig {
             endpoint: endpoint.into(),
             headers: Vec::new(),
             gzip: true,
-            timeout: DEFAULT_TIMEOUT,
             // Without `process.pid`: Pyroscope makes every resource attribute a label, and a
             // pid would make new series at every restart and on every replica.
             resource: tracing_prof_core::resource_from_env()
                 .into_iter()
                 .filter(|(k, _)| k != "process.pid")
                 .collect(),
-            policy: Policy::default(),
+            policy: Policy::with_timeout(DEFAULT_TIMEOUT),
         }
     }
 
@@ -107,11 +104,6 @@ impl OtlpConfig {
         self.gzip = on;
         self
     }
-    /// Time one request may take (default [`DEFAULT_TIMEOUT`], 100 ms to 10 minutes).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
     /// The resource every profile is sent with, replacing the one from the environment.
     pub fn resource(mut self, attributes: Vec<(String, AttributeValue)>) -> Self {
         self.resource = attributes;
@@ -120,19 +112,23 @@ impl OtlpConfig {
     policy_setters!();
 
     pub(crate) fn validate(&self) -> Result<(), PushError> {
-        let invalid = |m: String| {
+        Destination {
+            exporter: "OTLP",
+            url: &self.endpoint,
+            url_setting: &format!(
+                "the endpoint ({ENV_OTLP_PROFILES_ENDPOINT} or {ENV_OTLP_ENDPOINT})"
+            ),
+            credentials_go: &format!("a header ({ENV_OTLP_HEADERS})"),
+            policy: &self.policy,
+            timeout_var: ENV_OTLP_TIMEOUT,
+        }
+        .check()?;
+        let invalid = |reason: String| {
             Err(PushError::Invalid {
                 exporter: "OTLP",
-                reason: m,
+                reason,
             })
         };
-        if let Err(why) = check_url(
-            &self.endpoint,
-            &format!("the endpoint ({ENV_OTLP_PROFILES_ENDPOINT} or {ENV_OTLP_ENDPOINT})"),
-            &format!("a header ({ENV_OTLP_HEADERS})"),
-        ) {
-            return invalid(why);
-        }
         for (name, value) in &self.headers {
             let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
             if name.is_empty() || !name.bytes().all(token) {
@@ -147,10 +143,7 @@ impl OtlpConfig {
                 ));
             }
         }
-        if let Err(why) = check_timeout(self.timeout, ENV_OTLP_TIMEOUT) {
-            return invalid(why);
-        }
-        self.policy.check().or_else(invalid)
+        Ok(())
     }
 }
 

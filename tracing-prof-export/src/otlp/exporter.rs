@@ -45,7 +45,9 @@ impl OtlpExporter {
         let policy = config.policy;
         let resource = config.resource.clone();
         let poster = Poster {
-            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(config.policy.timeout)
+                .build(),
             config,
             warned: None,
         };
@@ -258,7 +260,9 @@ mod tests {
         let receiver = OtlpReceiver::start();
         let config = OtlpConfig::with_base_url(&receiver.url()).gzip(false);
         let mut poster = Poster {
-            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(config.policy.timeout)
+                .build(),
             config,
             warned: None,
         };

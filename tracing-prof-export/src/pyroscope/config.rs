@@ -2,7 +2,7 @@
 //! [`PyroscopeConfig::from_env`].
 
 use crate::PushError;
-use crate::sending::{Policy, check_timeout, check_url, header_ok, policy_setters, redact_url};
+use crate::sending::{Destination, Policy, header_ok, policy_setters, redact_url};
 use std::fmt;
 use std::time::Duration;
 
@@ -58,7 +58,6 @@ pub struct PyroscopeConfig {
     pub(super) auth: Auth,
     pub(super) tenant: Option<String>,
     pub(super) tags: Vec<(String, String)>,
-    pub(super) timeout: Duration,
     pub(super) policy: Policy,
 }
 
@@ -71,13 +70,12 @@ impl fmt::Debug for PyroscopeConfig {
         };
         f.debug_struct("PyroscopeConfig")
             .field("url", &redact_url(&self.url))
+            .field("policy", &self.policy)
             .field("app", &self.app)
             .field("api", &self.api)
             .field("auth", &auth)
             .field("tenant", &self.tenant)
             .field("tags", &self.tags)
-            .field("timeout", &self.timeout)
-            .field("queue_capacity", &self.policy.queue_capacity)
             .finish_non_exhaustive()
     }
 }
@@ -92,8 +90,7 @@ impl PyroscopeConfig {
             auth: Auth::None,
             tenant: None,
             tags: Vec::new(),
-            timeout: DEFAULT_TIMEOUT,
-            policy: Policy::default(),
+            policy: Policy::with_timeout(DEFAULT_TIMEOUT),
         }
     }
 
@@ -125,27 +122,24 @@ impl PyroscopeConfig {
         self.tags.push((key.into(), value.into()));
         self
     }
-    /// Time one request may take (default [`DEFAULT_TIMEOUT`]).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
     policy_setters!();
 
     pub(super) fn validate(&self) -> Result<(), PushError> {
-        let invalid = |m: String| {
+        Destination {
+            exporter: "Pyroscope",
+            url: &self.url,
+            url_setting: &format!("the server address ({ENV_SERVER_ADDRESS})"),
+            credentials_go: "basic_auth / PYROSCOPE_BASIC_AUTH_*",
+            policy: &self.policy,
+            timeout_var: ENV_TIMEOUT,
+        }
+        .check()?;
+        let invalid = |reason: String| {
             Err(PushError::Invalid {
                 exporter: "Pyroscope",
-                reason: m,
+                reason,
             })
         };
-        if let Err(why) = check_url(
-            &self.url,
-            &format!("the server address ({ENV_SERVER_ADDRESS})"),
-            "basic_auth / PYROSCOPE_BASIC_AUTH_*",
-        ) {
-            return invalid(why);
-        }
         // Header values: a CR or LF would split the request (ureq refuses it at every push),
         // non-ASCII is not sent as written.
         let secret = |what: &str, var: &str| {
@@ -172,12 +166,6 @@ impl PyroscopeConfig {
                     "the tenant ({ENV_TENANT_ID}) {t:?} must be printable ASCII, without CR or LF"
                 ));
             }
-        }
-        if let Err(why) = check_timeout(self.timeout, ENV_TIMEOUT) {
-            return invalid(why);
-        }
-        if let Err(why) = self.policy.check() {
-            return invalid(why);
         }
         // `service_name` is a label value (at most 2048 bytes, `pkg/validation/limits.go`);
         // `/ingest` also parses it from `name=APP{...}` and allows only letters, digits and

@@ -40,7 +40,9 @@ impl PyroscopeExporter {
         let policy = config.policy;
         let api = config.api;
         let pusher = Pusher {
-            agent: ureq::AgentBuilder::new().timeout(config.timeout).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(config.policy.timeout)
+                .build(),
             config,
         };
         let outbox =
