@@ -1,11 +1,13 @@
 //! Instructions per span enter+exit, counted by valgrind's callgrind (repeatable on a shared,
 //! noisy machine, unlike times): run it with 0 and with N enter+exit pairs and divide the
 //! difference by N. With `registry` (a no-op layer) or `layer` (the profiling layer) as the
-//! second argument.
+//! second argument; with `life` as the third, each of the N is a span's whole life inside an
+//! entered parent (created, entered, exited, closed) instead of an enter+exit.
 //!
 //! ```text
 //! cargo bench -p tracing-prof-core --bench span_instructions --no-run   # add --features opentelemetry for the other build
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 100000 layer
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 100000 layer life
 //! ```
 
 use std::hint::black_box;
@@ -22,8 +24,20 @@ fn main() {
             tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
         ),
     };
+    let life = args.next().as_deref() == Some("life");
     tracing::dispatcher::with_default(&dispatch, || {
         let span = tracing::info_span!("bench_span");
+        if life {
+            let _parent = span.enter();
+            // Warm: the child's span path is interned by the first one.
+            for _ in 0..1000 {
+                let _g = black_box(tracing::info_span!("child")).entered();
+            }
+            for _ in 0..n {
+                let _g = black_box(tracing::info_span!("child")).entered();
+            }
+            return;
+        }
         // Warm: the first enter takes the thread's in-flight slot and looks the span up.
         for _ in 0..1000 {
             let _g = black_box(&span).enter();
