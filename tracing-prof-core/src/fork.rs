@@ -4,9 +4,10 @@
 //! a lock another thread held at that instant stays held forever in the child, and the child's
 //! first span on a new path, or its first capture, would wait for it for good. So the profiler
 //! registers `pthread_atfork` handlers: before the fork, the forking thread takes every lock of
-//! the profiler that a child may need (in the one order any code takes them in: the CPU sample
-//! store, span paths, label values, thread names, then the symbolizer's modules, names and
-//! cache; last, the gate of every profiler handle's own small state, [`ForkSafe`]), and after
+//! the profiler that a child may need (in the one order any code takes them in: the runtime's,
+//! that is the pause switch, the CPU sample store, span paths, label values and thread names;
+//! then the symbolizer's modules, names and cache; last, the gate of every profiler handle's own
+//! small state, [`ForkSafe`], under which no other lock is ever taken), and after
 //! it, parent and child alike release them. A fork therefore waits for a
 //! symbolization batch in progress (tens of milliseconds at worst), never the reverse.
 //!

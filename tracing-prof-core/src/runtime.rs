@@ -3,10 +3,11 @@
 //! What every thread's spans and samples add to, and what a capture reads, lives here and
 //! nowhere else in this crate: the span path table, the label sets of span fields, the CPU
 //! sample store, the long-poll counts and the slot of each thread that is in a span, with the
-//! names of the allocator's thread tables. A [`Config`] reaches it in one place,
-//! [`Runtime::apply`] (with [`Runtime::apply_giant_policy`] last); [`crate::capture`] reads
-//! it; the `fork` handler takes its locks through [`Runtime::lock_for_fork`], in the one order
-//! any code takes them in.
+//! names of the allocator's thread tables. A [`Config`] reaches it when a profiler is built,
+//! through [`Runtime::apply`] (with [`Runtime::apply_giant_policy`] last); pausing and resuming
+//! switch sampling off and on under [`Runtime::switching`]; [`crate::capture`] reads it; the
+//! `fork` handler takes its locks through [`Runtime::lock_for_fork`], in the one order any code
+//! takes them in.
 //!
 //! It is one `static`, not a value handed around: the layer's hot paths (span enter and exit
 //! read the long-poll threshold and publish to the thread's slot) reach a field of a static at a
@@ -27,6 +28,7 @@ use crate::labels::Labels;
 use crate::long_poll::LongPollCounts;
 use crate::span_path::Paths;
 use crate::threads::ThreadNames;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use tracing_core::Metadata;
 use tracing_core::span::Attributes;
 use tracing_prof_alloc::Tag;
@@ -45,6 +47,9 @@ pub(crate) struct Runtime {
     pub(crate) threads_now: ThreadSlots,
     /// The names of the allocator's thread tables.
     pub(crate) thread_names: ThreadNames,
+    /// Held while profiling is paused or resumed, one switch at a time: the first of the
+    /// runtime's locks, since a switch takes the CPU store's (and so the span paths') under it.
+    switching: Mutex<()>,
 }
 
 /// The one [`Runtime`] of the process.
@@ -55,6 +60,7 @@ pub(crate) static RUNTIME: Runtime = Runtime {
     long_polls: LongPollCounts::new(),
     threads_now: ThreadSlots::new(),
     thread_names: ThreadNames::new(),
+    switching: Mutex::new(()),
 };
 
 impl Runtime {
@@ -101,10 +107,18 @@ impl Runtime {
     /// The tag of the span being created with `attrs` under `parent`: its path with the label
     /// set of its fields, interned if new. Allocates (call it with the profiler's tag
     /// current), may lock; never called on enter or exit.
+    #[inline]
     pub(crate) fn intern(&self, parent: Tag, attrs: &Attributes<'_>) -> Tag {
         let metadata: &'static Metadata<'static> = attrs.metadata();
         self.paths
             .intern(parent, metadata, self.labels.of_span(attrs), &self.labels)
+    }
+
+    /// The lock under which profiling is paused or resumed (see [`Runtime::lock_for_fork`]).
+    pub(crate) fn switching(&self) -> MutexGuard<'_, ()> {
+        self.switching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Stops the CPU sampler if this process's profiler started it, keeping what it recorded.
@@ -112,11 +126,13 @@ impl Runtime {
         self.cpu.stop(&self.paths);
     }
 
-    /// Takes every lock of the runtime, in the one order any code takes them in (the CPU
-    /// sample store, which resolves span paths under its lock; span paths, which read label
-    /// sets under theirs; label values; thread names), for `fork` (see `crate::fork`).
-    pub(crate) fn lock_for_fork(&'static self) -> [Box<dyn std::any::Any>; 4] {
+    /// Takes every lock of the runtime, in the one order any code takes them in (the pause
+    /// switch, under which the sampler stops and starts; the CPU sample store, which resolves
+    /// span paths under its lock; span paths, which read label sets under theirs; label values;
+    /// thread names), for `fork` (see `crate::fork`).
+    pub(crate) fn lock_for_fork(&'static self) -> [Box<dyn std::any::Any>; 5] {
         [
+            Box::new(self.switching()),
             self.cpu.lock_for_fork(),
             self.paths.lock_for_fork(),
             self.labels.lock_for_fork(),

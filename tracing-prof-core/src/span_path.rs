@@ -182,6 +182,7 @@ impl Paths {
     ///
     /// `parent` is the parent span's tag, or [`Tag::NO_SPAN`] for a root span. Allocates (call it
     /// with the profiler's tag current), may lock; never called on enter or exit.
+    #[inline]
     pub(crate) fn intern(
         &self,
         parent: Tag,

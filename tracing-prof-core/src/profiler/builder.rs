@@ -260,11 +260,13 @@ impl ProfilerBuilder {
         self.config.validate()?;
         let running = RunningToken::take().ok_or(BuildError::AlreadyRunning)?;
         crate::fork::register();
+        // Before sampling starts: a capture's duration counts from here.
+        let started = Instant::now();
         // Every process-wide setting, in one place; CPU sampling may fail to start, and the
         // profiler then goes on without it.
         let cpu_error = RUNTIME.apply(&self.config)?;
         let shared = Arc::new(Shared {
-            started: Instant::now(),
+            started,
             exports: AtomicU64::new(0),
             export_errors: AtomicU64::new(0),
             leaks: ForkSafe::new(Vec::new()),
@@ -284,7 +286,6 @@ impl ProfilerBuilder {
                 })
                 .collect(),
             paused: AtomicBool::new(false),
-            toggle: ForkSafe::new(()),
             sample_rate: self.config.sample_rate,
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,

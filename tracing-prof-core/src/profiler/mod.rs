@@ -85,10 +85,8 @@ pub(super) struct Shared {
     pub(super) sinks: Vec<SinkCounters>,
     /// The services beside the sinks, by name, in the order they first reported.
     pub(super) services: ForkSafe<Vec<ServiceStatus>>,
-    /// Whether profiling is paused; changed under `toggle`.
+    /// Whether profiling is paused; changed under `Runtime::switching`.
     pub(super) paused: AtomicBool,
-    /// Serializes pause and resume.
-    pub(super) toggle: ForkSafe<()>,
     /// What resume starts again.
     pub(super) sample_rate: u64,
     pub(super) cpu_time: crate::CpuTime,
@@ -100,10 +98,13 @@ impl Shared {
     /// Pauses (`true`) or resumes profiling; returns whether that changed anything.
     fn set_paused(&self, paused: bool) -> bool {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        let _one_at_a_time = self.toggle.lock();
+        // Not a `ForkSafe` lock: the switch takes the CPU store's lock under it, and a fork
+        // takes that one before the gate of `ForkSafe` locks (see `crate::fork`).
+        let one_at_a_time = RUNTIME.switching();
         if self.paused.load(Ordering::Acquire) == paused {
             return false;
         }
+        let mut cpu_error = None;
         if paused {
             self.paused.store(true, Ordering::Release);
             tracing_prof_alloc::__private::set_sample_rate(0);
@@ -116,10 +117,14 @@ impl Shared {
                     .start(self.cpu_time, self.cpu_hz, self.cpu_unwind)
                 {
                     eprintln!("tracing-prof: CPU sampling did not start again: {e}");
-                    *self.cpu_error.lock() = Some(e.to_string());
+                    cpu_error = Some(e.to_string());
                 }
             }
             self.paused.store(false, Ordering::Release);
+        }
+        drop(one_at_a_time);
+        if cpu_error.is_some() {
+            *self.cpu_error.lock() = cpu_error;
         }
         true
     }
