@@ -306,7 +306,8 @@ fn print_stacks(profile: &Snapshot) {
         "  {:>10} {:>10} {:>8}  span path @ function that allocated",
         "in use", "alloc", "samples"
     );
-    stacks.sort_by_key(|s| std::cmp::Reverse(s.memory.inuse_bytes));
+    // Those holding nothing now by what they allocated, so that the order is the same each run.
+    stacks.sort_by_key(|s| std::cmp::Reverse((s.memory.inuse_bytes, s.memory.alloc_bytes)));
     for s in stacks.iter().take(5) {
         println!(
             "  {:>10} {:>10} {:>8}  {}",
@@ -325,7 +326,7 @@ fn print_stacks(profile: &Snapshot) {
         let names: Vec<&str> = top.frames.iter().map(|f| &*f.name).collect();
         let est = profile.sampled_memory(&names);
         println!(
-            "  (estimates against the exact counters, for {}: allocated {} vs {}, in use {} vs {})",
+            "  (estimates against the exact counters, over every sampled stack of {}: allocated {} vs {}, in use {} vs {})",
             top.display_path(),
             bytes(est.alloc_bytes),
             bytes(top.memory.alloc_bytes),
