@@ -162,6 +162,17 @@ pub fn close_span_instance(id: u64, tag: crate::Tag) {
         return;
     }
     let s = slot(id);
+    if s.id.load(Ordering::Acquire) != id {
+        return;
+    }
+    // Most spans hold no sampled block (one sample per 512 KiB by default): nothing of theirs
+    // can be freed or outlive them, so the slot is retired with plain stores. A locked
+    // instruction costs about 5 ns, and the path below has three.
+    if s.objects_fp.load(Ordering::Acquire) == 0 && s.bytes.load(Ordering::Acquire) == 0 {
+        s.id.store(0, Ordering::Release);
+        give_slot((id & SLOT_MASK) as u32);
+        return;
+    }
     if s.id
         .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
@@ -211,4 +222,51 @@ pub fn read_outlived(out: &mut [(f64, u64)]) {
 /// Spans that could not be tracked because their instance slot was held.
 pub fn untracked_instances() -> u64 {
     UNTRACKED.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outlived(tag: crate::Tag) -> (u64, u64) {
+        let (o, b) = &OUTLIVED[tag.get() as usize];
+        (o.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
+    }
+
+    /// A span that holds no sampled block at its close is retired without locked instructions
+    /// and adds nothing; one that holds some adds exactly what it holds; a block freed after
+    /// its span closed changes neither the closed instance nor the slot's next one.
+    #[test]
+    fn closing_counts_what_is_held_and_only_that() {
+        let tag = crate::Tag::new(4000);
+        let before = outlived(tag);
+
+        // Allocated and freed within the span: nothing outlives it.
+        let a = open_span_instance();
+        assert_ne!(a, 0);
+        track(a, 3 * 256, 300, true);
+        track(a, 3 * 256, 300, false);
+        close_span_instance(a, tag);
+        assert_eq!(outlived(tag), before);
+
+        // Two blocks allocated, one freed: one outlives it.
+        let b = open_span_instance();
+        assert_ne!(b, a, "ids are never reused");
+        track(b, 256, 64, true);
+        track(b, 2 * 256, 128, true);
+        track(b, 256, 64, false);
+        close_span_instance(b, tag);
+        assert_eq!(outlived(tag), (before.0 + 2 * 256, before.1 + 128));
+
+        // The outliving block freed later: the closed instance is not touched, and the slot's
+        // next instance starts empty.
+        track(b, 2 * 256, 128, false);
+        let c = open_span_instance();
+        close_span_instance(c, tag);
+        assert_eq!(outlived(tag), (before.0 + 2 * 256, before.1 + 128));
+        // Closing twice is harmless.
+        close_span_instance(c, tag);
+        close_span_instance(b, tag);
+        assert_eq!(outlived(tag), (before.0 + 2 * 256, before.1 + 128));
+    }
 }

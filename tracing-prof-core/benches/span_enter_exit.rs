@@ -1,6 +1,7 @@
 //! Span enter+exit, and a span's whole life (create, enter, exit, close), with the profiling
 //! layer (the default, which reads no CPU clock; with an exact CPU clock read on every enter and
-//! exit, the thread clock and getrusage) against the registry with a no-op layer. (A registry
+//! exit, the thread clock and getrusage; for a span's life, also with the heap sampler on, as a
+//! built profiler has it) against the registry with a no-op layer. (A registry
 //! with no layer at all never frees a closed span's slot, tokio-rs/tracing#2668: not a
 //! baseline to compare with.)
 //!
@@ -25,6 +26,14 @@ fn enter_exit(dispatch: &Dispatch, n: u64) {
             let _g = black_box(&span).enter();
         }
     });
+}
+
+/// [`lifecycle`] with the heap sampler on at its default rate, as a built profiler has it: each
+/// span then opens an instance for the sampled memory it holds, and closes it.
+fn lifecycle_sampling(dispatch: &Dispatch, n: u64) {
+    tracing_prof_alloc::__private::set_sample_rate(tracing_prof_alloc::DEFAULT_SAMPLE_RATE);
+    lifecycle(dispatch, n);
+    tracing_prof_alloc::__private::set_sample_rate(0);
 }
 
 fn lifecycle(dispatch: &Dispatch, n: u64) {
@@ -100,6 +109,9 @@ fn main() {
             vec![
                 ab::variant("registry", |n| lifecycle(&registry, n)),
                 ab::variant("+ layer (default)", |n| lifecycle(&wall, n)),
+                ab::variant("+ layer, heap sampling at 512 KiB", |n| {
+                    lifecycle_sampling(&wall, n)
+                }),
                 ab::variant("+ layer, exact CPU (thread clock)", |n| lifecycle(&cpu, n)),
                 ab::variant("+ layer, exact CPU (getrusage)", |n| lifecycle(&rusage, n)),
             ],
