@@ -182,8 +182,10 @@ pub fn close_span_instance(id: u64, tag: crate::Tag) {
     let objects = s.objects_fp.swap(0, Ordering::AcqRel);
     let bytes = s.bytes.swap(0, Ordering::AcqRel);
     give_slot((id & SLOT_MASK) as u32);
-    // A wrapped (negative) count is a free that raced with the close: nothing outlived.
-    if objects > 0 && objects < i64::MAX as u64 && bytes < i64::MAX as u64 {
+    // A wrapped (negative) count is a free that raced with the close: nothing outlived. A
+    // block so large that its estimated objects round to none (over 256 times the sampling
+    // rate) still outlives with its bytes.
+    if (objects > 0 || bytes > 0) && objects < i64::MAX as u64 && bytes < i64::MAX as u64 {
         let (o, b) = &OUTLIVED[tag.get() as usize];
         o.fetch_add(objects, Ordering::Relaxed);
         b.fetch_add(bytes, Ordering::Relaxed);
@@ -257,6 +259,17 @@ mod tests {
         track(b, 256, 64, false);
         close_span_instance(b, tag);
         assert_eq!(outlived(tag), (before.0 + 2 * 256, before.1 + 128));
+
+        // A block so large that its weight rounds to no object (over 256 MiB at the default
+        // rate) still holds bytes: the close counts them.
+        let d = open_span_instance();
+        track(d, 0, 512 << 20, true);
+        close_span_instance(d, tag);
+        assert_eq!(
+            outlived(tag),
+            (before.0 + 2 * 256, before.1 + 128 + (512 << 20))
+        );
+        let before = (before.0, before.1 + (512 << 20));
 
         // The outliving block freed later: the closed instance is not touched, and the slot's
         // next instance starts empty.

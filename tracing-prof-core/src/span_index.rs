@@ -323,9 +323,11 @@ fn add_busy_from(slot: Slot, id: u64, ns: u64, thread: u64) {
     let Some(e) = table().and_then(|(entries, _)| entries.get(slot.0 as usize)) else {
         return;
     };
-    // The span cannot close while it is entered, so the entry is still its own; the check
-    // keeps a misuse of the raw subscriber API from charging another span.
-    if e.key.load(Ordering::Relaxed) == id {
+    // The span cannot close while it is entered, so the entry is still its own. The check
+    // keeps most misuses of the raw subscriber API (an exit after the close) from charging
+    // another span; one that races with the entry's reuse by another thread's new span may
+    // still write this span's total into that span's own counter.
+    if e.key.load(Ordering::Acquire) == id {
         if thread != 0 && e.home.load(Ordering::Relaxed) == thread {
             // Only this thread writes this counter: tokens are never shared or reused, and
             // `home` was written before the key was published.
@@ -582,7 +584,17 @@ mod tests {
         assert_eq!(find(a, 12346), None);
         add_busy_from(slot, 12345, 40, home);
         add_busy_from(slot, 12345, 2, home + 1); // another thread's
-        assert_eq!(remove(slot, 12345), 42);
+        add_busy_from(slot, 12345, 1, 0); // a thread without a token
+        // The home thread's time in its own counter, every other thread's in the shared one.
+        let e = &table().unwrap().0[slot.0 as usize];
+        assert_eq!(
+            (
+                e.busy_home_ns.load(Ordering::Relaxed),
+                e.busy_away_ns.load(Ordering::Relaxed)
+            ),
+            (40, 3)
+        );
+        assert_eq!(remove(slot, 12345), 43);
         assert_eq!(find(a, 12345), None);
 
         // An id whose two places are both taken has no room: ids of the first shard whose
