@@ -6,7 +6,7 @@
 //! profiles. The exporter's own conformance tests are in `tracing-prof-export/tests/pyroscope.rs`.
 
 use std::collections::BTreeMap;
-use tracing_prof_test_support::pyroscope_server::rules::{self, Ingester1x};
+use tracing_prof_test_support::pyroscope_server::storage::{self, Ingester1x};
 use tracing_prof_test_support::pyroscope_server::{
     Mock, OK, check_types_and_duplicates, group_by_interval, label, stored_spans,
 };
@@ -81,7 +81,7 @@ fn the_example_service_passes_through_both_apis() {
 }
 
 /// `SERVICE_OTEL=1`: the example's CPU samples carry the span ids of their requests, and a
-/// Pyroscope server stores them as span profiles (`rules::span_profiles`): as many linked
+/// Pyroscope server stores them as span profiles (`storage::span_profiles`): as many linked
 /// samples, of as many spans, as the service counted in its own profile, each with its trace
 /// id; `span_id` and `trace_id` never become series labels.
 #[test]
@@ -129,7 +129,7 @@ fn span_profiles_reach_pyroscope_by_span_id() {
     let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
     for series in server.accepted().iter().flatten() {
         for labels in &series.profile.sample_labels {
-            let as_series = rules::series_labels_of(labels);
+            let as_series = storage::series_labels_of(labels);
             assert!(
                 as_series
                     .iter()
@@ -137,10 +137,10 @@ fn span_profiles_reach_pyroscope_by_span_id() {
             );
         }
         if label(&series.labels, "__name__") != "process_cpu" {
-            assert!(rules::span_profiles(&series.profile).is_empty());
+            assert!(storage::span_profiles(&series.profile).is_empty());
             continue;
         }
-        for (span, p) in rules::span_profiles(&series.profile) {
+        for (span, p) in storage::span_profiles(&series.profile) {
             assert_ne!(p.trace_id, [0; 16], "span {span:x} without its trace id");
             *stored.entry(span).or_default() += p.values["samples"];
         }

@@ -29,14 +29,14 @@ struct SpanData {
 /// [`ProfilerBuilder::build`](crate::ProfilerBuilder::build); `ProfileLayer::new()` gives a layer
 /// whose numbers [`capture`](crate::capture) can read without a background thread.
 ///
-/// Per enter: the span's state from the span index (one cache line, found by hashing the span
-/// id; a registry lookup only for spans the index had no room for), thread-local writes, one
-/// monotonic clock read (the CPU's time-stamp counter where the kernel uses it), and with exact
-/// CPU time one per-thread CPU clock read (a system call; see [`CpuClock`](crate::CpuClock)).
-/// Per exit the same less the lookup, plus stores to this thread's own counters and to the
-/// span's busy time (an atomic add instead when the span was created on another thread). Per creation: the parent's path (the current tag, for a
-/// contextual parent), the path interned (a thread-local cache), a clock read and the span's
-/// index entry. No allocation, no lock on any of them.
+/// Per enter: the span's state from the span index (one cache line, found by hashing the span id; a
+/// registry lookup only for spans the index had no room for), thread-local writes, one monotonic
+/// clock read (the CPU's time-stamp counter where the kernel uses it), and with exact CPU time one
+/// per-thread CPU clock read (a system call; see [`CpuClock`](crate::CpuClock)). Per exit the same
+/// less the lookup, plus stores to this thread's own counters and to the span's busy time (an
+/// atomic add instead when the span was created on another thread). Per creation: the parent's path
+/// (the current tag, for a contextual parent), the path interned (a thread-local cache), a clock
+/// read and the span's index entry. No allocation, no lock on any of them.
 #[derive(Debug)]
 pub struct ProfileLayer<C = SystemClock> {
     clock: C,

@@ -1,18 +1,18 @@
 //! Every open span's state, keyed by span id, in one table that every thread reads without a
 //! lock: what span enter, exit and close need, without a registry lookup.
 //!
-//! Each span takes one entry (a cache line, 64 bytes; two with the `opentelemetry` feature,
-//! which keeps the span's trace link there too) when it is created: the first free of two
-//! places given by its id (see [`places`]). Its path, its parent's path, its creation time, its
-//! span instance and the thread that created it are written once, before the id is published;
-//! its busy time accrues there on every exit; the entry is freed when it closes. Busy time is
-//! two counters: one that only the creating thread writes (plain stores, the common case: a
-//! locked add would cost an exit about 5 ns, the latency of the instruction on this project's
-//! machine), and one that every other thread adds to atomically. Span ids are reused by the
-//! registry as spans close, so the entries of a running service's spans are the same few cache
-//! lines over and over. Ids are only unique within one registry: each layer has an owner token, part of the
-//! key. When both places are taken (an unlucky pair, or no table), the layer keeps that span's
-//! state in the registry's extensions instead, at the cost of a lookup per enter.
+//! Each span takes one entry (a cache line, 64 bytes; two with the `opentelemetry` feature, which
+//! keeps the span's trace link there too) when it is created: the first free of two places given by
+//! its id (see [`places`]). Its path, its parent's path, its creation time, its span instance and
+//! the thread that created it are written once, before the id is published; its busy time accrues
+//! there on every exit; the entry is freed when it closes. Busy time is two counters: one that only
+//! the creating thread writes (plain stores, the common case: a locked add would cost an exit about
+//! 5 ns, the latency of the instruction on this project's machine), and one that every other thread
+//! adds to atomically. Span ids are reused by the registry as spans close, so the entries of a
+//! running service's spans are the same few cache lines over and over. Ids are only unique within
+//! one registry: each layer has an owner token, part of the key. When both places are taken (an
+//! unlucky pair, or no table), the layer keeps that span's state in the registry's extensions
+//! instead, at the cost of a lookup per enter.
 //!
 //! # Memory
 //! The table is one anonymous mapping made when the first layer is built: 4 Mi entries

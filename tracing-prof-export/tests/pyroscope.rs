@@ -13,7 +13,8 @@ use tracing_prof_alloc::TaggingAllocator;
 use tracing_prof_core::Profiler;
 use tracing_prof_examples::{App, Workload, run};
 use tracing_prof_export::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
-use tracing_prof_test_support::pyroscope_server::rules::{self, Ingester1x, Refusal, SeriesIn};
+use tracing_prof_test_support::pyroscope_server::rules::{self, Refusal, SeriesIn};
+use tracing_prof_test_support::pyroscope_server::storage::Ingester1x;
 use tracing_prof_test_support::pyroscope_server::{
     Mock, OK, Request, check_types_and_duplicates, group_by_interval, label, stored_spans,
 };

@@ -3,16 +3,18 @@
 //! status and reason of a refusal); or answers 500, or nothing at all (a stalled server), as the
 //! test sets it.
 pub mod rules;
+pub mod storage;
 
 pub use crate::stub_server::Request;
 use crate::stub_server::{Answer, StubServer};
 use prost::Message;
-use rules::{Ingester1x, SeriesIn};
+use rules::SeriesIn;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use storage::Ingester1x;
 use tracing_prof_model::pprof::proto;
 
 /// A [`Mock::mode`]: up, answering by the rules.
@@ -157,10 +159,10 @@ pub fn check_types_and_duplicates(requests: &[Vec<SeriesIn>]) -> BTreeSet<String
             for (ty, unit) in &s.profile.sample_types {
                 let id = format!("{name}:{ty}:{unit}:{pt}:{pu}");
                 assert_eq!(
-                    rules::ui_unit(&id),
-                    rules::ui_unit_for(unit),
+                    storage::ui_unit(&id),
+                    storage::ui_unit_for(unit),
                     "{id}: the UI would show {unit} as {}",
-                    rules::ui_unit(&id)
+                    storage::ui_unit(&id)
                 );
                 assert!(
                     seen.insert((id.clone(), others.clone())),
