@@ -117,7 +117,7 @@ pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 /// How hard an outbox tries, how long one request may take, and how long it waits at the end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Policy {
-    /// One request's time limit (both exporters' `DEFAULT_TIMEOUT`: 10 s).
+    /// One request's time limit (each exporter's `DEFAULT_TIMEOUT` unless set).
     pub(crate) timeout: Duration,
     pub(crate) queue_capacity: usize,
     pub(crate) retries: u32,
@@ -125,24 +125,15 @@ pub(crate) struct Policy {
     pub(crate) flush_timeout: Duration,
 }
 
-impl Default for Policy {
-    fn default() -> Self {
+impl Policy {
+    /// The default policy, with requests limited to `timeout` (the exporter's own default).
+    pub(crate) fn with_timeout(timeout: Duration) -> Self {
         Policy {
-            timeout: Duration::from_secs(10),
+            timeout,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             retries: DEFAULT_RETRIES,
             backoff: DEFAULT_BACKOFF,
             flush_timeout: DEFAULT_FLUSH_TIMEOUT,
-        }
-    }
-}
-
-impl Policy {
-    /// The default policy, with requests limited to `timeout`.
-    pub(crate) fn with_timeout(timeout: Duration) -> Self {
-        Policy {
-            timeout,
-            ..Policy::default()
         }
     }
 
