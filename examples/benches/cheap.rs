@@ -17,13 +17,16 @@
 //! - `exact-cpu`: the previous default: no CPU sampling, a CPU clock read on every enter and
 //!   exit;
 //! - `alloc-only`: the tagging allocator with no layer and no profiler;
-//! - `off-layer-only`: the layer with no tagging allocator and no profiler.
+//! - `off-layer-only`: the layer with no tagging allocator and no profiler;
+//! - `off-layer-no-clock`: the same with a clock that reads nothing (one load of a word nobody
+//!   writes): against `off-layer-only`, what the layer's clock reads cost in place.
 //!
 //! `cargo bench -p tracing-prof-examples --bench cheap`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use tracing_prof::core::CpuTime;
+use tracing_prof::core::{Clock, CpuSample, CpuTime};
 use tracing_prof::{FileExporter, Profiler};
 use tracing_prof_examples::bench::{child, switch};
 use tracing_subscriber::prelude::*;
@@ -32,7 +35,7 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: switch::Switch = switch::Switch;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
-const MODES: [&str; 7] = [
+const MODES: [&str; 8] = [
     "off",
     "default",
     "no-cpu-sampling",
@@ -40,13 +43,33 @@ const MODES: [&str; 7] = [
     "exact-cpu",
     "alloc-only",
     "off-layer-only",
+    "off-layer-no-clock",
 ];
+
+/// A clock that reads nothing (see `off-layer-no-clock` above).
+struct Frozen;
+
+static FROZEN: AtomicU64 = AtomicU64::new(0);
+
+impl Clock for Frozen {
+    fn now_ns(&self) -> u64 {
+        FROZEN.load(Ordering::Relaxed)
+    }
+    fn thread_cpu(&self) -> CpuSample {
+        CpuSample::default()
+    }
+}
 
 fn child(mode: &str) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cheap-{}", std::process::id()));
     let guard = if mode == "off" || mode == "alloc-only" {
         tracing_subscriber::registry()
             .with(tracing_subscriber::layer::Identity::new())
+            .init();
+        None
+    } else if mode == "off-layer-no-clock" {
+        tracing_subscriber::registry()
+            .with(tracing_prof::ProfileLayer::new().with_clock(Frozen))
             .init();
         None
     } else if mode == "off-layer-only" {
@@ -96,6 +119,12 @@ fn main() {
         "{rounds} rotating rounds, one process per run; ratios are medians of per-round ratios to off.\n"
     );
     child::table(&MODES, &runs);
+    println!(
+        "\nThe layer's clock reads in place, `off-layer-only` against `off-layer-no-clock` \
+         (median of per-round ratios): wall time {:.3}, CPU time {:.3}.",
+        child::ratio(&runs[6], &runs[7], &|r| r.wall_s),
+        child::ratio(&runs[6], &runs[7], &|r| r.cpu_s),
+    );
     let default = &runs[1];
     for (what, without) in [
         ("CPU sampling at 100 Hz", &runs[2]),

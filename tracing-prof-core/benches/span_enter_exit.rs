@@ -1,7 +1,9 @@
 //! Span enter+exit, and a span's whole life (create, enter, exit, close), with the profiling
 //! layer (the default, which reads no CPU clock; with an exact CPU clock read on every enter and
 //! exit, the thread clock and getrusage; for a span's life, also with the heap sampler on, as a
-//! built profiler has it) against the registry with a no-op layer. (A registry
+//! built profiler has it) against the registry with a no-op layer. Two more variants say what
+//! of the default layer's cost is its clock: the layer with a clock that reads nothing, and,
+//! beside enter+exit, two reads of the layer's clock alone. (A registry
 //! with no layer at all never frees a closed span's slot, tokio-rs/tracing#2668: not a
 //! baseline to compare with.)
 //!
@@ -14,10 +16,37 @@
 //! feature costs a layer without links.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::Dispatch;
-use tracing_prof_core::{CpuClock, ProfileLayer, SystemClock};
+use tracing_prof_core::{Clock, CpuClock, CpuSample, ProfileLayer, SystemClock};
 use tracing_prof_test_support::bench::ab;
 use tracing_subscriber::prelude::*;
+
+/// A clock that reads nothing: one load of a word nobody writes. The layer with it does all
+/// its work but the clock reads, so its time added over the registry, against the default
+/// layer's, is what the clock costs in place (the time-stamp counter is about 10 ns a read on
+/// this project's machine).
+struct Frozen;
+
+static FROZEN: AtomicU64 = AtomicU64::new(0);
+
+impl Clock for Frozen {
+    fn now_ns(&self) -> u64 {
+        FROZEN.load(Ordering::Relaxed)
+    }
+    fn thread_cpu(&self) -> CpuSample {
+        CpuSample::default()
+    }
+}
+
+/// What `n` enters and exits could not do with less: two reads of the layer's clock each.
+fn two_clock_reads(n: u64) {
+    let clock = SystemClock::default();
+    for _ in 0..n {
+        black_box(clock.now_ns());
+        black_box(clock.now_ns());
+    }
+}
 
 fn enter_exit(dispatch: &Dispatch, n: u64) {
     tracing::dispatcher::with_default(dispatch, || {
@@ -63,6 +92,8 @@ fn main() {
     let wall = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new()));
     let cpu =
         Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true)));
+    let frozen =
+        Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_clock(Frozen)));
     let rusage = Dispatch::new(
         tracing_subscriber::registry().with(
             ProfileLayer::new()
@@ -97,6 +128,10 @@ fn main() {
             vec![
                 ab::variant("registry", |n| enter_exit(&registry, n)),
                 ab::variant("+ layer (default)", |n| enter_exit(&wall, n)),
+                ab::variant("+ layer, a clock that reads nothing", |n| {
+                    enter_exit(&frozen, n)
+                }),
+                ab::variant("two clock reads, nothing else", two_clock_reads),
                 ab::variant("+ layer, exact CPU (thread clock)", |n| enter_exit(&cpu, n)),
                 ab::variant("+ layer, exact CPU (getrusage)", |n| enter_exit(&rusage, n)),
             ],
@@ -111,6 +146,9 @@ fn main() {
                 ab::variant("+ layer (default)", |n| lifecycle(&wall, n)),
                 ab::variant("+ layer, heap sampling at 512 KiB", |n| {
                     lifecycle_sampling(&wall, n)
+                }),
+                ab::variant("+ layer, a clock that reads nothing", |n| {
+                    lifecycle(&frozen, n)
                 }),
                 ab::variant("+ layer, exact CPU (thread clock)", |n| lifecycle(&cpu, n)),
                 ab::variant("+ layer, exact CPU (getrusage)", |n| lifecycle(&rusage, n)),
