@@ -9,9 +9,9 @@
 //! and in-use as the difference. Sizes are the user's requested sizes, never header or size-class
 //! bytes.
 //!
-//! This crate holds all of tracing-prof's allocator `unsafe`, depends on nothing but `std` and
-//! `libc` (for the thread id and name, read once per thread), and
-//! never installs a global allocator by itself.
+//! This crate holds all of tracing-prof's allocator `unsafe`, depends on nothing but `std`,
+//! `libc` and `tracing-prof-thread` (the thread's record: its id and name, read once per
+//! thread), and never installs a global allocator by itself.
 //!
 //! # Setup
 //! ```
@@ -30,9 +30,10 @@
 //!   threads (except on the rare paths: TLS teardown, giant requests, sampled allocations).
 //!   A free checks the header's magic number, flags and origin in one compare.
 //! - Not per call: a thread's **first** allocation takes a counter table (reusing one an
-//!   exited thread left, or `calloc`ing one from the system allocator), reads the thread's id
-//!   and name (`gettid`, `prctl`), and registers a thread-exit destructor to hand the table
-//!   back. A **sampled** allocation (one per 512 KiB on average with the profiler's default)
+//!   exited thread left, or `calloc`ing one from the system allocator), copies the thread's id
+//!   and name from its record (`tracing-prof-thread`, which reads them then if no part of the
+//!   profiler did before: `gettid`, `prctl`), and registers a thread-exit destructor to hand
+//!   the table back. A **sampled** allocation (one per 512 KiB on average with the profiler's default)
 //!   walks its stack and takes a slot in a shared table: about 0.7 µs (0.3 µs with frame
 //!   pointers) with the CPU sampler's unwinder, which the profiler installs for the threads
 //!   that sampler armed, 5 µs with `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample`
@@ -99,8 +100,9 @@ pub use tag::{Tag, TagGuard, current_tag};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::counters::{
-        MAX_ORIGINS, TagTotals, ThreadTotals, read_thread_totals, read_threads, read_totals,
-        record_interval, record_span_closed, set_new_thread_hook, thread_tables,
+        MAX_ORIGINS, TagTotals, ThreadTotals, after_fork_in_child, read_thread_totals,
+        read_threads, read_totals, record_interval, record_span_closed, set_new_thread_hook,
+        thread_tables,
     };
     pub use crate::giant::{
         GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_end, giant_allocations_since,

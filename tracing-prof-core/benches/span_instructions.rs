@@ -38,7 +38,7 @@ fn main() {
             }
             return;
         }
-        // Warm: the first enter takes the thread's in-flight slot and looks the span up.
+        // Warm: the first enter lists the thread in its record and looks the span up.
         for _ in 0..1000 {
             let _g = black_box(&span).enter();
         }

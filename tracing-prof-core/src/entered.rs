@@ -12,7 +12,6 @@
 //! nesting) but is not timed.
 
 use crate::clock::{Clock, CpuSample};
-use crate::in_flight::ThreadSlot;
 use crate::span_index::{self, SpanState};
 use crate::trace_link::{self, Link};
 use std::cell::RefCell;
@@ -21,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_prof_alloc::__private::set_current_span;
 use tracing_prof_alloc::Tag;
+use tracing_prof_thread::ThreadRecord;
 
 /// Entered spans tracked per thread.
 pub const MAX_DEPTH: usize = 64;
@@ -79,39 +79,35 @@ struct Stack {
     len: usize,
     /// Entries beyond MAX_DEPTH, not timed.
     untracked: usize,
-    /// Where this thread shows which path it is in (see `in_flight`), taken on its first enter.
-    now: Option<&'static ThreadSlot>,
-    /// Whether a slot was asked for already (there may be none free).
+    /// Where this thread shows which path it is in (its record, see `in_flight`), from its
+    /// first enter on.
+    now: Option<&'static ThreadRecord>,
+    /// Whether the record was asked for already (there may be none).
     asked: bool,
     /// Whether this thread is an async runtime's worker (see `long_poll`).
     worker: bool,
 }
 
-/// Gives the thread's in-flight slot back when the thread exits. A thread-local of its own,
-/// touched once (when the slot is taken), so that the stack itself has no destructor: it is a
-/// plain thread-local access on every enter and exit, and keeps working while other
-/// thread-locals are destroyed. (What the stack holds at thread exit is not dropped: the
-/// extension counters of spans still entered then, 24 bytes each, are leaked.)
-struct SlotOwner;
+/// Stops this thread's publishing to its record when the thread exits: the record is given
+/// back right after (its destructor was registered before this one, when the record was
+/// claimed), and a span entered by a later destructor must not write into a record that
+/// another thread may take. A thread-local of its own, touched once (on the first enter), so
+/// that the stack itself has no destructor: it is a plain thread-local access on every enter
+/// and exit, and keeps working while other thread-locals are destroyed. (What the stack holds
+/// at thread exit is not dropped: the extension counters of spans still entered then, 24 bytes
+/// each, are leaked.)
+struct Unlist;
 
-impl Drop for SlotOwner {
+impl Drop for Unlist {
     fn drop(&mut self) {
         let _ = STACK.try_with(|s| {
             if let Ok(mut s) = s.try_borrow_mut()
-                && let Some(slot) = s.now.take()
+                && let Some(record) = s.now.take()
             {
-                slot.release();
+                record.set_listed(false);
             }
         });
     }
-}
-
-/// The calling thread's slot, if it has one (for a child of `fork`).
-pub(crate) fn own_slot() -> Option<&'static ThreadSlot> {
-    STACK
-        .try_with(|s| s.try_borrow().ok().and_then(|s| s.now))
-        .ok()
-        .flatten()
 }
 
 const EMPTY: Entered = Entered {
@@ -155,7 +151,7 @@ thread_local! {
             worker: false,
         }))
     };
-    static SLOT_OWNER: SlotOwner = const { SlotOwner };
+    static UNLIST: Unlist = const { Unlist };
 }
 
 /// This thread's stack, for the rest of the thread's life.
@@ -178,17 +174,22 @@ fn stack() -> Option<&'static RefCell<ManuallyDrop<Stack>>> {
         .ok()
 }
 
-/// The thread's first enter: its in-flight slot, and whether it is a runtime worker.
+/// The thread's first enter: listed in its record, and whether it is a runtime worker.
 #[cold]
 #[inline(never)]
 fn first_enter(s: &mut Stack) {
     s.asked = true;
-    s.now = crate::runtime::RUNTIME.threads_now.claim();
-    if s.now.is_some() {
-        // Registers the destructor that gives the slot back.
-        let _ = SLOT_OWNER.try_with(|_| ());
+    // Asked before `UNLIST` is registered, so that the record's own destructor runs after it.
+    s.now = tracing_prof_thread::current();
+    if let Some(record) = s.now {
+        // The name now, as the thread entered its first span (it may have been renamed since
+        // its record was claimed, at its first allocation).
+        record.refresh_name();
+        record.publish(Tag::NO_SPAN.get(), 0);
+        record.set_listed(true);
+        let _ = UNLIST.try_with(|_| ());
     }
-    s.worker = crate::long_poll::this_thread_is_worker();
+    s.worker = s.now.is_some_and(crate::long_poll::is_worker);
 }
 
 /// Span `id` with `state` is entered on this thread.
@@ -212,7 +213,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
     if len == MAX_DEPTH {
         s.untracked += 1;
         if let Some(n) = s.now {
-            n.publish(state.tag, 0);
+            n.publish(state.tag.get(), 0);
         }
         return;
     }
@@ -252,7 +253,7 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
     };
     s.len = len + 1;
     if let Some(n) = s.now {
-        n.publish(state.tag, start_ns);
+        n.publish(state.tag.get(), start_ns);
     }
     if s.worker && clock.is_monotonic() {
         tracing_prof_alloc::__private::set_stretch_start(start_ns);
@@ -272,7 +273,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
         set_current_span(tag, instance);
         if let Some(n) = s.now {
-            n.publish(tag, 0);
+            n.publish(tag.get(), 0);
         }
         return;
     }
@@ -297,7 +298,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         }
         set_current_span(e.prev_tag, e.prev_instance);
         if let Some(n) = s.now {
-            n.publish(e.prev_tag, now_ns);
+            n.publish(e.prev_tag.get(), now_ns);
         }
         if s.worker && clock.is_monotonic() {
             // The span below resumes: a new stretch (none outside every span).

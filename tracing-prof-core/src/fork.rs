@@ -84,10 +84,13 @@ extern "C" fn release() {
 }
 
 extern "C" fn release_in_child() {
+    // The threads' records first (the other threads' given back, the caller's new id), then
+    // what copies from them: the allocator's tables.
+    tracing_prof_thread::after_fork_in_child();
+    tracing_prof_alloc::__private::after_fork_in_child();
     release();
     crate::running::after_fork_in_child();
     crate::span_index::after_fork_in_child();
-    RUNTIME.after_fork_in_child(crate::entered::own_slot());
 }
 
 /// Registers the handlers, once per process.

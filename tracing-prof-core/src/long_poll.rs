@@ -4,7 +4,7 @@
 //!
 //! A thread is a worker if its name is tokio's default for its workers (`tokio-runtime-worker`,
 //! which the kernel keeps as `tokio-runtime-w`, or `tokio-rt-worker`): read once, on the
-//! thread's first enter (one `prctl`). Renamed worker threads are not recognised. The check on
+//! thread's first enter, into its thread record (one `prctl`). Renamed worker threads are not recognised. The check on
 //! exit is one comparison; a long poll adds to two counters of its path, shared by the threads
 //! (a long poll is rare: they cost nothing on the common path).
 
@@ -80,10 +80,9 @@ impl LongPollCounts {
     }
 }
 
-/// Whether the calling thread is an async runtime's worker (see the module docs).
-pub(crate) fn this_thread_is_worker() -> bool {
-    let mut name = [0u8; 16];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes (NUL included) into the buffer given.
-    let ok = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0;
-    ok && (name.starts_with(b"tokio-runtime-w") || name.starts_with(b"tokio-rt-worker"))
+/// Whether the thread of `record` is an async runtime's worker, by its name (see the module
+/// docs).
+pub(crate) fn is_worker(record: &tracing_prof_thread::ThreadRecord) -> bool {
+    let name = record.name_bytes();
+    name.starts_with(b"tokio-runtime-w") || name.starts_with(b"tokio-rt-worker")
 }

@@ -2,28 +2,27 @@
 //!
 //! What every thread's spans and samples add to, and what a capture reads, lives here and
 //! nowhere else in this crate: the span path table, the label sets of span fields, the CPU
-//! sample store, the long-poll counts and the slot of each thread that is in a span, with the
-//! names of the allocator's thread tables. A [`Config`] reaches it when a profiler is built,
+//! sample store, the long-poll counts, and the names of the allocator's thread tables. A [`Config`] reaches it when a profiler is built,
 //! through [`Runtime::apply`] (with [`Runtime::apply_giant_policy`] last); pausing and resuming
 //! switch sampling off and on under [`Runtime::switching`]; [`crate::capture`] reads it; the
 //! `fork` handler takes its locks through [`Runtime::lock_for_fork`], in the one order any code
 //! takes them in.
 //!
 //! It is one `static`, not a value handed around: the layer's hot paths (span enter and exit
-//! read the long-poll threshold and publish to the thread's slot) reach a field of a static at a
+//! read the long-poll threshold) reach a field of a static at a
 //! fixed address, as cheaply as a `static` of its own, and a span created before any profiler
 //! is built, or in a process that never builds one, still has a table to intern into. Each part
 //! starts on a cache line of its own (`#[repr(align(64))]`), so that what one part writes
 //! never shares a line with what another part's hot path reads. Every part is all zeros when
 //! new, so the value costs the binary no data: it lives in `.bss`.
 //!
-//! Not here: what is per thread (the stack of entered spans, `entered.rs`; the allocator's
+//! Not here: what is per thread (the stack of entered spans, `entered.rs`; the thread's record
+//! of `tracing-prof-thread`, where it publishes the path it is in; the allocator's
 //! counters), the span table that maps a `tracing` span id to its state (`span_index.rs`:
 //! lock-free pages of its own), and caches that can be rebuilt (the symbolizer's).
 
 use crate::config::{Config, ConfigError};
 use crate::cpu::Cpu;
-use crate::in_flight::{ThreadSlot, ThreadSlots};
 use crate::labels::Labels;
 use crate::long_poll::LongPollCounts;
 use crate::span_path::Paths;
@@ -43,8 +42,6 @@ pub(crate) struct Runtime {
     pub(crate) cpu: Cpu,
     /// The long-poll threshold and each path's long polls.
     pub(crate) long_polls: LongPollCounts,
-    /// Which path each thread in a span is in, and since when.
-    pub(crate) threads_now: ThreadSlots,
     /// The names of the allocator's thread tables.
     pub(crate) thread_names: ThreadNames,
     /// Held while profiling is paused or resumed, one switch at a time: the first of the
@@ -58,7 +55,6 @@ pub(crate) static RUNTIME: Runtime = Runtime {
     labels: Labels::new(),
     cpu: Cpu::new(),
     long_polls: LongPollCounts::new(),
-    threads_now: ThreadSlots::new(),
     thread_names: ThreadNames::new(),
     switching: Mutex::new(()),
 };
@@ -138,11 +134,5 @@ impl Runtime {
             self.labels.lock_for_fork(),
             self.thread_names.lock_for_fork(),
         ]
-    }
-
-    /// In a child of `fork`, where only the calling thread exists: the other threads' slots
-    /// are given back (`own` is the caller's, if it has one).
-    pub(crate) fn after_fork_in_child(&self, own: Option<&'static ThreadSlot>) {
-        self.threads_now.after_fork_in_child(own);
     }
 }

@@ -118,7 +118,7 @@ fn arm(l: &Local, generation: u32) {
         }
         // SAFETY: `acquire` returns a published, never-freed state that this thread owns now.
         let s = unsafe { &*ts };
-        s.tid.store(timer::gettid(), Ordering::Relaxed);
+        s.tid.store(own_tid(), Ordering::Relaxed);
         let (bottom, top) = stack_extent();
         s.stack_bottom.store(bottom, Ordering::Relaxed);
         s.stack_top.store(top, Ordering::Relaxed);
@@ -318,12 +318,29 @@ pub(crate) fn drain(mut f: impl FnMut(i32, u64, &[u64])) -> bool {
     true
 }
 
+/// The calling thread's OS id, from its record (`tracing-prof-thread`).
+fn own_tid() -> i32 {
+    i32::try_from(tracing_prof_thread::os_tid()).unwrap_or(0)
+}
+
 /// After `fork`, in the child: the only thread left is the one that forked, so no reader can
-/// be holding the drain flag; and the child has no timers (POSIX timers are not inherited).
+/// be holding the drain flag; the child has no timers (POSIX timers are not inherited); the
+/// states of the parent's other threads are their exited threads' (drained, then reused), and
+/// the forking thread's takes its new id, which its timer must name when sampling starts again.
+/// Only stores and one `gettid`.
 pub(crate) fn after_fork_in_child() {
+    tracing_prof_thread::after_fork_in_child();
     DRAINING.store(false, Ordering::Release);
     GENERATION.store(0, Ordering::SeqCst);
-    each(|s| s.timer.store(0, Ordering::SeqCst));
+    let own = LOCAL.try_with(|l| l.current.get()).unwrap_or(ptr::null());
+    each(|s| {
+        s.timer.store(0, Ordering::SeqCst);
+        if ptr::eq(s, own) {
+            s.tid.store(own_tid(), Ordering::Relaxed);
+        } else if s.state.load(Ordering::Relaxed) == OWNED {
+            s.state.store(EXITED, Ordering::Release);
+        }
+    });
 }
 
 /// Sums of the per-thread counters, and the number of threads owning a state now.

@@ -81,9 +81,3 @@ fn timespec(ns: u64) -> libc::timespec {
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
-
-/// The calling thread's kernel thread id.
-pub(crate) fn gettid() -> i32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}

@@ -2,7 +2,8 @@
 //! they can (every one of them takes the span path table's lock), the aggregator exports every
 //! 100 ms (symbolizing), and the main thread forks 200 times. Every child enters a span on a
 //! path of its own, allocates, captures a snapshot and exits, within a timeout: before the
-//! `atfork` handlers, children hung on a lock another thread held at the fork.
+//! `atfork` handlers, children hung on a lock another thread held at the fork. In the child
+//! only the forking thread is listed as running or alive, with the child's own thread id.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,10 +24,20 @@ fn child(profiler: &tracing_prof::core::Profiler) -> i32 {
     drop(kept);
     // The handle's own state (each behind a lock the aggregator takes at every export).
     let _ = (profiler.giant_allocations(), profiler.cpu_error());
-    // Only this thread exists here: the parent's 4 workers are not listed as running.
+    // Only this thread exists here: the parent's 4 workers are not listed as running, and the
+    // one listed (if this thread entered a span before the fork) has this thread's id, which
+    // is the child's pid (the forking thread is the child's first).
+    // SAFETY: getpid has no preconditions.
+    let pid = u64::try_from(unsafe { libc::getpid() }).unwrap_or(0);
     let in_flight = profiler.in_flight();
-    if in_flight.threads.len() > 1 {
+    if in_flight.threads.len() > 1 || in_flight.threads.iter().any(|t| t.tid != pid) {
         return 4;
+    }
+    // Nor are they alive in the allocator's per-thread view: their tables were handed back.
+    let threads = profiler.snapshot().threads;
+    let alive: Vec<u64> = threads.iter().filter(|t| t.alive).map(|t| t.tid).collect();
+    if alive != [pid] {
+        return 5;
     }
     if after >= before + 4096 { 0 } else { 3 }
 }

@@ -235,14 +235,18 @@ fn acquire(state: &crate::tag::ThreadState) -> *const ThreadTable {
         return NO_TABLE;
     }
     state.busy.set(true);
+    // The thread's record first (its id and name): its exit destructor is then registered
+    // before this table's, and runs after it.
+    let record = tracing_prof_thread::current();
     let table = adopt_free_table().unwrap_or_else(new_table);
     state.table.set(table);
     if table != NO_TABLE {
         // SAFETY: a real, never-freed table that this thread now owns.
         let t = unsafe { &*table };
         state.origin.set(origin_of(t.index));
-        t.tid.store(os_thread_id(), Ordering::Relaxed);
-        store_thread_name(t);
+        t.tid
+            .store(record.map_or(0, |r| r.tid()), Ordering::Relaxed);
+        store_thread_name(t, record);
         // Registers the destructor that hands the table back when this thread exits. If TLS is
         // already being torn down this fails, and the table simply stays owned.
         let _ = RELEASE_ON_EXIT.try_with(|_| ());
@@ -273,36 +277,32 @@ pub fn set_new_thread_hook(hook: Option<fn()>) {
     NEW_THREAD_HOOK.store(p, Ordering::Release);
 }
 
-/// Stores the calling thread's OS name into `t` (one `prctl`, at table adoption and thread
-/// exit only).
-fn store_thread_name(t: &ThreadTable) {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let mut buf = [0u8; 16];
-        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer given.
-        let ok = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } == 0;
-        if !ok {
-            buf = [0; 16];
-        }
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        t.name[0].store(word(&buf[..8]), Ordering::Relaxed);
-        t.name[1].store(word(&buf[8..]), Ordering::Relaxed);
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = t;
+/// Stores the name in the thread's record into `t` (empty without a record).
+fn store_thread_name(t: &ThreadTable, record: Option<&tracing_prof_thread::ThreadRecord>) {
+    let b = record.map_or([0; 16], |r| r.name_bytes());
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    t.name[0].store(word(&b[..8]), Ordering::Relaxed);
+    t.name[1].store(word(&b[8..]), Ordering::Relaxed);
 }
 
-/// The calling thread's OS id, for thread names (one syscall, once per thread).
-fn os_thread_id() -> u64 {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        // SAFETY: gettid takes no arguments, cannot fail and touches no memory of ours.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-        u64::try_from(tid).unwrap_or(0)
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        0
+/// In a child of `fork`: only the calling thread runs, so the tables of the parent's other
+/// threads are handed back (with their counts, as at a thread's exit) for the child's new
+/// threads, and the caller's takes the caller's new id. Only loads, stores and at most one
+/// `gettid`: fit for a child of a multi-threaded `fork`.
+pub fn after_fork_in_child() {
+    let own = STATE.try_with(|s| s.table.get()).unwrap_or(NO_TABLE);
+    let mut cursor = TABLES.load(Ordering::Acquire).cast_const();
+    while !cursor.is_null() {
+        // SAFETY: every pointer in TABLES is a published, initialised, never-freed table.
+        let table = unsafe { &*cursor };
+        if ptr::eq(cursor, own) {
+            table
+                .tid
+                .store(tracing_prof_thread::os_tid(), Ordering::Relaxed);
+        } else {
+            table.owned.store(false, Ordering::Release);
+        }
+        cursor = table.next;
     }
 }
 
@@ -357,7 +357,12 @@ impl Drop for ReleaseOnExit {
             if !table.is_null() && table != NO_TABLE {
                 // SAFETY: a real table pointer from `acquire`; tables are never freed.
                 let table = unsafe { &*table };
-                store_thread_name(table); // final by now
+                // Final by now. (The record is still there: it was claimed before this
+                // destructor was registered, so its own destructor runs after this one.)
+                if let Some(r) = tracing_prof_thread::current() {
+                    r.refresh_name();
+                    store_thread_name(table, Some(r));
+                }
                 table.owned.store(false, Ordering::Release);
             }
         });

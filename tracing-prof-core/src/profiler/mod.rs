@@ -205,9 +205,7 @@ impl Profiler {
     /// [`LISTED_PER_PATH`]: tracing_prof_model::LISTED_PER_PATH
     pub fn in_flight(&self) -> tracing_prof_model::InFlight {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
-        RUNTIME
-            .threads_now
-            .read(&RUNTIME.paths.index(), crate::monotonic::now_ns())
+        crate::in_flight::read(&RUNTIME.paths.index(), crate::monotonic::now_ns())
     }
 
     /// The most recent giant allocations (at most 64), oldest first, as of the aggregator's last
