@@ -38,9 +38,9 @@
 //!   pointers) with the CPU sampler's unwinder, which the profiler installs for the threads
 //!   that sampler armed, 5 µs with `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample`
 //!   bench of `tracing-prof-core`).
-//! - Per thread: one counter table of `MAX_TAGS` slots (160 bytes each: memory, span times and
-//!   the interval histogram; 657 KiB of address space), touched only for the tags the thread
-//!   uses, reused by later threads once it exits.
+//! - Per thread: one counter table of `MAX_TAGS` slots (32 bytes each: memory allocated and
+//!   freed; 145 KiB of address space), touched only for the tags the thread uses, reused by
+//!   later threads once it exits. (Span times are the span layer's, in tables of its own.)
 //!
 //! The functions named in the next sections (`set_sample_rate`, `read_stacks`, …) are the
 //! profiler's plumbing, in the hidden `__private` module: an application sets sampling, giant
@@ -101,8 +101,7 @@ pub use tag::{Tag, TagGuard, current_tag};
 pub mod __private {
     pub use crate::counters::{
         MAX_ORIGINS, TagTotals, ThreadTotals, after_fork_in_child, read_thread_totals,
-        read_threads, read_totals, record_interval, record_span_closed, set_new_thread_hook,
-        thread_tables,
+        read_threads, read_totals, set_new_thread_hook, thread_tables,
     };
     pub use crate::giant::{
         GIANT_FRAMES, GIANT_RING, GiantAllocation, giant_allocations_end, giant_allocations_since,

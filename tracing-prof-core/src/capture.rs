@@ -32,6 +32,8 @@ pub fn capture(duration: Duration) -> Snapshot {
     let all = RUNTIME.paths.all_with_reserved();
     let mut totals = vec![TagTotals::default(); all.len()];
     tracing_prof_alloc::__private::read_totals(&mut totals);
+    let mut times = vec![TimeStats::default(); all.len()];
+    crate::span_times::read(&mut times);
     let mut outlived = vec![(0.0, 0); totals.len()];
     tracing_prof_alloc::__private::read_outlived(&mut outlived);
     let by_tag: PathIndex = all
@@ -56,7 +58,7 @@ pub fn capture(duration: Duration) -> Snapshot {
             let t = totals.get(tag.get() as usize)?;
             let (objects, bytes) = outlived[tag.get() as usize];
             let mut p = PathProfile::new(*kind, frames.clone());
-            p.time = time_of(t);
+            p.time = times.get(tag.get() as usize).copied().unwrap_or_default();
             p.time.long_polls = RUNTIME.long_polls.of(*tag).0;
             if matches!(cpu, CpuSource::Sampled { .. }) {
                 p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
@@ -145,19 +147,6 @@ fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile>
         m.memory.inuse_objects = inuse.round() as u64;
     }
     merged
-}
-
-fn time_of(t: &TagTotals) -> TimeStats {
-    let mut s = TimeStats::default();
-    s.spans = t.spans;
-    s.wall_ns = t.wall_ns;
-    s.busy_ns = t.busy_ns;
-    s.idle_ns = t.idle_ns;
-    s.cpu_ns = t.cpu_ns;
-    s.cpu_user_ns = t.cpu_user_ns;
-    s.cpu_sys_ns = t.cpu_sys_ns;
-    s.intervals = t.intervals;
-    s
 }
 
 fn memory_of(t: &TagTotals) -> MemoryStats {

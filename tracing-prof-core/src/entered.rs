@@ -13,6 +13,7 @@
 
 use crate::clock::{Clock, CpuSample};
 use crate::span_index::{self, SpanState};
+use crate::span_times::{self, Writer};
 use crate::trace_link::{self, Link};
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
@@ -79,10 +80,14 @@ struct Stack {
     len: usize,
     /// Entries beyond MAX_DEPTH, not timed.
     untracked: usize,
-    /// Where this thread shows which path it is in (its record, see `in_flight`), from its
-    /// first enter on.
+    /// Where this thread shows which path it is in (its record, see `in_flight`).
     now: Option<&'static ThreadRecord>,
-    /// Whether the record was asked for already (there may be none).
+    /// Where this thread's span times go (kept with its record, see `span_times`); `None`:
+    /// the shared table.
+    times: Option<&'static span_times::Table>,
+    /// Whether the record and the table were asked for already (there may be none).
+    attached: bool,
+    /// Whether the thread entered a span already.
     asked: bool,
     /// Whether this thread is an async runtime's worker (see `long_poll`).
     worker: bool,
@@ -101,10 +106,13 @@ struct Unlist;
 impl Drop for Unlist {
     fn drop(&mut self) {
         let _ = STACK.try_with(|s| {
-            if let Ok(mut s) = s.try_borrow_mut()
-                && let Some(record) = s.now.take()
-            {
-                record.set_listed(false);
+            if let Ok(mut s) = s.try_borrow_mut() {
+                // Later span times of this thread go to the shared table: the record's table
+                // goes with the record to the next thread that takes it.
+                s.times = None;
+                if let Some(record) = s.now.take() {
+                    record.set_listed(false);
+                }
             }
         });
     }
@@ -147,6 +155,8 @@ thread_local! {
             len: 0,
             untracked: 0,
             now: None,
+            times: None,
+            attached: false,
             asked: false,
             worker: false,
         }))
@@ -174,20 +184,33 @@ fn stack() -> Option<&'static RefCell<ManuallyDrop<Stack>>> {
         .ok()
 }
 
+/// The thread's first enter or close: its record and its table of span times.
+#[cold]
+#[inline(never)]
+fn attach(s: &mut Stack) {
+    s.attached = true;
+    // Asked before `UNLIST` is registered, so that the record's own destructor runs after it.
+    s.now = tracing_prof_thread::current();
+    s.times = s.now.and_then(span_times::table_of);
+    if s.now.is_some() {
+        let _ = UNLIST.try_with(|_| ());
+    }
+}
+
 /// The thread's first enter: listed in its record, and whether it is a runtime worker.
 #[cold]
 #[inline(never)]
 fn first_enter(s: &mut Stack) {
     s.asked = true;
-    // Asked before `UNLIST` is registered, so that the record's own destructor runs after it.
-    s.now = tracing_prof_thread::current();
+    if !s.attached {
+        attach(s);
+    }
     if let Some(record) = s.now {
         // The name now, as the thread entered its first span (it may have been renamed since
         // its record was claimed, at its first allocation).
         record.refresh_name();
         record.publish(Tag::NO_SPAN.get(), 0);
         record.set_listed(true);
-        let _ = UNLIST.try_with(|_| ());
     }
     s.worker = s.now.is_some_and(crate::long_poll::is_worker);
 }
@@ -336,18 +359,30 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
     if s.worker {
         crate::runtime::RUNTIME.long_polls.exited(e.tag, own_busy);
     }
+    let times = Writer::own(s.times);
     if cpu {
         let own = used.since(cpu_frame.children);
-        tracing_prof_alloc::__private::record_interval(
-            e.tag,
-            own_busy,
-            own.total_ns,
-            own.user_ns,
-            own.sys_ns,
-        );
+        times.interval(e.tag, own_busy, own.total_ns, own.user_ns, own.sys_ns);
     } else {
-        tracing_prof_alloc::__private::record_interval(e.tag, own_busy, 0, 0, 0);
+        times.interval(e.tag, own_busy, 0, 0, 0);
     }
+}
+
+/// A span of path `tag` closed on this thread after `wall_ns`, of which `idle_ns` not entered.
+#[inline]
+pub(crate) fn closed(tag: Tag, wall_ns: u64, idle_ns: u64) {
+    let times = match stack().map(RefCell::try_borrow_mut) {
+        Some(Ok(mut guard)) => {
+            let s = &mut **guard;
+            if !s.attached {
+                attach(s);
+            }
+            Writer::own(s.times)
+        }
+        // TLS torn down, or a close from inside enter or exit: the shared table.
+        _ => span_times::SHARED,
+    };
+    times.closed(tag, wall_ns, idle_ns);
 }
 
 /// Exit of the frame at `pos` below the top (`len` frames): the frames above move down one, and

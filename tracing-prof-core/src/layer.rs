@@ -296,10 +296,6 @@ where
         };
         tracing_prof_alloc::__private::close_span_instance(state.instance, state.tag);
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
-        tracing_prof_alloc::__private::record_span_closed(
-            state.tag,
-            wall,
-            wall.saturating_sub(busy),
-        );
+        entered::closed(state.tag, wall, wall.saturating_sub(busy));
     }
 }

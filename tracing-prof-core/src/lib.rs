@@ -61,6 +61,7 @@ mod running;
 mod runtime;
 mod span_index;
 mod span_path;
+mod span_times;
 mod symbolize;
 mod threads;
 mod trace_link;

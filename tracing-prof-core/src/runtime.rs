@@ -17,8 +17,8 @@
 //! new, so the value costs the binary no data: it lives in `.bss`.
 //!
 //! Not here: what is per thread (the stack of entered spans, `entered.rs`; the thread's record
-//! of `tracing-prof-thread`, where it publishes the path it is in; the allocator's
-//! counters), the span table that maps a `tracing` span id to its state (`span_index.rs`:
+//! of `tracing-prof-thread`, where it publishes the path it is in; its span times,
+//! `span_times.rs`, kept with that record; the allocator's counters), the span table that maps a `tracing` span id to its state (`span_index.rs`:
 //! lock-free pages of its own), and caches that can be rebuilt (the symbolizer's).
 
 use crate::config::{Config, ConfigError};

@@ -8,7 +8,8 @@
 //!   takes on its first allocation, and the name again when the thread exits;
 //! - the CPU sampler (`tracing-prof-cpu`) arms each thread's CPU-time timer with the id;
 //! - the span layer (`tracing-prof-core`) publishes the span path the thread is in on every
-//!   enter and exit ([`ThreadRecord::publish`]), and its in-flight view lists the threads that
+//!   enter and exit ([`ThreadRecord::publish`]), keeps the thread's table of span times with
+//!   the record ([`ThreadRecord::attachment`]), and its in-flight view lists the threads that
 //!   entered spans ([`for_each`]).
 //!
 //! ```
@@ -48,4 +49,4 @@
 
 mod registry;
 
-pub use registry::{ThreadRecord, after_fork_in_child, current, for_each, os_tid};
+pub use registry::{ThreadRecord, after_fork_in_child, current, for_each, for_each_ever, os_tid};

@@ -30,6 +30,8 @@ pub struct ThreadRecord {
     tid: AtomicU64,
     /// Its OS thread name: up to 15 bytes, NUL-padded, in two little-endian words.
     name: [AtomicU64; 2],
+    /// What the span layer keeps with the record (see [`ThreadRecord::attachment`]).
+    attachment: AtomicPtr<()>,
 }
 
 const _: () = assert!(size_of::<ThreadRecord>() == 64);
@@ -83,6 +85,14 @@ impl ThreadRecord {
             self.tag.load(Ordering::Relaxed),
             self.since_ns.load(Ordering::Relaxed),
         )
+    }
+
+    /// One pointer that the span layer keeps with the record: its table of span times. It
+    /// stays with the record when the thread exits, and the next thread that takes the record
+    /// finds it there, so that what it counted is still summed ([`for_each_ever`]). This crate
+    /// never reads or writes it.
+    pub fn attachment(&self) -> &AtomicPtr<()> {
+        &self.attachment
     }
 
     /// Marks the owner as one to list, or not (the span layer: from its first enter on).
@@ -183,6 +193,12 @@ pub fn for_each(mut f: impl FnMut(&'static ThreadRecord)) {
             f(r);
         }
     });
+}
+
+/// Calls `f` with every record ever made, owned now or not: for summing what their
+/// attachments counted. Never locks.
+pub fn for_each_ever(f: impl FnMut(&'static ThreadRecord)) {
+    each(f);
 }
 
 /// In a child of `fork`: only the calling thread exists, so every other record is given back,

@@ -7,7 +7,7 @@
 //! tables. Readers sum all tables.
 //!
 //! Tables are allocated from the system allocator the first time a thread touches the
-//! allocator or a span, kept in a global append-only list and never freed: when a thread exits
+//! allocator, kept in a global append-only list and never freed: when a thread exits
 //! its table is marked free and the next new thread adopts it, counts included (sums over all
 //! tables are unchanged by that). Work that cannot have a table — a call re-entered while the
 //! table is being set up, a call during TLS teardown after the table was released, or a system
@@ -37,16 +37,6 @@ pub(crate) struct Slot {
     alloc_bytes: AtomicU64,
     free_objects: AtomicU64,
     free_bytes: AtomicU64,
-    spans: AtomicU64,
-    wall_ns: AtomicU64,
-    busy_ns: AtomicU64,
-    idle_ns: AtomicU64,
-    cpu_ns: AtomicU64,
-    cpu_user_ns: AtomicU64,
-    cpu_sys_ns: AtomicU64,
-    /// Enter..exit intervals by own length, bucketed as lifetimes are
-    /// ([`crate::sample::LIFETIME_BOUNDS_NS`]).
-    intervals: [AtomicU64; crate::sample::LIFETIME_BUCKETS],
 }
 
 impl Slot {
@@ -56,26 +46,8 @@ impl Slot {
             alloc_bytes: AtomicU64::new(0),
             free_objects: AtomicU64::new(0),
             free_bytes: AtomicU64::new(0),
-            spans: AtomicU64::new(0),
-            wall_ns: AtomicU64::new(0),
-            busy_ns: AtomicU64::new(0),
-            idle_ns: AtomicU64::new(0),
-            cpu_ns: AtomicU64::new(0),
-            cpu_user_ns: AtomicU64::new(0),
-            cpu_sys_ns: AtomicU64::new(0),
-            intervals: [const { AtomicU64::new(0) }; crate::sample::LIFETIME_BUCKETS],
         }
     }
-}
-
-/// The bucket of an interval `ns` long: the first of [`crate::sample::LIFETIME_BOUNDS_NS`] above it, or
-/// the last.
-#[inline]
-fn interval_bucket(ns: u64) -> usize {
-    crate::sample::LIFETIME_BOUNDS_NS
-        .iter()
-        .position(|&bound| ns < bound)
-        .unwrap_or(crate::sample::LIFETIME_BUCKETS - 1)
 }
 
 /// Frees of *other* threads' blocks, by the thread that allocated them (their *origin*), for the
@@ -100,10 +72,10 @@ impl OriginSlot {
 /// one for every table from `MAX_ORIGINS - 1` on.
 pub const MAX_ORIGINS: usize = 1024;
 
-// What the crate docs and the README say a thread's table costs: 160 bytes a tag, 657 KiB of
+// What the crate docs and the README say a thread's table costs: 32 bytes a tag, 145 KiB of
 // address space in all.
-const _: () = assert!(std::mem::size_of::<Slot>() == 160);
-const _: () = assert!(std::mem::size_of::<ThreadTable>().div_ceil(1024) == 657);
+const _: () = assert!(std::mem::size_of::<Slot>() == 32);
+const _: () = assert!(std::mem::size_of::<ThreadTable>().div_ceil(1024) == 145);
 
 /// One thread's counters.
 #[derive(Debug)]
@@ -202,13 +174,6 @@ fn with_slot_in(table: *const ThreadTable, tag: u32, f: impl FnOnce(&Slot, Write
     // pointers to tables that are fully initialised and never freed (they live in TABLES forever).
     let table = unsafe { &*table };
     f(&table.slots[index], Writer::Owner);
-}
-
-/// Runs `f` on this thread's slot for `tag` (or on the shared fallback slot).
-#[inline(always)]
-fn with_slot(tag: u32, f: impl FnOnce(&Slot, Writer)) {
-    let table = STATE.try_with(table).unwrap_or(NO_TABLE);
-    with_slot_in(table, tag, f);
 }
 
 /// Runs `f` on the origin slot for `origin` in `table` (or in the shared fallback).
@@ -540,36 +505,4 @@ pub(crate) fn record_resize(ticket: &Ticket, tag: u32, origin: u32, old: usize, 
         let delta = (old as u64).wrapping_sub(new as u64);
         with_origin_in(table, origin, |o, w| w.add(&o.bytes, delta));
     }
-}
-
-/// Adds one enter..exit interval of a span of `tag`, counted in its length's bucket: busy wall
-/// time (own: the caller leaves out nested child spans), CPU time, and the part of
-/// the CPU time known to be user and system time (both 0 when the CPU clock does not split).
-///
-/// Called by the span layer on exit; no allocation, lock or syscall.
-#[inline]
-pub fn record_interval(
-    tag: crate::Tag,
-    busy_ns: u64,
-    cpu_ns: u64,
-    cpu_user_ns: u64,
-    cpu_sys_ns: u64,
-) {
-    with_slot(tag.get(), |s, w| {
-        w.add(&s.busy_ns, busy_ns);
-        w.add(&s.cpu_ns, cpu_ns);
-        w.add(&s.cpu_user_ns, cpu_user_ns);
-        w.add(&s.cpu_sys_ns, cpu_sys_ns);
-        w.add(&s.intervals[interval_bucket(busy_ns)], 1);
-    });
-}
-
-/// Adds one closed span of `tag`: its lifetime (`wall`) and the part of it not entered (`idle`).
-#[inline]
-pub fn record_span_closed(tag: crate::Tag, wall_ns: u64, idle_ns: u64) {
-    with_slot(tag.get(), |s, w| {
-        w.add(&s.spans, 1);
-        w.add(&s.wall_ns, wall_ns);
-        w.add(&s.idle_ns, idle_ns);
-    });
 }

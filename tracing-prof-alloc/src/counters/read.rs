@@ -21,22 +21,6 @@ pub struct TagTotals {
     pub free_objects: u64,
     /// Bytes freed, in user sizes.
     pub free_bytes: u64,
-    /// Spans closed.
-    pub spans: u64,
-    /// Sum of closed spans' lifetimes (creation to close), nanoseconds.
-    pub wall_ns: u64,
-    /// Sum of enter..exit intervals, nanoseconds.
-    pub busy_ns: u64,
-    /// Sum of closed spans' time alive but not entered, nanoseconds.
-    pub idle_ns: u64,
-    /// CPU time over enter..exit intervals, nanoseconds.
-    pub cpu_ns: u64,
-    /// User CPU time over enter..exit intervals, nanoseconds.
-    pub cpu_user_ns: u64,
-    /// System CPU time over enter..exit intervals, nanoseconds.
-    pub cpu_sys_ns: u64,
-    /// Enter..exit intervals by length, bucketed by [`crate::sample::LIFETIME_BOUNDS_NS`].
-    pub intervals: [u64; crate::sample::LIFETIME_BUCKETS],
 }
 
 impl TagTotals {
@@ -83,16 +67,6 @@ pub fn read_totals(out: &mut [TagTotals]) {
         for (t, s) in out.iter_mut().zip(slots) {
             t.alloc_objects += load(&s.alloc_objects);
             t.alloc_bytes += load(&s.alloc_bytes);
-            t.spans += load(&s.spans);
-            t.wall_ns += load(&s.wall_ns);
-            t.busy_ns += load(&s.busy_ns);
-            t.idle_ns += load(&s.idle_ns);
-            t.cpu_ns += load(&s.cpu_ns);
-            t.cpu_user_ns += load(&s.cpu_user_ns);
-            t.cpu_sys_ns += load(&s.cpu_sys_ns);
-            for (a, b) in t.intervals.iter_mut().zip(&s.intervals) {
-                *a += load(b);
-            }
         }
     });
 }

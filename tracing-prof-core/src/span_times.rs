@@ -1,0 +1,256 @@
+//! Span time per span path, counted by the thread that measured it: what the layer adds on every
+//! exit (an enter..exit interval: its own busy time, CPU time and the bucket of its length) and
+//! on every close (a span's lifetime and the part of it not entered).
+//!
+//! Each thread that enters or closes a span gets a [`Table`] of a slot per span path tag, kept
+//! with its thread record (`tracing-prof-thread`, the record's attachment). Only that thread
+//! writes it, with plain loads and stores (no locked instruction, no line that another thread
+//! writes), and when the thread exits the table stays with the record for the next thread that
+//! takes it, counts included: sums over every table stay exact. A thread with no table (none
+//! could be had, or its record was given back during its TLS teardown) adds to one shared table,
+//! [`SHARED`], with atomic adds: slower, equally exact. [`read`] sums them all.
+//!
+//! A table is [`MAX_TAGS`] slots of 128 bytes (512 KiB of address space, from the system
+//! allocator, zeroed): only the pages of the paths a thread uses become memory. The allocator's
+//! counter tables hold memory only.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tracing_prof_alloc::__private::{LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS};
+use tracing_prof_alloc::{MAX_TAGS, Tag};
+use tracing_prof_model::TimeStats;
+use tracing_prof_thread::ThreadRecord;
+
+/// The time counters of one span path in one table.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Slot {
+    spans: AtomicU64,
+    wall_ns: AtomicU64,
+    busy_ns: AtomicU64,
+    idle_ns: AtomicU64,
+    cpu_ns: AtomicU64,
+    cpu_user_ns: AtomicU64,
+    cpu_sys_ns: AtomicU64,
+    /// Enter..exit intervals by own length, bucketed as lifetimes are ([`LIFETIME_BOUNDS_NS`]).
+    intervals: [AtomicU64; LIFETIME_BUCKETS],
+}
+
+const _: () = assert!(size_of::<Slot>() == 128);
+const _: () = assert!(MAX_TAGS.is_power_of_two());
+
+impl Slot {
+    const fn new() -> Self {
+        Slot {
+            spans: AtomicU64::new(0),
+            wall_ns: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            cpu_ns: AtomicU64::new(0),
+            cpu_user_ns: AtomicU64::new(0),
+            cpu_sys_ns: AtomicU64::new(0),
+            intervals: [const { AtomicU64::new(0) }; LIFETIME_BUCKETS],
+        }
+    }
+}
+
+/// One thread's span times, a slot per tag.
+#[derive(Debug)]
+pub(crate) struct Table {
+    slots: [Slot; MAX_TAGS],
+}
+
+/// Where threads without a table of their own add, atomically (all zeros: in `.bss`).
+static SHARED_TABLE: Table = Table {
+    slots: [const { Slot::new() }; MAX_TAGS],
+};
+
+/// The writer for threads without a table of their own.
+pub(crate) const SHARED: Writer = Writer {
+    table: &SHARED_TABLE,
+    shared: true,
+};
+
+/// Adds to a table: with plain loads and stores into the calling thread's own table, with
+/// atomic adds into [`SHARED`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Writer {
+    table: &'static Table,
+    shared: bool,
+}
+
+impl Writer {
+    /// The writer of `table`, which only the calling thread writes; [`SHARED`]'s for `None`.
+    #[inline]
+    pub(crate) fn own(table: Option<&'static Table>) -> Writer {
+        match table {
+            Some(table) => Writer {
+                table,
+                shared: false,
+            },
+            None => SHARED,
+        }
+    }
+
+    #[inline]
+    fn slot(self, tag: Tag) -> &'static Slot {
+        // Tags are below MAX_TAGS; the mask keeps any other value in bounds, without a panic.
+        &self.table.slots[tag.get() as usize & (MAX_TAGS - 1)]
+    }
+
+    #[inline]
+    fn add(self, c: &AtomicU64, v: u64) {
+        if self.shared {
+            c.fetch_add(v, Ordering::Relaxed);
+        } else {
+            // Single writer: a plain read-modify-write, no locked instruction.
+            c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        }
+    }
+
+    /// One enter..exit interval of `tag`: its own busy time (the caller leaves out nested
+    /// child spans) and CPU time.
+    #[inline]
+    pub(crate) fn interval(self, tag: Tag, busy_ns: u64, cpu_ns: u64, user_ns: u64, sys_ns: u64) {
+        let s = self.slot(tag);
+        self.add(&s.busy_ns, busy_ns);
+        self.add(&s.cpu_ns, cpu_ns);
+        self.add(&s.cpu_user_ns, user_ns);
+        self.add(&s.cpu_sys_ns, sys_ns);
+        self.add(&s.intervals[interval_bucket(busy_ns)], 1);
+    }
+
+    /// One closed span of `tag`: its lifetime (`wall_ns`) and the part of it not entered.
+    #[inline]
+    pub(crate) fn closed(self, tag: Tag, wall_ns: u64, idle_ns: u64) {
+        let s = self.slot(tag);
+        self.add(&s.spans, 1);
+        self.add(&s.wall_ns, wall_ns);
+        self.add(&s.idle_ns, idle_ns);
+    }
+}
+
+/// The bucket of an interval `ns` long: the first of [`LIFETIME_BOUNDS_NS`] above it, or the
+/// last.
+#[inline]
+fn interval_bucket(ns: u64) -> usize {
+    LIFETIME_BOUNDS_NS
+        .iter()
+        .position(|&bound| ns < bound)
+        .unwrap_or(LIFETIME_BUCKETS - 1)
+}
+
+/// The table kept with `record` (the calling thread's): the one a thread before left there, or
+/// a new one; `None` when the system allocator refuses one.
+pub(crate) fn table_of(record: &'static ThreadRecord) -> Option<&'static Table> {
+    let kept = record.attachment().load(Ordering::Acquire);
+    if !kept.is_null() {
+        // SAFETY: only this function stores into attachments, and only tables it made, which
+        // are never freed.
+        return Some(unsafe { &*kept.cast::<Table>() });
+    }
+    let layout = Layout::new::<Table>();
+    // SAFETY: the layout has a non-zero size. An all-zero Table is valid: counters at 0.
+    let raw = unsafe { System.alloc_zeroed(layout) }.cast::<Table>();
+    if raw.is_null() {
+        return None;
+    }
+    // Only the record's owner stores here; the exchange keeps a table someone else put there
+    // all the same, should that ever change.
+    match record.attachment().compare_exchange(
+        std::ptr::null_mut(),
+        raw.cast(),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        // SAFETY: `raw` is a fresh, zeroed, aligned Table, published now and never freed.
+        Ok(_) => Some(unsafe { &*raw }),
+        Err(other) => {
+            // SAFETY: `raw` came from `System.alloc_zeroed` with this layout and was never
+            // published.
+            unsafe { System.dealloc(raw.cast(), layout) };
+            // SAFETY: as for `kept` above.
+            Some(unsafe { &*other.cast::<Table>() })
+        }
+    }
+}
+
+/// Adds every table's counters into `out`, by tag (`out[tag]`); tags past `out` are left out.
+pub(crate) fn read(out: &mut [TimeStats]) {
+    let mut add = |table: &Table| {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        for (t, s) in out.iter_mut().zip(&table.slots) {
+            t.spans += load(&s.spans);
+            t.wall_ns += load(&s.wall_ns);
+            t.busy_ns += load(&s.busy_ns);
+            t.idle_ns += load(&s.idle_ns);
+            t.cpu_ns += load(&s.cpu_ns);
+            t.cpu_user_ns += load(&s.cpu_user_ns);
+            t.cpu_sys_ns += load(&s.cpu_sys_ns);
+            for (a, b) in t.intervals.iter_mut().zip(&s.intervals) {
+                *a += load(b);
+            }
+        }
+    };
+    add(&SHARED_TABLE);
+    tracing_prof_thread::for_each_ever(|r| {
+        let kept = r.attachment().load(Ordering::Acquire);
+        if !kept.is_null() {
+            // SAFETY: as in `table_of`.
+            add(unsafe { &*kept.cast::<Table>() });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_adds_to_its_own_table_and_it_outlives_the_thread() {
+        let tag = Tag::new(4000);
+        let before = {
+            let mut v = vec![TimeStats::default(); MAX_TAGS];
+            read(&mut v);
+            v[4000]
+        };
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let record = tracing_prof_thread::current().unwrap();
+                    let w = Writer::own(table_of(record));
+                    assert!(!w.shared);
+                    for _ in 0..1000 {
+                        w.interval(tag, 2_000, 3, 2, 1);
+                    }
+                    w.closed(tag, 10, 4);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        SHARED.interval(tag, 5, 0, 0, 0);
+        SHARED.closed(tag, 7, 7);
+        let mut v = vec![TimeStats::default(); MAX_TAGS];
+        read(&mut v);
+        let (a, b) = (&v[4000], &before);
+        assert_eq!(a.busy_ns - b.busy_ns, 4 * 1000 * 2_000 + 5);
+        assert_eq!(a.cpu_ns - b.cpu_ns, 4 * 1000 * 3);
+        assert_eq!(a.cpu_user_ns - b.cpu_user_ns, 4 * 1000 * 2);
+        assert_eq!(a.cpu_sys_ns - b.cpu_sys_ns, 4 * 1000);
+        assert_eq!(a.spans - b.spans, 5);
+        assert_eq!(a.wall_ns - b.wall_ns, 4 * 10 + 7);
+        assert_eq!(a.idle_ns - b.idle_ns, 4 * 4 + 7);
+        // 2 µs intervals fall in the bucket below 10 µs; the 5 ns one in the first.
+        let d: Vec<u64> = a
+            .intervals
+            .iter()
+            .zip(&b.intervals)
+            .map(|(x, y)| x - y)
+            .collect();
+        assert_eq!(d[interval_bucket(2_000)], 4000);
+        assert_eq!(d[0], 1);
+        assert_eq!(d.iter().sum::<u64>(), 4001);
+    }
+}
