@@ -96,7 +96,8 @@ struct Stack {
 /// Stops this thread's publishing to its record when the thread exits: the record is given
 /// back right after (its destructor was registered before this one, when the record was
 /// claimed), and a span entered by a later destructor must not write into a record that
-/// another thread may take. A thread-local of its own, touched once (on the first enter), so
+/// another thread may take. A thread-local of its own, touched once (on the first enter or
+/// close), so
 /// that the stack itself has no destructor: it is a plain thread-local access on every enter
 /// and exit, and keeps working while other thread-locals are destroyed. (What the stack holds
 /// at thread exit is not dropped: the extension counters of spans still entered then, 24 bytes
@@ -380,7 +381,7 @@ pub(crate) fn closed(tag: Tag, wall_ns: u64, idle_ns: u64) {
             Writer::own(s.times)
         }
         // TLS torn down, or a close from inside enter or exit: the shared table.
-        _ => span_times::SHARED,
+        _ => span_times::shared(),
     };
     times.closed(tag, wall_ns, idle_ns);
 }

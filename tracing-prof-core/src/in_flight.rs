@@ -24,6 +24,9 @@ pub(crate) fn read(paths: &PathIndex, now_ns: u64) -> InFlight {
             .unwrap_or_default()
     };
     let age = |t: u64| Duration::from_nanos(now_ns.saturating_sub(t));
+    // Where `/proc` shows this process's threads, a record whose thread is not among them is
+    // left out: a record of a parent's thread, in a child of a `fork` that no handler saw.
+    let proc = std::path::Path::new("/proc/self/task").is_dir();
     let mut threads = Vec::new();
     tracing_prof_thread::for_each(|r| {
         if !r.is_listed() {
@@ -31,9 +34,14 @@ pub(crate) fn read(paths: &PathIndex, now_ns: u64) -> InFlight {
         }
         let (tag, since) = r.now();
         let tid = r.tid();
+        let name = match thread_name(tid) {
+            Some(name) => name,
+            None if proc => return,
+            None => r.name(),
+        };
         threads.push(ThreadNow::new(
             tid,
-            thread_name(tid).unwrap_or_else(|| r.name()),
+            name,
             frames(Tag::new(tag)),
             (since != 0).then(|| age(since)),
         ));
@@ -76,8 +84,9 @@ pub(crate) fn read(paths: &PathIndex, now_ns: u64) -> InFlight {
     out
 }
 
-/// `/proc/self/task/TID/comm`: the name now, renames included (`None` when the thread is gone
-/// or there is no `/proc`; the record's name, read at the thread's first enter, is shown then).
+/// `/proc/self/task/TID/comm`: the name now, renames included (`None` when the thread is not
+/// in this process, or there is no `/proc`: the record's name, read at the thread's first
+/// enter, is shown then).
 fn thread_name(tid: u64) -> Option<String> {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
         .ok()

@@ -8,13 +8,12 @@
 //! writes), and when the thread exits the table stays with the record for the next thread that
 //! takes it, counts included: sums over every table stay exact. A thread with no table (none
 //! could be had, or its record was given back during its TLS teardown) adds to one shared table,
-//! [`SHARED`], with atomic adds: slower, equally exact. [`read`] sums them all.
+//! [`shared`], with atomic adds: slower, equally exact. [`read`] sums them all.
 //!
-//! A table is [`MAX_TAGS`] slots of 128 bytes (512 KiB of address space, from the system
-//! allocator, zeroed): only the pages of the paths a thread uses become memory. The allocator's
+//! A table is [`MAX_TAGS`] slots of 128 bytes (512 KiB of address space, a mapping of its own):
+//! only the pages of the paths a thread uses become memory. The allocator's
 //! counter tables hold memory only.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_prof_alloc::__private::{LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS};
 use tracing_prof_alloc::{MAX_TAGS, Tag};
@@ -66,13 +65,15 @@ static SHARED_TABLE: Table = Table {
 };
 
 /// The writer for threads without a table of their own.
-pub(crate) const SHARED: Writer = Writer {
-    table: &SHARED_TABLE,
-    shared: true,
-};
+pub(crate) fn shared() -> Writer {
+    Writer {
+        table: &SHARED_TABLE,
+        shared: true,
+    }
+}
 
 /// Adds to a table: with plain loads and stores into the calling thread's own table, with
-/// atomic adds into [`SHARED`].
+/// atomic adds into the shared table ([`shared`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Writer {
     table: &'static Table,
@@ -80,7 +81,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// The writer of `table`, which only the calling thread writes; [`SHARED`]'s for `None`.
+    /// The writer of `table`, which only the calling thread writes; [`shared`] for `None`.
     #[inline]
     pub(crate) fn own(table: Option<&'static Table>) -> Writer {
         match table {
@@ -88,7 +89,7 @@ impl Writer {
                 table,
                 shared: false,
             },
-            None => SHARED,
+            None => shared(),
         }
     }
 
@@ -141,38 +142,58 @@ fn interval_bucket(ns: u64) -> usize {
 }
 
 /// The table kept with `record` (the calling thread's): the one a thread before left there, or
-/// a new one; `None` when the system allocator refuses one.
+/// a new one; `None` when the kernel refuses a mapping.
 pub(crate) fn table_of(record: &'static ThreadRecord) -> Option<&'static Table> {
-    let kept = record.attachment().load(Ordering::Acquire);
+    let kept = record.attachment();
     if !kept.is_null() {
-        // SAFETY: only this function stores into attachments, and only tables it made, which
-        // are never freed.
+        // SAFETY: what records keep is only ever a `Table` from `new_table`, never unmapped (the
+        // contract of `set_attachment`, which only this module calls).
         return Some(unsafe { &*kept.cast::<Table>() });
     }
-    let layout = Layout::new::<Table>();
-    // SAFETY: the layout has a non-zero size. An all-zero Table is valid: counters at 0.
-    let raw = unsafe { System.alloc_zeroed(layout) }.cast::<Table>();
-    if raw.is_null() {
+    let table = new_table()?;
+    let p = std::ptr::from_ref(table).cast_mut().cast::<()>();
+    // SAFETY: `p` is a `Table` that lives for the rest of the process (never freed), and this
+    // module is the only caller: every attachment is such a table.
+    match unsafe { record.set_attachment(p) } {
+        Ok(()) => Some(table),
+        // Only the record's owner (this thread) keeps a table there, so this does not happen;
+        // should it, the one kept wins and the new one is left unused (never freed, as tables
+        // are not).
+        // SAFETY: as for `kept` above.
+        Err(other) => Some(unsafe { &*other.cast::<Table>() }),
+    }
+}
+
+/// A zeroed table of its own anonymous mapping, never unmapped; `None` when the kernel refuses.
+///
+/// A mapping rather than the system allocator: `calloc` may hand back memory it reuses and must
+/// clear, writing zeros over up to the whole 512 KiB (making every page memory at once), and for
+/// the table's 128-byte alignment std's `alloc_zeroed` always does. A fresh mapping's pages
+/// become memory only when a span path's slot is first written; it asks for no transparent huge
+/// pages, which would make the first write cost 2 MiB.
+fn new_table() -> Option<&'static Table> {
+    let len = size_of::<Table>();
+    // SAFETY: a new private anonymous mapping, at an address the kernel picks: it touches no
+    // memory of ours.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
         return None;
     }
-    // Only the record's owner stores here; the exchange keeps a table someone else put there
-    // all the same, should that ever change.
-    match record.attachment().compare_exchange(
-        std::ptr::null_mut(),
-        raw.cast(),
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: `raw` is a fresh, zeroed, aligned Table, published now and never freed.
-        Ok(_) => Some(unsafe { &*raw }),
-        Err(other) => {
-            // SAFETY: `raw` came from `System.alloc_zeroed` with this layout and was never
-            // published.
-            unsafe { System.dealloc(raw.cast(), layout) };
-            // SAFETY: as for `kept` above.
-            Some(unsafe { &*other.cast::<Table>() })
-        }
-    }
+    // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+    // SAFETY: the mapping is `len` bytes, page-aligned (more than the table's alignment) and
+    // zero-filled, and an all-zero Table is valid (counters at 0); it is never unmapped, so
+    // the reference is valid for the process's life.
+    Some(unsafe { &*p.cast::<Table>() })
 }
 
 /// Adds every table's counters into `out`, by tag (`out[tag]`); tags past `out` are left out.
@@ -194,7 +215,7 @@ pub(crate) fn read(out: &mut [TimeStats]) {
     };
     add(&SHARED_TABLE);
     tracing_prof_thread::for_each_ever(|r| {
-        let kept = r.attachment().load(Ordering::Acquire);
+        let kept = r.attachment();
         if !kept.is_null() {
             // SAFETY: as in `table_of`.
             add(unsafe { &*kept.cast::<Table>() });
@@ -205,6 +226,36 @@ pub(crate) fn read(out: &mut [TimeStats]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages of `len` bytes from `start` that are memory now (`mincore`).
+    fn resident_pages(start: *const u8, len: usize) -> usize {
+        let page = 4096;
+        let first = start as usize / page * page;
+        let pages = (start as usize + len - first).div_ceil(page);
+        let mut v = vec![0u8; pages];
+        // SAFETY: the range lies in one live allocation (rounded down to its first page, which
+        // is mapped too), and `v` has a byte per page.
+        let r = unsafe { libc::mincore(first as *mut libc::c_void, pages * page, v.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        v.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    #[test]
+    fn a_new_table_becomes_memory_only_where_it_is_written() {
+        let t = new_table().unwrap();
+        let start = std::ptr::from_ref(t).cast::<u8>();
+        assert_eq!(start as usize % align_of::<Table>(), 0);
+        let before = resident_pages(start, size_of::<Table>());
+        // 128 pages of address space, none written yet.
+        assert_eq!(before, 0, "pages resident before any write");
+        Writer::own(Some(t)).closed(Tag::new(2000), 1, 1);
+        Writer::own(Some(t)).closed(Tag::new(3000), 1, 1);
+        let after = resident_pages(start, size_of::<Table>());
+        assert!(
+            after <= before + 2,
+            "{before} -> {after} pages after two slots' writes"
+        );
+    }
 
     #[test]
     fn a_thread_adds_to_its_own_table_and_it_outlives_the_thread() {
@@ -230,8 +281,8 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        SHARED.interval(tag, 5, 0, 0, 0);
-        SHARED.closed(tag, 7, 7);
+        shared().interval(tag, 5, 0, 0, 0);
+        shared().closed(tag, 7, 7);
         let mut v = vec![TimeStats::default(); MAX_TAGS];
         read(&mut v);
         let (a, b) = (&v[4000], &before);

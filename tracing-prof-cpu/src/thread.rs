@@ -318,9 +318,10 @@ pub(crate) fn drain(mut f: impl FnMut(i32, u64, &[u64])) -> bool {
     true
 }
 
-/// The calling thread's OS id, from its record (`tracing-prof-thread`).
+/// The calling thread's OS id, read again (its record may have been claimed before a `fork`
+/// that no handler saw), and stored into its record (`tracing-prof-thread`) if it has one.
 fn own_tid() -> i32 {
-    i32::try_from(tracing_prof_thread::os_tid()).unwrap_or(0)
+    i32::try_from(tracing_prof_thread::refresh_tid()).unwrap_or(0)
 }
 
 /// After `fork`, in the child: the only thread left is the one that forked, so no reader can

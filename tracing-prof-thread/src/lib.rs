@@ -9,8 +9,8 @@
 //! - the CPU sampler (`tracing-prof-cpu`) arms each thread's CPU-time timer with the id;
 //! - the span layer (`tracing-prof-core`) publishes the span path the thread is in on every
 //!   enter and exit ([`ThreadRecord::publish`]), keeps the thread's table of span times with
-//!   the record ([`ThreadRecord::attachment`]), and its in-flight view lists the threads that
-//!   entered spans ([`for_each`]).
+//!   the record ([`ThreadRecord::set_attachment`]), and its in-flight view lists the threads
+//!   that entered spans ([`for_each`]).
 //!
 //! ```
 //! let me = tracing_prof_thread::current().expect("a record");
@@ -43,10 +43,15 @@
 //!   renamed in between shows its earlier name until then.
 //! - A thread whose first call comes during its own TLS teardown, once thread-exit destructors
 //!   can no longer be registered, keeps its record for the process's life.
-//! - A process that forks without a profiler's handlers (no profiler built, no CPU sampler
-//!   started) keeps the parent's other records claimed in the child; nothing reads them there.
+//! - A process that forks before the profiler registered its handlers (no profiler built, no
+//!   CPU sampler started yet) keeps the parent's other records claimed in the child (64 bytes
+//!   each, and what is kept with them), and the forking thread's record keeps the parent's id
+//!   until a cold path reads it again ([`refresh_tid`]: the CPU sampler does, arming the
+//!   thread's timer). The in-flight view leaves out threads that are not in the process.
 //! - Thread ids and names are Linux's; elsewhere they read as 0 and empty.
 
 mod registry;
 
-pub use registry::{ThreadRecord, after_fork_in_child, current, for_each, for_each_ever, os_tid};
+pub use registry::{
+    ThreadRecord, after_fork_in_child, current, for_each, for_each_ever, os_tid, refresh_tid,
+};

@@ -87,12 +87,26 @@ impl ThreadRecord {
         )
     }
 
-    /// One pointer that the span layer keeps with the record: its table of span times. It
-    /// stays with the record when the thread exits, and the next thread that takes the record
-    /// finds it there, so that what it counted is still summed ([`for_each_ever`]). This crate
-    /// never reads or writes it.
-    pub fn attachment(&self) -> &AtomicPtr<()> {
-        &self.attachment
+    /// The pointer that the span layer keeps with the record (its table of span times), or
+    /// null: see [`ThreadRecord::set_attachment`].
+    pub fn attachment(&self) -> *mut () {
+        self.attachment.load(Ordering::Acquire)
+    }
+
+    /// Keeps `p` with the record, if nothing is kept there yet; otherwise returns what is. What
+    /// is kept stays with the record when the thread exits, and the next thread that takes the
+    /// record finds it there, so that what it counted is still summed ([`for_each_ever`]).
+    /// This crate never reads through it.
+    ///
+    /// # Safety
+    /// Every pointer ever kept in any record of the process must point to a value of one type,
+    /// that of the one user of attachments (the span layer of `tracing-prof-core`, which keeps
+    /// its `span_times::Table` there), valid for the rest of the process, so that whoever reads
+    /// [`ThreadRecord::attachment`] may dereference it as that type.
+    pub unsafe fn set_attachment(&self, p: *mut ()) -> Result<(), *mut ()> {
+        self.attachment
+            .compare_exchange(ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
     }
 
     /// Marks the owner as one to list, or not (the span layer: from its first enter on).
@@ -185,6 +199,21 @@ pub fn os_tid() -> u64 {
     current().map_or_else(gettid, ThreadRecord::tid)
 }
 
+/// Reads the calling thread's OS id again (one `gettid`) into its record, if it has one (it
+/// never claims one), and returns it. For the cold paths that must not trust an id read before
+/// a `fork` that no handler saw (a record claimed in the parent, a fork before any profiler
+/// registered its handlers): arming a CPU timer, and the fork handlers themselves.
+/// Async-signal-safe.
+pub fn refresh_tid() -> u64 {
+    let tid = gettid();
+    let own = LOCAL.try_with(|l| l.record.get()).unwrap_or(ptr::null());
+    if !own.is_null() {
+        // SAFETY: a record from `claim`, never freed; this thread owns it.
+        unsafe { &*own }.tid.store(tid, Ordering::Relaxed);
+    }
+    tid
+}
+
 /// Calls `f` with every record a live thread owns now (listed or not), newest first. Never
 /// locks; a thread that starts or exits meanwhile may or may not be seen.
 pub fn for_each(mut f: impl FnMut(&'static ThreadRecord)) {
@@ -213,8 +242,7 @@ pub fn after_fork_in_child() {
         }
     });
     if !own.is_null() {
-        // SAFETY: a record from `claim`, never freed.
-        unsafe { &*own }.tid.store(gettid(), Ordering::Relaxed);
+        refresh_tid();
     }
 }
 

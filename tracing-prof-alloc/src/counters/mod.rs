@@ -209,8 +209,9 @@ fn acquire(state: &crate::tag::ThreadState) -> *const ThreadTable {
         // SAFETY: a real, never-freed table that this thread now owns.
         let t = unsafe { &*table };
         state.origin.set(origin_of(t.index));
-        t.tid
-            .store(record.map_or(0, |r| r.tid()), Ordering::Relaxed);
+        // (Without a record, during its TLS teardown, the thread's id is read now.)
+        let tid = record.map_or_else(tracing_prof_thread::os_tid, |r| r.tid());
+        t.tid.store(tid, Ordering::Relaxed);
         store_thread_name(t, record);
         // Registers the destructor that hands the table back when this thread exits. If TLS is
         // already being torn down this fails, and the table simply stays owned.
@@ -263,7 +264,7 @@ pub fn after_fork_in_child() {
         if ptr::eq(cursor, own) {
             table
                 .tid
-                .store(tracing_prof_thread::os_tid(), Ordering::Relaxed);
+                .store(tracing_prof_thread::refresh_tid(), Ordering::Relaxed);
         } else {
             table.owned.store(false, Ordering::Release);
         }
