@@ -196,7 +196,7 @@ async fn handle(
     let (entry, hit) = info_span!("cache_lookup").in_scope(|| lookup(shard, key, &rows));
     let body = info_span!("render").in_scope(|| render(&rows, &entry));
     let _ = audit.send(body.as_bytes().to_vec()).await;
-    if w.leak_every > 0 && id % w.leak_every == 0 {
+    if w.leak_every > 0 && id.is_multiple_of(w.leak_every) {
         info_span!("session_store")
             .in_scope(|| SESSIONS.lock().unwrap().push(vec![id as u8; 1024]));
     }

@@ -75,7 +75,7 @@ pub(crate) struct SampleHeader {
 }
 
 const _: () = assert!(size_of::<SampleHeader>() + HEADER_SIZE <= SAMPLED_OFFSET);
-const _: () = assert!(SAMPLED_OFFSET % 16 == 0);
+const _: () = assert!(SAMPLED_OFFSET.is_multiple_of(16));
 const _: () = assert!(align_of::<SampleHeader>() <= HEADER_ALIGN);
 
 /// What sits in front of every block.

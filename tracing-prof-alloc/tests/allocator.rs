@@ -208,7 +208,7 @@ fn alloc_write_free(size: usize, align: usize) {
     // SAFETY: non-zero size; freed with the same layout.
     unsafe {
         let p = std::alloc::alloc(layout);
-        assert!(!p.is_null() && p as usize % align == 0);
+        assert!(!p.is_null() && (p as usize).is_multiple_of(align));
         p.write_bytes(1, size);
         std::alloc::dealloc(p, layout);
     }

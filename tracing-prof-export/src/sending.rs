@@ -321,10 +321,10 @@ impl<B> Drop for Outbox<B> {
     fn drop(&mut self) {
         self.closing.store(true, Ordering::SeqCst);
         drop(self.queue.take());
-        if self.done.recv_timeout(self.flush_timeout).is_ok() {
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
+        if self.done.recv_timeout(self.flush_timeout).is_ok()
+            && let Some(t) = self.thread.take()
+        {
+            let _ = t.join();
         }
     }
 }

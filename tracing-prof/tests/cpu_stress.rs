@@ -34,7 +34,7 @@ fn churn(rng: &mut Rng, n: usize) -> (u64, u64) {
     let mut len = 0;
     let (mut objects, mut bytes) = (0, 0);
     for _ in 0..n {
-        if len < live.len() && rng.next() % 2 == 0 {
+        if len < live.len() && rng.next().is_multiple_of(2) {
             let size = 1 + (rng.next() % 4096) as usize;
             let layout =
                 Layout::from_size_align(size, [8, 16, 64][(rng.next() % 3) as usize]).unwrap();
@@ -121,7 +121,7 @@ fn sampling_at_1000_hz_under_churn_loses_nothing() {
                     let got = outer.in_scope(|| inner.in_scope(|| churn(&mut rng, 64)));
                     add(&mut expected[1], got);
                     round += 1;
-                    if round % 32 == 0 {
+                    if round.is_multiple_of(32) {
                         // A thread that is armed, allocates in a span and ends.
                         let seed = rng.next();
                         let got = std::thread::spawn(move || {

@@ -25,7 +25,7 @@ impl Kept {
         let layout = Layout::from_size_align(size, align).unwrap();
         // SAFETY: non-zero size.
         let p = unsafe { alloc(layout) };
-        assert!(!p.is_null() && p as usize % align == 0);
+        assert!(!p.is_null() && (p as usize).is_multiple_of(align));
         self.0.push((p as usize, layout));
         p
     }
@@ -36,7 +36,7 @@ fn alloc_free(size: usize, align: usize) {
     // SAFETY: non-zero size; freed with the same layout.
     unsafe {
         let p = alloc(layout);
-        assert!(!p.is_null() && p as usize % align == 0);
+        assert!(!p.is_null() && (p as usize).is_multiple_of(align));
         p.write_bytes(1, size);
         dealloc(p, layout);
     }

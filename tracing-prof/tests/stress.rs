@@ -103,7 +103,7 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
                     let layout = Layout::from_size_align(size, align).unwrap();
                     // SAFETY: non-zero size.
                     let ptr = unsafe { alloc(layout) };
-                    assert!(!ptr.is_null() && ptr as usize % align == 0);
+                    assert!(!ptr.is_null() && (ptr as usize).is_multiple_of(align));
                     // SAFETY: ptr has `size` writable bytes.
                     unsafe { ptr.write(size as u8) };
                     expected[path].0 += 1;
@@ -120,7 +120,7 @@ fn worker(seed: u64, start: Arc<Barrier>) -> Expected {
                     let new = 1 + (rng.next() % 4096) as usize;
                     // SAFETY: b is live with b.layout; the first byte is kept by realloc.
                     let q = unsafe { realloc(b.ptr as *mut u8, b.layout, new) };
-                    assert!(!q.is_null() && q as usize % b.layout.align() == 0);
+                    assert!(!q.is_null() && (q as usize).is_multiple_of(b.layout.align()));
                     // SAFETY: q is live and has at least one byte.
                     let first = unsafe { q.read() };
                     assert_eq!(first, b.layout.size() as u8, "content lost in realloc");

@@ -118,12 +118,12 @@ fn poll_loop(url: &str, seconds: u64, recorder: &mut Option<Recorder>, tx: &Sync
     loop {
         let message = match fetch(url, seconds) {
             Ok((bytes, frame)) => {
-                if let Some(r) = recorder {
-                    if let Err(e) = r.record(&bytes) {
-                        *recorder = None;
-                        if tx.send(Message::Error(e)).is_err() {
-                            return;
-                        }
+                if let Some(r) = recorder
+                    && let Err(e) = r.record(&bytes)
+                {
+                    *recorder = None;
+                    if tx.send(Message::Error(e)).is_err() {
+                        return;
                     }
                 }
                 Message::Frame(bytes, Box::new(frame))

@@ -63,7 +63,7 @@ impl Aggregator {
                     next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
                     drains += 1;
                     RUNTIME.cpu.drain(&RUNTIME.paths);
-                    if drains % 10 == 0 {
+                    if drains.is_multiple_of(10) {
                         self.watch_cpu_sampler();
                     }
                 }

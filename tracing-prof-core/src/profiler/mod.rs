@@ -111,14 +111,13 @@ impl Shared {
             RUNTIME.stop_cpu();
         } else {
             tracing_prof_alloc::__private::set_sample_rate(self.sample_rate);
-            if self.cpu_hz > 0 {
-                if let Err(e) = RUNTIME
+            if self.cpu_hz > 0
+                && let Err(e) = RUNTIME
                     .cpu
                     .start(self.cpu_time, self.cpu_hz, self.cpu_unwind)
-                {
-                    eprintln!("tracing-prof: CPU sampling did not start again: {e}");
-                    cpu_error = Some(e.to_string());
-                }
+            {
+                eprintln!("tracing-prof: CPU sampling did not start again: {e}");
+                cpu_error = Some(e.to_string());
             }
             self.paused.store(false, Ordering::Release);
         }

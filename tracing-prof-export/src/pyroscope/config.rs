@@ -160,12 +160,12 @@ impl PyroscopeConfig {
             }
             _ => {}
         }
-        if let Some(t) = &self.tenant {
-            if !header_ok(t) {
-                return invalid(format!(
-                    "the tenant ({ENV_TENANT_ID}) {t:?} must be printable ASCII, without CR or LF"
-                ));
-            }
+        if let Some(t) = &self.tenant
+            && !header_ok(t)
+        {
+            return invalid(format!(
+                "the tenant ({ENV_TENANT_ID}) {t:?} must be printable ASCII, without CR or LF"
+            ));
         }
         // `service_name` is a label value (at most 2048 bytes, `pkg/validation/limits.go`);
         // `/ingest` also parses it from `name=APP{...}` and allows only letters, digits and

@@ -54,11 +54,11 @@ impl Tick {
             p.and_then(|p| Some(p.total(p.sample_type_index(name)?)))
         };
         let mut path_inuse = HashMap::new();
-        if let Some(p) = memory {
-            if let Some(i) = p.sample_type_index("inuse_space") {
-                for s in &p.samples {
-                    *path_inuse.entry(path_name(s)).or_default() += s.values[i];
-                }
+        if let Some(p) = memory
+            && let Some(i) = p.sample_type_index("inuse_space")
+        {
+            for s in &p.samples {
+                *path_inuse.entry(path_name(s)).or_default() += s.values[i];
             }
         }
         Tick {

@@ -179,13 +179,13 @@ pub(crate) fn thread_rows(history: &History, cursor: usize) -> Vec<ThreadRow> {
             }
         }
     }
-    if let Some(p) = frames.last().and_then(|f| f.profile(ProfileKind::Threads)) {
-        if let Some(k) = p.sample_type_index("inuse_space") {
-            for s in &p.samples {
-                let i = row(&mut rows, name(s));
-                rows[i].inuse = s.values[k];
-                rows[i].name = name(s);
-            }
+    if let Some(p) = frames.last().and_then(|f| f.profile(ProfileKind::Threads))
+        && let Some(k) = p.sample_type_index("inuse_space")
+    {
+        for s in &p.samples {
+            let i = row(&mut rows, name(s));
+            rows[i].inuse = s.values[k];
+            rows[i].name = name(s);
         }
     }
     rows
