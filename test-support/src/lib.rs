@@ -28,6 +28,22 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// How many pages of the `len` bytes from `start` are memory now (`mincore`): for the tests
+/// that check that a table's pages become memory only where it is written. The range must lie
+/// in one live mapping.
+pub fn resident_pages(start: *const u8, len: usize) -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let first = start as usize / page * page;
+    let pages = (start as usize + len - first).div_ceil(page);
+    let mut v = vec![0u8; pages];
+    // SAFETY: the range (rounded down to its first page, mapped too) lies in one live mapping
+    // (the caller's contract), and `v` has a byte per page.
+    let r = unsafe { libc::mincore(first as *mut libc::c_void, pages * page, v.as_mut_ptr()) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    v.iter().filter(|&&b| b & 1 == 1).count()
+}
+
 /// Whether `program` runs (`program version_arg` succeeds). Under `CI=true` a missing one fails
 /// the test instead of skipping it: `package` names what to install, `needed_for` what would
 /// not be tested.

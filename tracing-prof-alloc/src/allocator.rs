@@ -44,7 +44,7 @@ pub enum ReallocMode {
 /// Cost per block: a header of `max(8, align)` bytes (see [`crate::HEADER_SIZE`]); per call a
 /// thread-local read and two plain stores to this thread's own counters: no lock, no syscall,
 /// no allocation of its own, no panic. A thread's first call sets up its counter table (a few
-/// syscalls, perhaps a `calloc`, a thread-exit destructor) and a sampled call walks the stack;
+/// syscalls: its record, perhaps a mapping, a thread-exit destructor) and a sampled call walks the stack;
 /// see the crate docs. A pointer this allocator never returned, freed through it, aborts the
 /// process with a message.
 #[derive(Debug, Default)]

@@ -30,11 +30,11 @@
 //!   threads (except on the rare paths: TLS teardown, giant requests, sampled allocations).
 //!   A free checks the header's magic number, flags and origin in one compare.
 //! - Not per call: a thread's **first** allocation takes a counter table (reusing one an
-//!   exited thread left, or `calloc`ing one from the system allocator), copies the thread's id
-//!   and name from its record (`tracing-prof-thread`, which reads them then if no part of the
-//!   profiler did before: `gettid`, `prctl`), and registers a thread-exit destructor to hand
-//!   the table back. A **sampled** allocation (one per 512 KiB on average with the profiler's default)
-//!   walks its stack and takes a slot in a shared table: about 0.7 µs (0.3 µs with frame
+//!   exited thread left, or mapping a new one: its pages become memory as tags are first
+//!   written), copies the thread's id and name from its record (`tracing-prof-thread`, which
+//!   reads them then if no part of the profiler did before: `gettid`, `prctl`), and registers
+//!   a thread-exit destructor to hand the table back. A **sampled** allocation (one per
+//!   512 KiB on average with the profiler's default) walks its stack and takes a slot in a shared table: about 0.7 µs (0.3 µs with frame
 //!   pointers) with the CPU sampler's unwinder, which the profiler installs for the threads
 //!   that sampler armed, 5 µs with `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample`
 //!   bench of `tracing-prof-core`).

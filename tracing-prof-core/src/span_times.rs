@@ -227,30 +227,17 @@ pub(crate) fn read(out: &mut [TimeStats]) {
 mod tests {
     use super::*;
 
-    /// Pages of `len` bytes from `start` that are memory now (`mincore`).
-    fn resident_pages(start: *const u8, len: usize) -> usize {
-        let page = 4096;
-        let first = start as usize / page * page;
-        let pages = (start as usize + len - first).div_ceil(page);
-        let mut v = vec![0u8; pages];
-        // SAFETY: the range lies in one live allocation (rounded down to its first page, which
-        // is mapped too), and `v` has a byte per page.
-        let r = unsafe { libc::mincore(first as *mut libc::c_void, pages * page, v.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        v.iter().filter(|&&b| b & 1 == 1).count()
-    }
-
     #[test]
     fn a_new_table_becomes_memory_only_where_it_is_written() {
         let t = new_table().unwrap();
         let start = std::ptr::from_ref(t).cast::<u8>();
         assert_eq!(start as usize % align_of::<Table>(), 0);
-        let before = resident_pages(start, size_of::<Table>());
+        let before = tracing_prof_test_support::resident_pages(start, size_of::<Table>());
         // 128 pages of address space, none written yet.
         assert_eq!(before, 0, "pages resident before any write");
         Writer::own(Some(t)).closed(Tag::new(2000), 1, 1);
         Writer::own(Some(t)).closed(Tag::new(3000), 1, 1);
-        let after = resident_pages(start, size_of::<Table>());
+        let after = tracing_prof_test_support::resident_pages(start, size_of::<Table>());
         assert!(
             after <= before + 2,
             "{before} -> {after} pages after two slots' writes"

@@ -6,8 +6,8 @@
 //! table under the tag found in the block's header; in-use = allocated - freed, summed over all
 //! tables. Readers sum all tables.
 //!
-//! Tables are allocated from the system allocator the first time a thread touches the
-//! allocator, kept in a global append-only list and never freed: when a thread exits
+//! Tables are mapped (a mapping each, whose pages become memory as tags are first written) the
+//! first time a thread touches the allocator, kept in a global append-only list and never freed: when a thread exits
 //! its table is marked free and the next new thread adopts it, counts included (sums over all
 //! tables are unchanged by that). Work that cannot have a table — a call re-entered while the
 //! table is being set up, a call during TLS teardown after the table was released, or a system
@@ -26,7 +26,6 @@ pub use read::{
 
 use crate::MAX_TAGS;
 use crate::tag::STATE;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -289,15 +288,20 @@ fn adopt_free_table() -> Option<*const ThreadTable> {
     None
 }
 
+/// A new table, owned by the caller and on [`TABLES`]; [`NO_TABLE`] when the kernel refuses.
+///
+/// A mapping of its own rather than `calloc`: `calloc` may hand back memory it reuses and must
+/// clear, writing zeros over the whole table (145 KiB resident at a thread's first allocation),
+/// where a fresh mapping's pages become memory only when a tag's counters are first written.
+/// It asks for no transparent huge pages, which would make the first write cost 2 MiB.
 fn new_table() -> *const ThreadTable {
-    let layout = Layout::new::<ThreadTable>();
-    // SAFETY: the layout has a non-zero size. An all-zero ThreadTable is valid: atomics at 0,
-    // `owned` false, `next` null.
-    let raw = unsafe { System.alloc_zeroed(layout) }.cast::<ThreadTable>();
+    let raw = map_zeroed(size_of::<ThreadTable>()).cast::<ThreadTable>();
     if raw.is_null() {
         return NO_TABLE;
     }
-    // SAFETY: `raw` is a fresh, zeroed, properly aligned ThreadTable that nobody else sees yet.
+    // SAFETY: `raw` is a fresh, zero-filled, page-aligned (so aligned enough) mapping of a
+    // ThreadTable's size that nobody else sees yet; an all-zero ThreadTable is valid (atomics
+    // at 0, `owned` false, `next` null).
     let table = unsafe { &mut *raw };
     *table.owned.get_mut() = true;
     table.index = NEXT_INDEX.fetch_add(1, Ordering::Relaxed);
@@ -309,6 +313,32 @@ fn new_table() -> *const ThreadTable {
             Err(actual) => head = actual,
         }
     }
+}
+
+/// `len` bytes of zeros in an anonymous mapping of their own, never unmapped; null when the
+/// kernel refuses. Page-aligned.
+fn map_zeroed(len: usize) -> *mut u8 {
+    // SAFETY: a new private anonymous mapping at an address the kernel picks: it touches no
+    // memory of ours.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
+    unsafe {
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE)
+    };
+    p.cast()
 }
 
 /// Hands this thread's table back when the thread exits.
@@ -505,5 +535,28 @@ pub(crate) fn record_resize(ticket: &Ticket, tag: u32, origin: u32, old: usize, 
     if origin != me {
         let delta = (old as u64).wrapping_sub(new as u64);
         with_origin_in(table, origin, |o, w| w.add(&o.bytes, delta));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_prof_test_support::resident_pages;
+
+    #[test]
+    fn a_new_table_becomes_memory_only_where_it_is_written() {
+        let t = new_table();
+        assert!(!t.is_null() && t != NO_TABLE);
+        let len = size_of::<ThreadTable>();
+        // 37 pages of address space; only the page of the table's own fields (its index and
+        // list link, at its end) is written.
+        assert_eq!(resident_pages(t.cast(), len), 1);
+        // SAFETY: a table from `new_table`, never unmapped, owned by this test.
+        let table = unsafe { &*t };
+        Writer::Owner.add(&table.slots[5].alloc_bytes, 1);
+        Writer::Owner.add(&table.slots[4000].alloc_bytes, 1);
+        assert_eq!(resident_pages(t.cast(), len), 3);
+        // Free for any thread to adopt (with these counts, as after a thread's exit).
+        table.owned.store(false, Ordering::Release);
     }
 }
