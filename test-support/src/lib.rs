@@ -39,7 +39,13 @@ pub fn resident_pages(start: *const u8, len: usize) -> usize {
     let mut v = vec![0u8; pages];
     // SAFETY: the range (rounded down to its first page, mapped too) lies in one live mapping
     // (the caller's contract), and `v` has a byte per page.
-    let r = unsafe { libc::mincore(first as *mut libc::c_void, pages * page, v.as_mut_ptr()) };
+    let r = unsafe {
+        libc::mincore(
+            first as *mut libc::c_void,
+            pages * page,
+            v.as_mut_ptr().cast(),
+        )
+    };
     assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
     v.iter().filter(|&&b| b & 1 == 1).count()
 }

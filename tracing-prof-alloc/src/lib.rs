@@ -34,10 +34,10 @@
 //!   written), copies the thread's id and name from its record (`tracing-prof-thread`, which
 //!   reads them then if no part of the profiler did before: `gettid`, `prctl`), and registers
 //!   a thread-exit destructor to hand the table back. A **sampled** allocation (one per
-//!   512 KiB on average with the profiler's default) walks its stack and takes a slot in a shared table: about 0.7 µs (0.3 µs with frame
-//!   pointers) with the CPU sampler's unwinder, which the profiler installs for the threads
-//!   that sampler armed, 5 µs with `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample`
-//!   bench of `tracing-prof-core`).
+//!   512 KiB on average with the profiler's default) walks its stack and takes a slot in a
+//!   shared table: about 0.7 µs (0.3 µs with frame pointers) with the CPU sampler's unwinder,
+//!   which the profiler installs for the threads that sampler armed, 5 µs with
+//!   `_Unwind_Backtrace` otherwise (8 calls deep; `heap_sample` bench of `tracing-prof-core`).
 //! - Per thread: one counter table of `MAX_TAGS` slots (32 bytes each: memory allocated and
 //!   freed; 145 KiB of address space), touched only for the tags the thread uses, reused by
 //!   later threads once it exits. (Span times are the span layer's, in tables of its own.)

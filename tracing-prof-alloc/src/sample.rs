@@ -35,7 +35,7 @@
 use crate::Tag;
 use crate::header::SampleHeader;
 use crate::tag::{STATE, ThreadState};
-use std::alloc::{GlobalAlloc, Layout, System};
+
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -106,13 +106,13 @@ struct SampleTable {
 /// allocation; 0: off, the default). Process-wide. Threads that allocate pick the new rate up
 /// at their next sample, and at most 16 MiB of allocation later when sampling was off.
 ///
-/// Enabling it the first time allocates the sample table from the system allocator; if that
-/// fails, sampling stays off and `false` is returned.
+/// Enabling it the first time maps the sample table (a mapping of its own, whose pages become
+/// memory only as stacks fill it: `calloc` may hand back reused memory and clear all 6 MiB);
+/// if the kernel refuses, sampling stays off and `false` is returned.
 pub fn set_sample_rate(rate: u64) -> bool {
     if rate > 0 && table().is_none() {
-        let layout = Layout::new::<SampleTable>();
-        // SAFETY: non-zero size; an all-zero SampleTable is valid (atomics at 0, false).
-        let raw = unsafe { System.alloc_zeroed(layout) }.cast::<SampleTable>();
+        let len = size_of::<SampleTable>();
+        let raw = crate::counters::map_zeroed(len).cast::<SampleTable>();
         if raw.is_null() {
             return false;
         }
@@ -125,8 +125,8 @@ pub fn set_sample_rate(rate: u64) -> bool {
             )
             .is_err()
         {
-            // SAFETY: `raw` came from `System.alloc_zeroed(layout)` and nobody else saw it.
-            unsafe { System.dealloc(raw.cast(), layout) };
+            // SAFETY: `raw` is our own mapping of `len` bytes, and nobody else saw it.
+            unsafe { libc::munmap(raw.cast(), len) };
         }
     }
     RATE.store(rate, Ordering::Relaxed);

@@ -164,8 +164,11 @@ fn make_table() {
         );
         return;
     }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
-    unsafe { libc::madvise(ptr, MAPPING_LEN, libc::MADV_NOHUGEPAGE) };
+    unsafe {
+        libc::madvise(ptr, MAPPING_LEN, libc::MADV_NOHUGEPAGE)
+    };
     if ENTRIES
         .compare_exchange(
             std::ptr::null_mut(),

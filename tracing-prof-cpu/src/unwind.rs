@@ -111,7 +111,8 @@ impl Stack {
     /// Reads the word at `addr` if it lies within `[sp, top)` and is aligned.
     #[inline]
     fn read(&self, addr: u64) -> Result<u64, ()> {
-        if addr < self.sp || addr.checked_add(8).is_none_or(|end| end > self.top) || !addr.is_multiple_of(8) {
+        let past_top = addr.checked_add(8).is_none_or(|end| end > self.top);
+        if addr < self.sp || past_top || !addr.is_multiple_of(8) {
             return Err(());
         }
         // SAFETY: `[sp, top)` is the live part of this thread's stack (`top` was read from the
