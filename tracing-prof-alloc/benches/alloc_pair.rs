@@ -1,6 +1,7 @@
 //! alloc+free pairs of 8..1024 bytes with a span's tag current: each allocator plain and wrapped
-//! in `TaggingAllocator`, on one thread and on two; and the heap sampler's cost, off, at the
-//! default rate and sampling every allocation.
+//! in `TaggingAllocator`, on one thread and on two (`alloc_pair/threads`: jemalloc plain and
+//! wrapped on 1, 2, 4, ... threads, up to the CPUs there are); and the heap sampler's cost, off,
+//! at the default rate and sampling every allocation.
 //!
 //! `cargo bench -p tracing-prof-alloc --bench alloc_pair`
 
@@ -13,10 +14,17 @@ use tracing_prof_test_support::bench::{ab, pairs};
 
 /// The same on two threads at once; returns when both are done.
 fn pairs_2threads<A: GlobalAlloc + Sync>(a: &A, n: u64) {
+    pairs_on_threads(a, 2, n);
+}
+
+/// The same on `threads` threads at once, started together; returns when all are done.
+fn pairs_on_threads<A: GlobalAlloc + Sync>(a: &A, threads: usize, n: u64) {
+    let start = std::sync::Barrier::new(threads);
     std::thread::scope(|s| {
-        for _ in 0..2 {
+        for _ in 0..threads {
             s.spawn(|| {
                 let _span = TagGuard::new(Tag::new(10));
+                start.wait();
                 pairs(a, n);
             });
         }
@@ -125,6 +133,32 @@ fn main() {
                 ab::variant("rate 1, 8 frames", |n| sampled(&TAG_JEMALLOC, n, 1, 0)),
                 ab::variant("rate 1, 40 frames", |n| sampled(&TAG_JEMALLOC, n, 1, 32)),
             ],
+        );
+    }
+    if ab::wanted("alloc_pair/threads") {
+        // Thread scaling: 1, 2, 4, ... threads up to the CPUs there are (16 at most), for the
+        // issue's 1..16-thread figure on a machine that has them. With no cache line written
+        // by two threads, the time per pair per thread stays the 1-thread figure.
+        let cpus = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(16);
+        let mut variants = Vec::new();
+        for t in (0..5).map(|i| 1usize << i).filter(|&t| t <= cpus) {
+            variants.push(ab::variant(
+                Box::leak(format!("Jemalloc, {t} thread(s)").into_boxed_str()),
+                move |n| pairs_on_threads(&Jemalloc, t, n),
+            ));
+            variants.push(ab::variant(
+                Box::leak(format!("Tagging<Jemalloc>, {t} thread(s)").into_boxed_str()),
+                move |n| pairs_on_threads(&TAG_JEMALLOC, t, n),
+            ));
+        }
+        ab::compare(
+            &format!(
+                "alloc+free pair, 8..1024 B, on 1..{cpus} threads at once (ns per pair per thread)"
+            ),
+            15,
+            variants,
         );
     }
     if ab::wanted("alloc_pair/2threads") {
