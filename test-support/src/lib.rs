@@ -28,6 +28,20 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Burns `ms` milliseconds of this thread's CPU time in a multiply loop, reading the thread's
+/// CPU clock seldom (it is a system call, and CPU timers fire as it returns: few samples land
+/// in it). Returns the loop's value, so that it is not optimised away.
+pub fn burn_cpu(ms: u64) -> u64 {
+    let start = thread_cpu_ns();
+    let mut x = 1u64;
+    while thread_cpu_ns() - start < ms * 1_000_000 {
+        for _ in 0..200_000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
 /// How many pages of the `len` bytes from `start` are memory now (`mincore`): for the tests
 /// that check that a table's pages become memory only where it is written. The range must lie
 /// in one live mapping.

@@ -100,7 +100,7 @@ pub use tag::{Tag, TagGuard, current_tag};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::counters::{
-        MAX_ORIGINS, TagTotals, ThreadTotals, after_fork_in_child, read_thread_totals,
+        MAX_ORIGINS, TagTotals, ThreadTotals, after_fork_in_child, map_zeroed, read_thread_totals,
         read_threads, read_totals, set_new_thread_hook, thread_tables,
     };
     pub use crate::giant::{

@@ -165,38 +165,15 @@ pub(crate) fn table_of(record: &'static ThreadRecord) -> Option<&'static Table> 
 }
 
 /// A zeroed table of its own anonymous mapping, never unmapped; `None` when the kernel refuses.
-///
-/// A mapping rather than the system allocator: `calloc` may hand back memory it reuses and must
-/// clear, writing zeros over up to the whole 512 KiB (making every page memory at once), and for
-/// the table's 128-byte alignment std's `alloc_zeroed` always does. A fresh mapping's pages
-/// become memory only when a span path's slot is first written; it asks for no transparent huge
-/// pages, which would make the first write cost 2 MiB.
+/// A fresh mapping's pages become memory only when a span path's slot is first written, where
+/// `calloc` may clear reused memory whole (and std's `alloc_zeroed` always does for the
+/// table's 128-byte alignment).
 fn new_table() -> Option<&'static Table> {
-    let len = size_of::<Table>();
-    // SAFETY: a new private anonymous mapping, at an address the kernel picks: it touches no
-    // memory of ours.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    // SAFETY: advice on our own mapping; failure (a kernel without THP) changes nothing.
-    unsafe {
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE)
-    };
-    // SAFETY: the mapping is `len` bytes, page-aligned (more than the table's alignment) and
-    // zero-filled, and an all-zero Table is valid (counters at 0); it is never unmapped, so
-    // the reference is valid for the process's life.
-    Some(unsafe { &*p.cast::<Table>() })
+    let p = tracing_prof_alloc::__private::map_zeroed(size_of::<Table>());
+    // SAFETY: a non-null `p` is a fresh mapping of the table's size, page-aligned (more than
+    // its alignment) and zero-filled, and an all-zero Table is valid (counters at 0); it is
+    // never unmapped, so the reference is valid for the process's life.
+    (!p.is_null()).then(|| unsafe { &*p.cast::<Table>() })
 }
 
 /// Adds every table's counters into `out`, by tag (`out[tag]`); tags past `out` are left out.

@@ -3,30 +3,9 @@
 //! thread id (with the parent's, `timer_create` fails with EINVAL and the thread is never
 //! sampled); the parent's other threads are not counted as live there.
 
-use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use tracing_prof_cpu::{RawSample, Unwind};
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn burn(ms: u64) -> u64 {
-    let start = thread_cpu_ns();
-    let mut x = 1u64;
-    while thread_cpu_ns() - start < ms * 1_000_000 {
-        for _ in 0..200_000 {
-            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    x
-}
+use tracing_prof_test_support::burn_cpu as burn;
 
 /// What the child checks; its exit status (0: all held).
 fn child() -> i32 {

@@ -217,17 +217,11 @@ pub fn refresh_tid() -> u64 {
 /// Calls `f` with every record a live thread owns now (listed or not), newest first. Never
 /// locks; a thread that starts or exits meanwhile may or may not be seen.
 pub fn for_each(mut f: impl FnMut(&'static ThreadRecord)) {
-    each(|r| {
+    for_each_ever(|r| {
         if r.owned.load(Ordering::Acquire) {
             f(r);
         }
     });
-}
-
-/// Calls `f` with every record ever made, owned now or not: for summing what their
-/// attachments counted. Never locks.
-pub fn for_each_ever(f: impl FnMut(&'static ThreadRecord)) {
-    each(f);
 }
 
 /// In a child of `fork`: only the calling thread exists, so every other record is given back,
@@ -236,7 +230,7 @@ pub fn for_each_ever(f: impl FnMut(&'static ThreadRecord)) {
 /// same child changes nothing.
 pub fn after_fork_in_child() {
     let own = LOCAL.try_with(|l| l.record.get()).unwrap_or(ptr::null());
-    each(|r| {
+    for_each_ever(|r| {
         if !ptr::eq(r, own) && r.owned.load(Ordering::Relaxed) {
             r.give_back();
         }
@@ -246,8 +240,9 @@ pub fn after_fork_in_child() {
     }
 }
 
-/// Every record ever made.
-fn each(mut f: impl FnMut(&'static ThreadRecord)) {
+/// Calls `f` with every record ever made, owned now or not (for summing what their
+/// attachments counted), newest first. Never locks.
+pub fn for_each_ever(mut f: impl FnMut(&'static ThreadRecord)) {
     let mut cursor = RECORDS.load(Ordering::Acquire).cast_const();
     while !cursor.is_null() {
         // SAFETY: every pointer on RECORDS is a published, never-freed record.
@@ -287,7 +282,7 @@ fn claim() -> Option<&'static ThreadRecord> {
 /// A record an exited thread gave back, now the caller's.
 fn adopt_free() -> Option<&'static ThreadRecord> {
     let mut found = None;
-    each(|r| {
+    for_each_ever(|r| {
         if found.is_none()
             && !r.owned.load(Ordering::Relaxed)
             && r.owned
@@ -402,17 +397,17 @@ mod tests {
         };
         let first = round();
         let mut made = 0;
-        each(|_| made += 1);
+        for_each_ever(|_| made += 1);
         let second = round();
         let mut made_after = 0;
-        each(|_| made_after += 1);
+        for_each_ever(|_| made_after += 1);
         assert!(
             second.iter().any(|r| first.contains(r)),
             "no record was reused: {first:?} {second:?}"
         );
         assert!(made_after < made + 8, "{made} -> {made_after} records");
         // A given-back record reads as fresh: not listed, nothing published.
-        each(|r| {
+        for_each_ever(|r| {
             if !r.owned.load(Ordering::Acquire) {
                 assert!(!r.is_listed());
                 assert_eq!(r.now(), (0, 0));

@@ -317,7 +317,9 @@ fn new_table() -> *const ThreadTable {
 
 /// `len` bytes of zeros in an anonymous mapping of their own; null when the kernel refuses.
 /// Page-aligned. Its pages become memory only when first written (no transparent huge pages).
-pub(crate) fn map_zeroed(len: usize) -> *mut u8 {
+/// The profiler's per-thread and sample tables are made this way (`calloc` may hand back
+/// reused memory and clear it whole).
+pub fn map_zeroed(len: usize) -> *mut u8 {
     // SAFETY: a new private anonymous mapping at an address the kernel picks: it touches no
     // memory of ours.
     let p = unsafe {
