@@ -10,14 +10,22 @@
 //! Rounds alternate the walkers; reported: the median and the 99th percentile per sample over
 //! every round, and the frames each walker found.
 //!
-//! `cargo bench -p tracing-prof-core --bench heap_sample`
+//! `heap_sample/pair` then times what the samples cost the allocator's alloc+free pair at the
+//! default rate (512 KiB) over jemalloc, with the walker the profiler installs (DWARF) and with
+//! the platform unwinder, which is all the allocator's own `alloc_pair` benchmark can use (the
+//! DWARF walker is the CPU sampler's, a crate above the allocator).
+//!
+//! `cargo bench -p tracing-prof-core --bench heap_sample` (`-- heap_sample/one`,
+//! `-- heap_sample/pair` for one part)
 
 use std::alloc::System;
 use std::hint::black_box;
 use std::time::Instant;
-use tracing_prof_alloc::__private::{set_sample_rate, set_stack_walker};
-use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
+use tikv_jemallocator::Jemalloc;
+use tracing_prof_alloc::__private::{StackWalker, set_sample_rate, set_stack_walker};
+use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator};
 use tracing_prof_cpu::Unwind;
+use tracing_prof_test_support::bench::{ab, pairs::pairs as alloc_pairs};
 
 #[global_allocator]
 static GLOBAL: TaggingAllocator<System> = TaggingAllocator::new(System);
@@ -67,16 +75,52 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q) as usize]
 }
 
+static TAG_JEMALLOC: TaggingAllocator<Jemalloc> = TaggingAllocator::new(Jemalloc);
+
 fn main() {
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with("--") && !"heap_sample".contains(a.as_str()))
-    {
-        return; // filtered out by `cargo bench -- NAME`
-    }
     let _span = TagGuard::new(Tag::new(10));
     // CPU sampling at 1 Hz: its unwinder and this thread's stack extent, hardly any signal.
     tracing_prof_cpu::start(1, Unwind::Dwarf).expect("the CPU sampler starts");
+    if ab::wanted("heap_sample/one") {
+        one_sample();
+    }
+    if ab::wanted("heap_sample/pair") {
+        pair_at_the_default_rate();
+    }
+    tracing_prof_cpu::stop();
+}
+
+/// The alloc+free pair over jemalloc with heap sampling at the default rate, by walker.
+fn pair_at_the_default_rate() {
+    let walker = |w: Option<StackWalker>, rate: u64| {
+        move |n| {
+            set_stack_walker(w);
+            set_sample_rate(rate);
+            alloc_pairs(&TAG_JEMALLOC, n);
+            set_sample_rate(0);
+        }
+    };
+    tracing_prof_cpu::start(1, Unwind::Dwarf).expect("the CPU sampler starts");
+    ab::compare(
+        "alloc+free pair, 8..1024 B, 1 thread, over jemalloc: heap sampling at the default rate (512 KiB) by walker",
+        41,
+        vec![
+            ab::variant("Jemalloc", |n| alloc_pairs(&Jemalloc, n)),
+            ab::variant("Tagging<Jemalloc>, sampling off", walker(None, 0)),
+            ab::variant(
+                "Tagging<Jemalloc>, 512 KiB, DWARF (the profiler's)",
+                walker(Some(tracing_prof_cpu::walk_own_stack), DEFAULT_SAMPLE_RATE),
+            ),
+            ab::variant(
+                "Tagging<Jemalloc>, 512 KiB, platform unwinder",
+                walker(None, DEFAULT_SAMPLE_RATE),
+            ),
+        ],
+    );
+}
+
+/// What one sample costs, by walker and depth.
+fn one_sample() {
     let walkers: [(&str, Option<Unwind>); 3] = [
         ("platform unwinder", None),
         ("DWARF (the profiler's)", Some(Unwind::Dwarf)),
@@ -133,5 +177,4 @@ fn main() {
             );
         }
     }
-    tracing_prof_cpu::stop();
 }
