@@ -148,7 +148,22 @@ impl<C: Clock> ProfileLayer<C> {
     #[cfg(feature = "opentelemetry")]
     #[cold]
     #[inline(never)]
-    fn resolve_link(&self, id: &Id) -> trace_link::Link {
+    fn resolve_link(&self, id: &Id) -> trace_link::Link
+    where
+        C: 'static,
+    {
+        // The thread's default subscriber is almost always this layer's: read through it
+        // when it is. Upgrading the weak handle instead would add to and take from one
+        // reference count that every thread writes, on every root span.
+        let ours = |d: &tracing::Dispatch| {
+            d.downcast_ref::<Self>()
+                .is_some_and(|layer| std::ptr::eq(layer, self))
+        };
+        let by_default =
+            tracing::dispatcher::get_default(|d| ours(d).then(|| trace_link::resolve(d, id)));
+        if let Some(link) = by_default {
+            return link;
+        }
         match self.dispatch.get().and_then(|d| d.upgrade()) {
             Some(dispatch) => trace_link::resolve(&dispatch, id),
             None => trace_link::NO_LINK,

@@ -355,3 +355,36 @@ fn cpu_samples_carry_the_span_ids_of_their_requests() {
     assert_eq!(queries, REQUESTS);
     drop(guard);
 }
+
+/// A root span entered where its subscriber is not the thread's default (another one is, or
+/// none) is linked all the same: the layer reads the OpenTelemetry span through the
+/// subscriber it belongs to, not through the default, which it uses only when it is its own.
+#[test]
+fn a_root_entered_under_another_default_subscriber_is_linked() {
+    let (dispatch, exporter, provider) = otel_subscriber(tracing_prof::ProfileLayer::new());
+    let (under_other, under_none, under_own) = tracing::dispatcher::with_default(&dispatch, || {
+        (
+            tracing::info_span!("under_other"),
+            tracing::info_span!("under_none"),
+            tracing::info_span!("under_own"),
+        )
+    });
+    let other = tracing::Dispatch::new(tracing_subscriber::registry());
+    tracing::dispatcher::with_default(&other, || drop(under_other.enter()));
+    std::thread::spawn(move || drop(under_none.enter()))
+        .join()
+        .unwrap();
+    tracing::dispatcher::with_default(&dispatch, || drop(under_own.enter()));
+    drop((under_other, under_own));
+    provider.force_flush().unwrap();
+    let spans = exported(&exporter);
+    let names: BTreeSet<&str> = spans.values().map(|s| s.1.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["under_none", "under_other", "under_own"])
+    );
+    for (id, (_, name, parent, attr)) in &spans {
+        assert_eq!(*parent, 0, "{name} is a root");
+        assert_eq!(attr.as_deref(), Some(&*format!("{id:016x}")), "{name}");
+    }
+}
