@@ -41,7 +41,7 @@ struct Scope {
     call: Place,
 }
 
-fn dwarf_of(module: &Module) -> Option<gimli::Dwarf<R>> {
+pub(super) fn dwarf_of(module: &Module) -> Option<gimli::Dwarf<R>> {
     use object::{Object, ObjectSection};
     let obj = module.object.as_ref()?;
     obj.section_by_name(".debug_info")?;
@@ -438,8 +438,7 @@ impl Others<'_> {
 
     /// The name of the function whose entry is at `offset` in `.debug_info`.
     fn name_at(&mut self, offset: usize, depth: u32) -> Option<String> {
-        let starts = self.module.unit_starts(self.dwarf);
-        let start = starts[starts.partition_point(|&s| s <= offset).checked_sub(1)?];
+        let start = self.module.unit_at(offset, self.dwarf)?;
         if !self.units.contains_key(&start) {
             let header = self
                 .dwarf

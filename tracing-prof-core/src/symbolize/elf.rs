@@ -122,10 +122,10 @@ pub(super) struct Module {
     /// Whether `functions` are its exported ones only (no symbol table).
     exported_only: bool,
     units: Vec<UnitRange>,
+    /// Where the units of `units` start in `.debug_info`, sorted: every unit with code.
+    code_units: Vec<u32>,
     /// The parsed file, for DWARF sections (borrowed from the mapping).
     pub(super) object: Option<object::File<'static, &'static [u8]>>,
-    /// Where each compilation unit starts in `.debug_info`, read when first needed.
-    unit_starts: std::sync::OnceLock<Vec<usize>>,
 }
 
 impl Module {
@@ -145,30 +145,31 @@ impl Module {
         (svma - u.start < u64::from(u.len)).then_some(u.unit as usize)
     }
 
-    /// Where each compilation unit starts in `.debug_info`, in order (read once: one unit
-    /// header each).
-    pub(super) fn unit_starts(
+    /// Where the compilation unit that holds `offset` of `.debug_info` starts: from the last
+    /// unit with code at or before it (known from `.debug_aranges`), the units' headers are
+    /// read forward until one reaches past `offset`, as `gimli` lists units (they follow each
+    /// other). Units without code (functions only ever inlined elsewhere, whose names other
+    /// units refer to) are usually a few headers away; listing every unit from the start reads
+    /// a page of each, the whole section.
+    pub(super) fn unit_at(
         &self,
+        offset: usize,
         dwarf: &gimli::Dwarf<gimli::EndianSlice<'static, gimli::RunTimeEndian>>,
-    ) -> &[usize] {
-        self.unit_starts.get_or_init(|| {
-            let mut starts = Vec::new();
-            let mut headers = dwarf.units();
-            // A header per unit: with a few thousand small units that is a page of
-            // `.debug_info` each, the whole section (12 MiB of the example's, brought in within
-            // 20 ms), so the pages go back every MiB of it.
-            let mut released_at = 0;
-            while let Ok(Some(h)) = headers.next() {
-                let offset = h.offset().0;
-                if offset - released_at >= 1 << 20 {
-                    self.release();
-                    released_at = offset;
-                }
-                starts.push(offset);
+    ) -> Option<usize> {
+        let known = &self.code_units;
+        let i = known.partition_point(|&s| s as usize <= offset);
+        let mut start = i.checked_sub(1).map_or(0, |i| known[i] as usize);
+        loop {
+            let h = dwarf
+                .debug_info
+                .header_from_offset(gimli::DebugInfoOffset(start))
+                .ok()?;
+            let end = start + h.length_including_self();
+            if offset < end {
+                return Some(start);
             }
-            self.release();
-            starts
-        })
+            start = end;
+        }
     }
 
     /// Names the symbol-table function at `start` with the symbol called `name` (tests: the
@@ -417,6 +418,10 @@ fn parse(
             units = unit_ranges(aranges, &|| release(&[&mapping]));
         }
     }
+    let mut code_units: Vec<u32> = units.iter().map(|u| u.unit).collect();
+    code_units.sort_unstable();
+    code_units.dedup();
+    code_units.shrink_to_fit();
     let module = Module {
         file_name: path.rsplit('/').next().unwrap_or(path).to_owned(),
         bias,
@@ -426,8 +431,8 @@ fn parse(
         functions,
         exported_only,
         units,
+        code_units,
         object,
-        unit_starts: std::sync::OnceLock::new(),
     };
     module.release();
     module
@@ -628,6 +633,46 @@ mod tests {
         select_aliases(&mut functions);
         let chosen: Vec<(u64, u32)> = functions.list.iter().map(|f| (f.start, f.name)).collect();
         assert_eq!(chosen, [(0x10, 5), (0x20, 12), (0x30, 7), (0x40, 100)]);
+    }
+
+    /// An offset in a unit with code is placed in it, and so is every offset of every unit
+    /// `gimli` lists (from its first byte to its last), units without code included.
+    #[test]
+    fn units_are_found_by_offset() {
+        let (module, _) = program();
+        let dwarf = super::super::dwarf::dwarf_of(&module).expect("debug information");
+        assert!(
+            module.code_units.len() > 10,
+            "{} units",
+            module.code_units.len()
+        );
+        for &start in &module.code_units {
+            let start = start as usize;
+            let h = dwarf
+                .debug_info
+                .header_from_offset(gimli::DebugInfoOffset(start))
+                .unwrap();
+            let end = start + h.length_including_self();
+            for offset in [start, start + h.header_size(), end - 1] {
+                assert_eq!(module.unit_at(offset, &dwarf), Some(start), "{offset:#x}");
+            }
+        }
+        let mut headers = dwarf.units();
+        let mut all = 0;
+        while let Some(h) = headers.next().unwrap() {
+            let start = h.offset().0;
+            let end = start + h.length_including_self();
+            for offset in [start, end - 1] {
+                assert_eq!(module.unit_at(offset, &dwarf), Some(start), "{offset:#x}");
+            }
+            all += 1;
+        }
+        // Units without code among them: their offsets are reached by reading headers forward.
+        assert!(
+            all > module.code_units.len(),
+            "{all} units, {} with code",
+            module.code_units.len()
+        );
     }
 
     /// Every range `.debug_aranges` lists finds its own unit, at its first and last byte.
