@@ -137,10 +137,18 @@ impl Visit for Collect<'_> {
 
 impl Labels {
     /// The label set of a span being created: 0 when no configured field has a value in it.
+    /// Without span labels configured, a load and a compare in the caller.
+    #[inline(always)]
     pub(crate) fn of_span(&self, attrs: &Attributes<'_>) -> u32 {
         if !self.active.load(Ordering::Acquire) {
             return 0;
         }
+        self.of_span_with_labels(attrs)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn of_span_with_labels(&self, attrs: &Attributes<'_>) -> u32 {
         let fields: Vec<Arc<str>> = {
             let guard = self.table();
             let Some(t) = guard.as_ref() else { return 0 };
