@@ -45,7 +45,9 @@ pub struct ProfileLayer<C = SystemClock> {
     owner: AtomicU32,
     /// Which spans' OpenTelemetry ids label CPU samples (with the `opentelemetry` feature).
     links: TraceLinks,
-    /// The subscriber this layer is part of, where the OpenTelemetry layer is found.
+    /// The subscriber this layer is part of, where the OpenTelemetry layer is found when the
+    /// thread's default subscriber is another one (or holds this layer where a downcast does
+    /// not reach it: behind `reload::Layer`, or a second instance of this type).
     #[cfg(feature = "opentelemetry")]
     dispatch: std::sync::OnceLock<tracing::dispatcher::WeakDispatch>,
 }

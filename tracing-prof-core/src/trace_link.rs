@@ -139,6 +139,9 @@ mod on {
     ///
     /// Allocates (the OpenTelemetry context is cloned) and takes the span's extensions lock:
     /// once per span that is linked, at its first enter, never while the layer holds a lock.
+    /// It may run inside `tracing::dispatcher::get_default` (see the layer's `resolve_link`):
+    /// where a scoped default subscriber was ever set, an event emitted in here (an
+    /// OpenTelemetry SDK's own log) then goes nowhere.
     #[cold]
     #[inline(never)]
     pub(crate) fn resolve(dispatch: &tracing::Dispatch, id: &tracing_core::span::Id) -> Link {

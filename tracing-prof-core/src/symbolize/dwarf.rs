@@ -438,7 +438,15 @@ impl Others<'_> {
 
     /// The name of the function whose entry is at `offset` in `.debug_info`.
     fn name_at(&mut self, offset: usize, depth: u32) -> Option<String> {
-        let start = self.module.unit_at(offset, self.dwarf)?;
+        // A unit parsed in this batch first: finding one anew reads headers forward.
+        let parsed = self.units.iter().find_map(|(&start, unit)| {
+            (start <= offset && offset < start + unit.header.length_including_self())
+                .then_some(start)
+        });
+        let start = match parsed {
+            Some(start) => start,
+            None => self.module.unit_at(offset, self.dwarf)?,
+        };
         if !self.units.contains_key(&start) {
             let header = self
                 .dwarf
