@@ -1,17 +1,21 @@
 //! Span instances: what the profiler keeps per open span, in a fixed table, without allocating.
 //!
-//! The span layer opens an instance when a span is created (while heap sampling is on) and
-//! makes it current with the tag on enter. A sampled allocation adds its weight to its
-//! instance's live counters and a free of it subtracts it; when the span closes, what is still
-//! live *outlived* the span and is added to its path's `outlived` counters (estimates, exact
-//! at sampling rate 1).
+//! A span's instance is opened at the first sampled allocation made while it is entered (one
+//! allocation per 512 KiB by default: most spans never have one), through the word the span
+//! layer makes current with the tag on enter (see [`lazy_instance_word`]); for spans whose
+//! state the layer keeps where no such word can point, it opens one when the span is created
+//! ([`eager_instance_word`]). A sampled allocation adds its weight to its instance's live
+//! counters and a free of it subtracts it; when the span closes, what is still live
+//! *outlived* the span and is added to its path's `outlived` counters (estimates, exact at
+//! sampling rate 1).
 //!
 //! Instances live in a fixed table of [`MAX_INSTANCES`] slots. Slots are reused last-freed
 //! first, from a small per-thread cache of free slots (refilled from, and spilled to, a global
 //! lock-free stack), so that a thread creating and closing spans keeps touching the same few
 //! cache lines; the slots of a thread that exits go back to the global stack. An instance id is
-//! the slot's index and a 48-bit per-slot generation: ids are never reused. With every slot held by an open span, new spans are not tracked (counted in
-//! [`untracked_instances`]).
+//! the slot's index and a 47-bit per-slot generation: an id comes back only after 2^47
+//! instances of one slot. With every slot held by an open span, new spans are not tracked
+//! (counted in [`untracked_instances`]).
 
 use crate::MAX_TAGS;
 use crate::tag::STATE;
@@ -145,8 +149,8 @@ pub fn open_span_instance() -> u64 {
         return 0;
     };
     let s = &INSTANCES[index as usize];
-    // From 1, so that ids are never 0; 2^48 reuses of one slot do not happen.
-    let generation = s.generation.load(Ordering::Relaxed) + 1;
+    // From 1, so that ids are never 0, and below 2^47, so that they stay below `LAZY`.
+    let generation = (s.generation.load(Ordering::Relaxed) % GENERATIONS) + 1;
     s.generation.store(generation, Ordering::Relaxed);
     s.objects_fp.store(0, Ordering::Relaxed);
     s.bytes.store(0, Ordering::Relaxed);
@@ -155,8 +159,72 @@ pub fn open_span_instance() -> u64 {
     id
 }
 
-/// Closes the instance `id` of a span of `tag`: what its sampled allocations still hold is
-/// added to the tag's outlived counters.
+/// Generations of one slot's instances before its ids come back.
+const GENERATIONS: u64 = (1 << (63 - SLOT_BITS)) - 1;
+
+/// Marks a span-instance word as the address of the span's instance cell (see
+/// [`lazy_instance_word`]); instance ids are below it.
+const LAZY: u64 = 1 << 63;
+
+/// The word that makes a span's instance current (see
+/// [`set_current_span`](crate::tag::set_current_span)) for an instance `id` opened already (or
+/// 0: none).
+pub const fn eager_instance_word(id: u64) -> u64 {
+    id
+}
+
+/// The word that makes a span's instance current for a span whose instance is kept in `cell`
+/// (0 until opened): the first sampled allocation made while it is current opens one and
+/// stores it there. Whoever closes the span reads the cell and closes the instance in it.
+pub fn lazy_instance_word(cell: &AtomicU64) -> u64 {
+    cell as *const AtomicU64 as u64 | LAZY
+}
+
+/// The instance that span-instance word `word` names now (0: none opened yet), without
+/// opening one: for whoever closes the span.
+///
+/// # Safety
+/// `word` is 0, an [`eager_instance_word`], or a [`lazy_instance_word`] whose cell is live.
+pub unsafe fn opened_instance(word: u64) -> u64 {
+    if word & LAZY == 0 {
+        return word;
+    }
+    // SAFETY: the caller guarantees a lazy word's cell is live.
+    unsafe { &*((word & !LAZY) as *const AtomicU64) }.load(Ordering::Acquire)
+}
+
+/// The instance that span-instance word `word` names, opened now if it is a lazy word whose
+/// cell holds none yet (a span entered on two threads at once may open two: the one stored
+/// first is kept, and the other closed again at once). 0: none, or every slot is held.
+///
+/// # Safety
+/// `word` is 0, an [`eager_instance_word`], or a [`lazy_instance_word`] whose cell is live.
+pub(crate) unsafe fn instance_of(word: u64) -> u64 {
+    if word & LAZY == 0 {
+        return word;
+    }
+    // SAFETY: the caller guarantees a lazy word's cell is live.
+    let cell = unsafe { &*((word & !LAZY) as *const AtomicU64) };
+    let id = cell.load(Ordering::Acquire);
+    if id != 0 {
+        return id;
+    }
+    let new = open_span_instance();
+    if new == 0 {
+        return 0;
+    }
+    match cell.compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => new,
+        Err(first) => {
+            // Nothing was counted in it yet: closing it adds nothing anywhere.
+            close_span_instance(new, crate::Tag::NO_SPAN);
+            first
+        }
+    }
+}
+
+/// Closes the instance `id` of a span of `tag` (see [`opened_instance`]): what its sampled
+/// allocations still hold is added to the tag's outlived counters.
 pub fn close_span_instance(id: u64, tag: crate::Tag) {
     if id == 0 {
         return;
@@ -221,7 +289,9 @@ pub fn read_outlived(out: &mut [(f64, u64)]) {
     }
 }
 
-/// Spans that could not be tracked because their instance slot was held.
+/// Instances that could not be opened because every slot was held: a sampled allocation whose
+/// span had none yet (it tries again at its next one), or a span created where it needs one at
+/// once.
 pub fn untracked_instances() -> u64 {
     UNTRACKED.load(Ordering::Relaxed)
 }
@@ -281,5 +351,72 @@ mod tests {
         close_span_instance(c, tag);
         close_span_instance(b, tag);
         assert_eq!(outlived(tag), (before.0 + 2 * 256, before.1 + 128));
+    }
+
+    /// A lazy word opens its span's instance at its first use and names that one from then
+    /// on; an instance in the cell already is the one named. Eager words and 0 name
+    /// themselves.
+    #[test]
+    fn a_lazy_word_opens_the_instance_once() {
+        let tag = crate::Tag::new(4001);
+        let cell = AtomicU64::new(0);
+        let word = lazy_instance_word(&cell);
+        // SAFETY: `cell` lives to the end of the test.
+        let first = unsafe { instance_of(word) };
+        assert_ne!(first, 0);
+        assert_eq!(cell.load(Ordering::Relaxed), first);
+        // SAFETY: as above.
+        assert_eq!(unsafe { instance_of(word) }, first);
+        close_span_instance(first, tag);
+
+        let theirs = open_span_instance();
+        let cell = AtomicU64::new(theirs);
+        // SAFETY: as above.
+        assert_eq!(unsafe { instance_of(lazy_instance_word(&cell)) }, theirs);
+        assert_eq!(eager_instance_word(theirs), theirs);
+        // SAFETY: 0 and eager words name no cell.
+        assert_eq!(unsafe { instance_of(0) }, 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { instance_of(eager_instance_word(theirs)) }, theirs);
+        close_span_instance(theirs, tag);
+    }
+
+    /// Two threads that open one span's instance at once name the same one, and the one that
+    /// lost leaves no slot held.
+    #[test]
+    fn two_threads_opening_one_instance_agree() {
+        use std::sync::{Arc, Barrier};
+        let tag = crate::Tag::new(4002);
+        let held = || {
+            INSTANCES
+                .iter()
+                .filter(|s| s.id.load(Ordering::Relaxed) != 0)
+                .count()
+        };
+        let before = held();
+        for _ in 0..200 {
+            let cell = Arc::new(AtomicU64::new(0));
+            let barrier = Arc::new(Barrier::new(2));
+            let open = |cell: Arc<AtomicU64>, barrier: Arc<Barrier>| {
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    // SAFETY: the cell is kept alive by this thread's handle.
+                    unsafe { instance_of(lazy_instance_word(&cell)) }
+                })
+            };
+            let a = open(cell.clone(), barrier.clone());
+            let b = open(cell.clone(), barrier);
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            assert_eq!(a, b);
+            assert_eq!(cell.load(Ordering::Relaxed), a);
+            close_span_instance(a, tag);
+        }
+        // Every slot opened here was closed (the other tests of this module hold a few at
+        // most meanwhile).
+        assert!(
+            held() <= before + 4,
+            "{} slots held, {before} before",
+            held()
+        );
     }
 }

@@ -108,7 +108,8 @@ pub mod __private {
         set_giant_policy,
     };
     pub use crate::instances::{
-        MAX_INSTANCES, close_span_instance, open_span_instance, read_outlived, untracked_instances,
+        MAX_INSTANCES, close_span_instance, eager_instance_word, lazy_instance_word,
+        open_span_instance, opened_instance, read_outlived, untracked_instances,
     };
     pub use crate::sample::{
         HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,

@@ -377,12 +377,15 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     let Some(table) = table() else {
         return false;
     };
-    let (points, instance) = STATE
+    let (points, word) = STATE
         .try_with(|s| {
             s.in_sample.set(true);
             (s.sample_points.get(), s.instance.get())
         })
         .unwrap_or((1, 0));
+    // SAFETY: the word is one `set_current_span` was given, under its contract: a lazy
+    // word's cell lives while its span is current on this thread.
+    let instance = unsafe { crate::instances::instance_of(word) };
     let weight = weight_for(size, RATE.load(Ordering::Relaxed), points);
     let mut ips = [0usize; MAX_HEAP_FRAMES];
     let depth = crate::unwind::capture(&mut ips);

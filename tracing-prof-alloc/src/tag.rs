@@ -47,7 +47,7 @@ pub(crate) struct ThreadState {
     pub(crate) table: Cell<*const crate::counters::ThreadTable>,
     /// Set while this thread is inside the table's slow path, to keep re-entrant calls off it.
     pub(crate) busy: Cell<bool>,
-    /// The span instance current with `tag` (0: none; see `instances`).
+    /// The span-instance word current with `tag` (0: none; see `instances`).
     pub(crate) instance: Cell<u64>,
     /// This thread's table index as stored in headers (0: no table; see `counters`).
     pub(crate) origin: Cell<u32>,
@@ -122,11 +122,15 @@ pub fn set_current_tag(tag: Tag) -> Tag {
     Tag(STATE.try_with(|s| s.tag.replace(tag.0)).unwrap_or(0))
 }
 
-/// Makes `tag` and the span instance `instance` current on this thread (see
-/// `open_span_instance`); returns the pair it replaces. The span layer calls this on enter and
-/// exit. Never allocates, locks or panics.
+/// Makes `tag` and the span-instance word `instance` current on this thread (an
+/// `eager_instance_word` or a `lazy_instance_word`, 0: none); returns the pair it replaces.
+/// The span layer calls this on enter and exit. Never allocates, locks or panics.
+///
+/// # Safety
+/// A lazy word's cell stays live for as long as the word is current on this thread: a sampled
+/// allocation reads and writes it.
 #[inline]
-pub fn set_current_span(tag: Tag, instance: u64) -> (Tag, u64) {
+pub unsafe fn set_current_span(tag: Tag, instance: u64) -> (Tag, u64) {
     STATE
         .try_with(|s| (Tag(s.tag.replace(tag.0)), s.instance.replace(instance)))
         .unwrap_or((Tag::NO_SPAN, 0))

@@ -42,7 +42,8 @@ pub(crate) enum Home {
 #[repr(align(64))]
 struct Entered {
     id: u64,
-    /// Span instance current with this span, and the one before it, restored on exit.
+    /// The span-instance word current with this span (see `set_current_span`), and the one
+    /// before it, restored on exit.
     instance: u64,
     prev_instance: u64,
     start_ns: u64,
@@ -225,7 +226,10 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         return;
     };
     let s = &mut **guard;
-    let (prev_tag, prev_instance) = set_current_span(state.tag, state.instance);
+    // SAFETY: the span's instance word (see `SpanState::instance`): an index entry's cell is
+    // never unmapped and is this span's until it closes, which it cannot while entered here;
+    // the word stays current only while it is (`exit`).
+    let (prev_tag, prev_instance) = unsafe { set_current_span(state.tag, state.instance) };
     let len = s.len;
     if len == 0 {
         // A thread's outermost span: make sure the CPU sampler covers it.
@@ -295,7 +299,8 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         s.untracked -= 1;
         let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
         let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
-        set_current_span(tag, instance);
+        // SAFETY: the word of a span still entered on this thread (or none).
+        unsafe { set_current_span(tag, instance) };
         if let Some(n) = s.now {
             n.publish(tag.get(), 0);
         }
@@ -320,7 +325,9 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         if e.link_changed {
             trace_link::set_current(s.links[pos]);
         }
-        set_current_span(e.prev_tag, e.prev_instance);
+        // SAFETY: the word current before this span's enter: that of a span still entered
+        // on this thread, below it (or none).
+        unsafe { set_current_span(e.prev_tag, e.prev_instance) };
         if let Some(n) = s.now {
             n.publish(e.prev_tag.get(), now_ns);
         }

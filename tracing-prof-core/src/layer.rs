@@ -245,17 +245,13 @@ where
             trace_link::UNRESOLVED
         };
         let tag = crate::runtime::RUNTIME.intern(parent, attrs);
-        // Span instances only serve the heap sampler's "outlived" counts.
-        let instance = if tracing_prof_alloc::__private::sample_rate() > 0 {
-            tracing_prof_alloc::__private::open_span_instance()
-        } else {
-            0
-        };
         let state = SpanState {
             tag,
             parent,
             created_ns: self.clock.now_ns(),
-            instance,
+            // In the span index, a span's instance (which serves the heap sampler's
+            // "outlived" counts only) is opened at its first sampled allocation.
+            instance: 0,
             link,
         };
         let owner = self.owner.load(Ordering::Relaxed);
@@ -263,8 +259,15 @@ where
             && let Some(span) = ctx.span(id)
         {
             span_index::count_outside();
+            // Kept in its extensions, where no sampled allocation can reach: one now.
+            let instance = if tracing_prof_alloc::__private::sample_rate() > 0 {
+                tracing_prof_alloc::__private::open_span_instance()
+            } else {
+                0
+            };
+            let instance = tracing_prof_alloc::__private::eager_instance_word(instance);
             span.extensions_mut().insert(SpanData {
-                state,
+                state: SpanState { instance, ..state },
                 busy_ns: Arc::new(AtomicU64::new(0)),
                 link: LinkCell::new(state.link),
             });
@@ -307,11 +310,15 @@ where
         let Some((state, home)) = self.state(&id, &ctx) else {
             return;
         };
+        // Read before the entry is freed, which a new span may take at once.
+        // SAFETY: the span's instance word: its index entry's cell, which stays mapped, or an
+        // instance id.
+        let instance = unsafe { tracing_prof_alloc::__private::opened_instance(state.instance) };
         let busy = match home {
             Home::Index(slot) => span_index::remove(slot, id.into_u64()),
             Home::Extensions(b) => b.load(Ordering::Relaxed),
         };
-        tracing_prof_alloc::__private::close_span_instance(state.instance, state.tag);
+        tracing_prof_alloc::__private::close_span_instance(instance, state.tag);
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
         entered::closed(state.tag, wall, wall.saturating_sub(busy));
     }

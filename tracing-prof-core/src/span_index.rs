@@ -60,7 +60,11 @@ pub(crate) struct SpanState {
     /// The interned path of its parent ([`Tag::NO_SPAN`] for a root).
     pub(crate) parent: Tag,
     pub(crate) created_ns: u64,
-    /// The allocator's instance for it (0: none), where the sampled memory it holds accrues.
+    /// Its span-instance word for the allocator (see `set_current_span`), where the sampled
+    /// memory it holds accrues: for a span in this table, read by [`find`], its entry's
+    /// instance cell (`insert` leaves it empty; the heap sampler opens the instance there at
+    /// the span's first sampled allocation); for one kept in its extensions, the instance
+    /// opened when it was created (0: none).
     pub(crate) instance: u64,
     /// Its trace span (see `trace_link`; nothing without the `opentelemetry` feature).
     pub(crate) link: Link,
@@ -285,7 +289,9 @@ fn insert_at_home(owner: u32, id: u64, state: SpanState, home: u64) -> Option<Sl
         e.created_ns.store(state.created_ns, Ordering::Relaxed);
         e.busy_home_ns.store(0, Ordering::Relaxed);
         e.busy_away_ns.store(0, Ordering::Relaxed);
-        e.instance.store(state.instance, Ordering::Relaxed);
+        // Empty: the heap sampler opens the span's instance here at its first sampled
+        // allocation (see `SpanState::instance`).
+        e.instance.store(0, Ordering::Relaxed);
         e.home.store(home, Ordering::Relaxed);
         e.link.store(state.link);
         e.key.store(id, Ordering::Release);
@@ -305,7 +311,7 @@ pub(crate) fn find(owner: u32, id: u64) -> Option<(Slot, SpanState)> {
                 tag: Tag::new(e.tag.load(Ordering::Relaxed)),
                 parent: Tag::new(e.parent.load(Ordering::Relaxed)),
                 created_ns: e.created_ns.load(Ordering::Relaxed),
-                instance: e.instance.load(Ordering::Relaxed),
+                instance: tracing_prof_alloc::__private::lazy_instance_word(&e.instance),
                 link: e.link.load(),
             };
             return Some((Slot(i as u32), state));
@@ -564,6 +570,17 @@ mod tests {
         SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `state` as `find` gives it back for the span at `slot`: its instance is the entry's
+    /// instance cell, which `insert` leaves empty.
+    fn as_found(slot: Slot, state: SpanState) -> SpanState {
+        let cell = &table().unwrap().0[slot.0 as usize].instance;
+        assert_eq!(cell.load(Ordering::Relaxed), 0, "no instance opened yet");
+        SpanState {
+            instance: tracing_prof_alloc::__private::lazy_instance_word(cell),
+            ..state
+        }
+    }
+
     #[test]
     fn entries_are_found_by_id_and_owner_only() {
         let _serial = serial();
@@ -578,7 +595,7 @@ mod tests {
         assert!(table().is_some(), "the table could not be reserved here");
         let home = thread_token();
         let slot = insert_at_home(a, 12345, state, home).unwrap();
-        assert_eq!(find(a, 12345), Some((slot, state)));
+        assert_eq!(find(a, 12345), Some((slot, as_found(slot, state))));
         assert_eq!(
             find(b, 12345),
             None,
@@ -681,7 +698,7 @@ mod tests {
         );
         // Given back pages read as free entries and take spans again.
         let s = insert(owner, ids[7], state).unwrap();
-        assert_eq!(find(owner, ids[7]), Some((s, state)));
+        assert_eq!(find(owner, ids[7]), Some((s, as_found(s, state))));
         remove(s, ids[7]);
     }
 

@@ -44,7 +44,9 @@ pub struct Stats {
     pub sampled_stacks: usize,
     /// Samples counted under `(stack table full)` because no bucket was left for their stack.
     pub stack_table_full: u64,
-    /// Spans whose "outlived" counts could not be tracked (their instance slot was taken).
+    /// Span instances that could not be opened, every slot being held: a sampled allocation
+    /// whose span had none yet (its "outlived" count misses that block), or a span created
+    /// where it needs one at once.
     pub untracked_span_instances: u64,
     /// Bytes of memory the span table holds: 64 per open span (128 with the `opentelemetry`
     /// feature), in 4 KiB pages, outside the
