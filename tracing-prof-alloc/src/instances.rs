@@ -13,7 +13,7 @@
 //! first, from a small per-thread cache of free slots (refilled from, and spilled to, a global
 //! lock-free stack), so that a thread creating and closing spans keeps touching the same few
 //! cache lines; the slots of a thread that exits go back to the global stack. An instance id is
-//! the slot's index and a 47-bit per-slot generation: an id comes back only after 2^47
+//! the slot's index and a 47-bit per-slot generation: an id comes back only after 2^47 - 1
 //! instances of one slot. With every slot held by an open span, new spans are not tracked
 //! (counted in [`untracked_instances`]).
 
@@ -159,12 +159,17 @@ pub fn open_span_instance() -> u64 {
     id
 }
 
-/// Generations of one slot's instances before its ids come back.
+/// Generations of one slot's instances before its ids come back (2^47 - 1).
 const GENERATIONS: u64 = (1 << (63 - SLOT_BITS)) - 1;
 
 /// Marks a span-instance word as the address of the span's instance cell (see
 /// [`lazy_instance_word`]); instance ids are below it.
 const LAZY: u64 = 1 << 63;
+
+/// What an instance cell holds once its span closed: no instance is opened there any more (a
+/// word still current on some thread after its span closed, as a leaked enter guard leaves it,
+/// would otherwise open one that nobody closes). Not an instance id: those are below [`LAZY`].
+const CLOSED: u64 = u64::MAX;
 
 /// The word that makes a span's instance current (see
 /// [`set_current_span`](crate::tag::set_current_span)) for an instance `id` opened already (or
@@ -175,27 +180,69 @@ pub const fn eager_instance_word(id: u64) -> u64 {
 
 /// The word that makes a span's instance current for a span whose instance is kept in `cell`
 /// (0 until opened): the first sampled allocation made while it is current opens one and
-/// stores it there. Whoever closes the span reads the cell and closes the instance in it.
+/// stores it there. Whoever closes the span takes it out with [`take_instance`]; whoever
+/// gives the cell to a new span empties it with [`reset_instance_cell`].
+#[inline]
 pub fn lazy_instance_word(cell: &AtomicU64) -> u64 {
     cell as *const AtomicU64 as u64 | LAZY
 }
 
-/// The instance that span-instance word `word` names now (0: none opened yet), without
-/// opening one: for whoever closes the span.
+/// The cell a lazy word names.
+///
+/// # Safety
+/// `word` is a [`lazy_instance_word`] whose cell is live.
+#[inline]
+unsafe fn cell_of(word: u64) -> &'static AtomicU64 {
+    // SAFETY: the caller guarantees the cell is live; it is only read and written atomically.
+    unsafe { &*((word & !LAZY) as *const AtomicU64) }
+}
+
+/// The instance that span-instance word `word` names, taken out for the span's close: a lazy
+/// word's cell is left [`CLOSED`], so that no instance is opened there until the cell is
+/// reset for a new span. 0: none was opened.
 ///
 /// # Safety
 /// `word` is 0, an [`eager_instance_word`], or a [`lazy_instance_word`] whose cell is live.
-pub unsafe fn opened_instance(word: u64) -> u64 {
+#[inline]
+pub unsafe fn take_instance(word: u64) -> u64 {
     if word & LAZY == 0 {
         return word;
     }
-    // SAFETY: the caller guarantees a lazy word's cell is live.
-    unsafe { &*((word & !LAZY) as *const AtomicU64) }.load(Ordering::Acquire)
+    // SAFETY: forwarded from the caller.
+    let cell = unsafe { cell_of(word) };
+    // Most spans never held a sampled block: a plain store closes their cell (a stale word
+    // racing it, which only a leaked enter guard makes, could lose one instance to it).
+    let id = cell.load(Ordering::Acquire);
+    let id = if id == 0 {
+        cell.store(CLOSED, Ordering::Release);
+        0
+    } else {
+        cell.swap(CLOSED, Ordering::AcqRel)
+    };
+    if id == CLOSED { 0 } else { id }
+}
+
+/// Empties an instance cell for the new span that takes it; an instance opened there after its
+/// last span closed (by a stale word, on a page given back and read as zeros) is closed.
+#[inline]
+pub fn reset_instance_cell(cell: &AtomicU64) {
+    let stale = cell.load(Ordering::Relaxed);
+    if stale != 0 && stale != CLOSED {
+        close_stale(stale);
+    }
+    cell.store(0, Ordering::Relaxed);
+}
+
+#[cold]
+#[inline(never)]
+fn close_stale(id: u64) {
+    close_span_instance(id, crate::Tag::NO_SPAN);
 }
 
 /// The instance that span-instance word `word` names, opened now if it is a lazy word whose
 /// cell holds none yet (a span entered on two threads at once may open two: the one stored
-/// first is kept, and the other closed again at once). 0: none, or every slot is held.
+/// first is kept, and the other closed again at once). 0: none, its span closed, or every slot
+/// is held.
 ///
 /// # Safety
 /// `word` is 0, an [`eager_instance_word`], or a [`lazy_instance_word`] whose cell is live.
@@ -203,27 +250,35 @@ pub(crate) unsafe fn instance_of(word: u64) -> u64 {
     if word & LAZY == 0 {
         return word;
     }
-    // SAFETY: the caller guarantees a lazy word's cell is live.
-    let cell = unsafe { &*((word & !LAZY) as *const AtomicU64) };
-    let id = cell.load(Ordering::Acquire);
-    if id != 0 {
-        return id;
-    }
-    let new = open_span_instance();
-    if new == 0 {
-        return 0;
-    }
-    match cell.compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => new,
-        Err(first) => {
-            // Nothing was counted in it yet: closing it adds nothing anywhere.
-            close_span_instance(new, crate::Tag::NO_SPAN);
-            first
-        }
+    // SAFETY: forwarded from the caller.
+    let cell = unsafe { cell_of(word) };
+    match cell.load(Ordering::Acquire) {
+        0 => install(cell, open_span_instance()),
+        CLOSED => 0,
+        id => id,
     }
 }
 
-/// Closes the instance `id` of a span of `tag` (see [`opened_instance`]): what its sampled
+/// Stores the instance `new` just opened (0: none could be) in `cell` unless one is there
+/// already, in which case `new` is closed again; returns the cell's instance (0: none, or the
+/// span closed).
+fn install(cell: &AtomicU64, new: u64) -> u64 {
+    let found = if new == 0 {
+        cell.load(Ordering::Acquire)
+    } else {
+        match cell.compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return new,
+            Err(found) => {
+                // Nothing was counted in it yet: closing it adds nothing anywhere.
+                close_span_instance(new, crate::Tag::NO_SPAN);
+                found
+            }
+        }
+    };
+    if found == CLOSED { 0 } else { found }
+}
+
+/// Closes the instance `id` of a span of `tag` (see [`take_instance`]): what its sampled
 /// allocations still hold is added to the tag's outlived counters.
 pub fn close_span_instance(id: u64, tag: crate::Tag) {
     if id == 0 {
@@ -354,69 +409,95 @@ mod tests {
     }
 
     /// A lazy word opens its span's instance at its first use and names that one from then
-    /// on; an instance in the cell already is the one named. Eager words and 0 name
-    /// themselves.
+    /// on; the close takes it out and leaves the cell closed, where nothing is opened again
+    /// until the cell is reset for a new span. Eager words and 0 name themselves.
     #[test]
     fn a_lazy_word_opens_the_instance_once() {
         let tag = crate::Tag::new(4001);
         let cell = AtomicU64::new(0);
         let word = lazy_instance_word(&cell);
-        // SAFETY: `cell` lives to the end of the test.
-        let first = unsafe { instance_of(word) };
+        // The words used below name `cell`, which lives to the end of the test, or no cell.
+        // SAFETY: as just said.
+        let of = |w| unsafe { instance_of(w) };
+        // SAFETY: as just said.
+        let take = |w| unsafe { take_instance(w) };
+        let first = of(word);
         assert_ne!(first, 0);
         assert_eq!(cell.load(Ordering::Relaxed), first);
-        // SAFETY: as above.
-        assert_eq!(unsafe { instance_of(word) }, first);
+        assert_eq!(of(word), first);
+        assert_eq!(take(word), first);
         close_span_instance(first, tag);
+        // Closed: a stale word opens nothing, and a second take finds nothing.
+        assert_eq!(of(word), 0);
+        assert_eq!(cell.load(Ordering::Relaxed), CLOSED);
+        assert_eq!(take(word), 0);
+        // A span that never held a sampled block: taken as none, closed all the same.
+        reset_instance_cell(&cell);
+        assert_eq!(cell.load(Ordering::Relaxed), 0);
+        assert_eq!(take(word), 0);
+        assert_eq!(cell.load(Ordering::Relaxed), CLOSED);
 
+        // An instance opened in a cell after its span closed (a page given back reads as
+        // zeros) is closed when the cell is reset for a new span.
+        reset_instance_cell(&cell);
+        let stale = of(word);
+        assert_eq!(slot(stale).id.load(Ordering::Relaxed), stale);
+        reset_instance_cell(&cell);
+        assert_eq!(
+            slot(stale).id.load(Ordering::Relaxed),
+            0,
+            "the stale instance is closed"
+        );
+        assert_eq!(cell.load(Ordering::Relaxed), 0);
+
+        let id = open_span_instance();
+        assert_eq!(eager_instance_word(id), id);
+        assert_eq!(of(0), 0);
+        assert_eq!(of(eager_instance_word(id)), id);
+        assert_eq!(take(eager_instance_word(id)), id);
+        close_span_instance(id, tag);
+    }
+
+    /// An instance opened while another thread stored one first is closed again, and the
+    /// first one named; one opened for a cell that closed meanwhile is closed, and none named;
+    /// without a free slot, whatever the cell holds is named.
+    #[test]
+    fn an_instance_stored_first_wins() {
+        let tag = crate::Tag::new(4002);
         let theirs = open_span_instance();
         let cell = AtomicU64::new(theirs);
-        // SAFETY: as above.
-        assert_eq!(unsafe { instance_of(lazy_instance_word(&cell)) }, theirs);
-        assert_eq!(eager_instance_word(theirs), theirs);
-        // SAFETY: 0 and eager words name no cell.
-        assert_eq!(unsafe { instance_of(0) }, 0);
-        // SAFETY: as above.
-        assert_eq!(unsafe { instance_of(eager_instance_word(theirs)) }, theirs);
+        let ours = open_span_instance();
+        assert_eq!(install(&cell, ours), theirs);
+        assert_eq!(slot(ours).id.load(Ordering::Relaxed), 0, "ours is closed");
+        assert_eq!(slot(theirs).id.load(Ordering::Relaxed), theirs);
+
+        let closed = AtomicU64::new(CLOSED);
+        let late = open_span_instance();
+        assert_eq!(install(&closed, late), 0);
+        assert_eq!(
+            slot(late).id.load(Ordering::Relaxed),
+            0,
+            "the late one is closed"
+        );
+
+        assert_eq!(install(&cell, 0), theirs);
+        assert_eq!(install(&closed, 0), 0);
+        let empty = AtomicU64::new(0);
+        assert_eq!(install(&empty, 0), 0);
         close_span_instance(theirs, tag);
     }
 
-    /// Two threads that open one span's instance at once name the same one, and the one that
-    /// lost leaves no slot held.
+    /// A slot's generation wraps below 2^47, so that ids stay below `LAZY` and never are 0.
     #[test]
-    fn two_threads_opening_one_instance_agree() {
-        use std::sync::{Arc, Barrier};
-        let tag = crate::Tag::new(4002);
-        let held = || {
-            INSTANCES
-                .iter()
-                .filter(|s| s.id.load(Ordering::Relaxed) != 0)
-                .count()
-        };
-        let before = held();
-        for _ in 0..200 {
-            let cell = Arc::new(AtomicU64::new(0));
-            let barrier = Arc::new(Barrier::new(2));
-            let open = |cell: Arc<AtomicU64>, barrier: Arc<Barrier>| {
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    // SAFETY: the cell is kept alive by this thread's handle.
-                    unsafe { instance_of(lazy_instance_word(&cell)) }
-                })
-            };
-            let a = open(cell.clone(), barrier.clone());
-            let b = open(cell.clone(), barrier);
-            let (a, b) = (a.join().unwrap(), b.join().unwrap());
-            assert_eq!(a, b);
-            assert_eq!(cell.load(Ordering::Relaxed), a);
-            close_span_instance(a, tag);
-        }
-        // Every slot opened here was closed (the other tests of this module hold a few at
-        // most meanwhile).
-        assert!(
-            held() <= before + 4,
-            "{} slots held, {before} before",
-            held()
-        );
+    fn generations_wrap_below_the_lazy_bit() {
+        let a = open_span_instance();
+        close_span_instance(a, crate::Tag::new(4003)); // its slot is the next one taken here
+        let s = slot(a);
+        s.generation.store(GENERATIONS, Ordering::Relaxed);
+        let b = open_span_instance();
+        assert_eq!(b & SLOT_MASK, a & SLOT_MASK, "the slot just freed");
+        assert_eq!(b >> SLOT_BITS, 1);
+        assert!(b < LAZY && b != 0);
+        close_span_instance(b, crate::Tag::new(4003));
     }
 }

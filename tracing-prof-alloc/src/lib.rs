@@ -109,7 +109,7 @@ pub mod __private {
     };
     pub use crate::instances::{
         MAX_INSTANCES, close_span_instance, eager_instance_word, lazy_instance_word,
-        open_span_instance, opened_instance, read_outlived, untracked_instances,
+        open_span_instance, read_outlived, reset_instance_cell, take_instance, untracked_instances,
     };
     pub use crate::sample::{
         HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,

@@ -310,15 +310,17 @@ where
         let Some((state, home)) = self.state(&id, &ctx) else {
             return;
         };
-        // Read before the entry is freed, which a new span may take at once.
+        // Taken before the entry is freed, which a new span may take at once.
         // SAFETY: the span's instance word: its index entry's cell, which stays mapped, or an
         // instance id.
-        let instance = unsafe { tracing_prof_alloc::__private::opened_instance(state.instance) };
+        let instance = unsafe { tracing_prof_alloc::__private::take_instance(state.instance) };
         let busy = match home {
             Home::Index(slot) => span_index::remove(slot, id.into_u64()),
             Home::Extensions(b) => b.load(Ordering::Relaxed),
         };
-        tracing_prof_alloc::__private::close_span_instance(instance, state.tag);
+        if instance != 0 {
+            tracing_prof_alloc::__private::close_span_instance(instance, state.tag);
+        }
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
         entered::closed(state.tag, wall, wall.saturating_sub(busy));
     }

@@ -3,9 +3,10 @@
 //!
 //! Each span takes one entry (a cache line, 64 bytes; two with the `opentelemetry` feature, which
 //! keeps the span's trace link there too) when it is created: the first free of two places given by
-//! its id (see [`places`]). Its path, its parent's path, its creation time, its span instance and
-//! the thread that created it are written once, before the id is published; its busy time accrues
-//! there on every exit; the entry is freed when it closes. Busy time is two counters: one that only
+//! its id (see [`places`]). Its path, its parent's path, its creation time and the thread that
+//! created it are written once, before the id is published; its busy time accrues there on every
+//! exit; the heap sampler opens its span instance there at its first sampled allocation; the
+//! entry is freed when it closes. Busy time is two counters: one that only
 //! the creating thread writes (plain stores, the common case: a locked add would cost an exit about
 //! 5 ns, the latency of the instruction on this project's machine), and one that every other thread
 //! adds to atomically. Span ids are reused by the registry as spans close, so the entries of a
@@ -291,7 +292,7 @@ fn insert_at_home(owner: u32, id: u64, state: SpanState, home: u64) -> Option<Sl
         e.busy_away_ns.store(0, Ordering::Relaxed);
         // Empty: the heap sampler opens the span's instance here at its first sampled
         // allocation (see `SpanState::instance`).
-        e.instance.store(0, Ordering::Relaxed);
+        tracing_prof_alloc::__private::reset_instance_cell(&e.instance);
         e.home.store(home, Ordering::Relaxed);
         e.link.store(state.link);
         e.key.store(id, Ordering::Release);
