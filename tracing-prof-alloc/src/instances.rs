@@ -198,8 +198,8 @@ unsafe fn cell_of(word: u64) -> &'static AtomicU64 {
 }
 
 /// The instance that span-instance word `word` names, taken out for the span's close: a lazy
-/// word's cell is left [`CLOSED`], so that no instance is opened there until the cell is
-/// reset for a new span. 0: none was opened.
+/// word's cell is left closed, so that no instance is opened there until the cell is reset for
+/// a new span ([`reset_instance_cell`]). 0: none was opened.
 ///
 /// # Safety
 /// `word` is 0, an [`eager_instance_word`], or a [`lazy_instance_word`] whose cell is live.
