@@ -127,8 +127,9 @@ pub fn set_current_tag(tag: Tag) -> Tag {
 /// The span layer calls this on enter and exit. Never allocates, locks or panics.
 ///
 /// # Safety
-/// A lazy word's cell stays live for as long as the word is current on this thread: a sampled
-/// allocation reads and writes it.
+/// A lazy word's cell stays valid memory, accessed only atomically, for as long as the word is
+/// current on this thread (a sampled allocation reads and writes it), including after its span
+/// closed if the word outlives it.
 #[inline]
 pub unsafe fn set_current_span(tag: Tag, instance: u64) -> (Tag, u64) {
     STATE

@@ -226,9 +226,10 @@ pub(crate) fn enter(id: u64, state: SpanState, home: Home, clock: &impl Clock, c
         return;
     };
     let s = &mut **guard;
-    // SAFETY: the span's instance word (see `SpanState::instance`): an index entry's cell is
-    // never unmapped and is this span's until it closes, which it cannot while entered here;
-    // the word stays current only while it is (`exit`).
+    // SAFETY: the span's instance word (see `SpanState::instance`): an eager id, or an index
+    // entry's cell, which is never unmapped and only ever accessed atomically, so that it
+    // stays valid however long the word stays current (even past the span's close, as a
+    // leaked enter guard leaves it: the closed cell then opens nothing).
     let (prev_tag, prev_instance) = unsafe { set_current_span(state.tag, state.instance) };
     let len = s.len;
     if len == 0 {
@@ -299,7 +300,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         s.untracked -= 1;
         let below = s.frames[..s.len].last().map(|e| (e.tag, e.instance));
         let (tag, instance) = below.unwrap_or((Tag::NO_SPAN, 0));
-        // SAFETY: the word of a span still entered on this thread (or none).
+        // SAFETY: a word `enter` made current before (see there), or none.
         unsafe { set_current_span(tag, instance) };
         if let Some(n) = s.now {
             n.publish(tag.get(), 0);
@@ -325,8 +326,8 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         if e.link_changed {
             trace_link::set_current(s.links[pos]);
         }
-        // SAFETY: the word current before this span's enter: that of a span still entered
-        // on this thread, below it (or none).
+        // SAFETY: the word current before this span's enter, which `enter` made current
+        // (see there), or none.
         unsafe { set_current_span(e.prev_tag, e.prev_instance) };
         if let Some(n) = s.now {
             n.publish(e.prev_tag.get(), now_ns);
