@@ -65,7 +65,7 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
     let mut out: HashMap<u64, Vec<CodeFrame>> = HashMap::with_capacity(addrs.len());
     let mut by_unit: HashMap<usize, Vec<u64>> = HashMap::new();
     for &a in addrs {
-        match module.unit(a) {
+        match module.units.of(a) {
             Some(u) => by_unit.entry(u).or_default().push(a),
             None => {
                 out.insert(a, vec![symbol_frame(module, a, Place::default())]);
@@ -97,7 +97,7 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
 
 /// The symbol table's function at `a`, at `place`; `module+0xADDR` where it has none.
 fn symbol_frame(module: &Module, a: u64, place: Place) -> CodeFrame {
-    let function = match module.function(a) {
+    let function = match module.functions.at(a) {
         Some((_, name)) => demangle(name),
         // Code of a module without a symbol for it (a stripped library's own functions):
         // the module and the offset, as `addr2line` would be given them.
@@ -173,7 +173,7 @@ fn resolve_unit(
                         .name
                         .clone()
                         .filter(|n| n.contains("::"))
-                        .or_else(|| module.function(a).map(|(_, n)| demangle(n)))
+                        .or_else(|| module.functions.at(a).map(|(_, n)| demangle(n)))
                         .or_else(|| scope.name.clone())
                 } else {
                     scope.name.clone()
@@ -445,7 +445,7 @@ impl Others<'_> {
         });
         let start = match parsed {
             Some(start) => start,
-            None => self.module.unit_at(offset, self.dwarf)?,
+            None => self.module.units.at(offset, self.dwarf)?,
         };
         if !self.units.contains_key(&start) {
             let header = self

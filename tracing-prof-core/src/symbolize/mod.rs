@@ -30,7 +30,9 @@
 
 mod dwarf;
 mod elf;
+mod functions;
 mod trim;
+mod units;
 
 pub(crate) use trim::Leaf;
 
@@ -431,7 +433,8 @@ mod alias_tests {
         let unix: &'static str = mangled_name(UNIX_WRITE).unwrap_or_else(|| {
             panic!("{UNIX_WRITE} is no alias here: {names:?} (the test needs one)")
         });
-        m.rename_function(svma, unix.as_bytes());
+        let object = m.object.as_ref().expect("the program's file");
+        m.functions.rename(svma, unix.as_bytes(), object);
         let frames = dwarf::resolve(m, &[svma + 1]);
         assert_eq!(
             frames[&(svma + 1)].first().map(|f| &*f.function),
