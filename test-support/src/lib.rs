@@ -28,6 +28,28 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Forks; the child runs `child` and leaves with `_exit` and what it returned, without running
+/// the parent's exit handlers; the parent waits for it and gets its wait status (for
+/// `libc::WIFEXITED` and `libc::WEXITSTATUS`).
+///
+/// # Safety
+/// `child` runs in the child of a process that may have other threads: it may only do what is
+/// safe there (take no lock another thread may have held at the fork, and so on).
+pub unsafe fn fork_and_wait(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the caller vouches for what the child runs; it leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = child();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked, into a valid int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    status
+}
+
 /// Burns `ms` milliseconds of this thread's CPU time in a multiply loop, reading the thread's
 /// CPU clock seldom (it is a system call, and CPU timers fire as it returns: few samples land
 /// in it). Returns the loop's value, so that it is not optimised away.

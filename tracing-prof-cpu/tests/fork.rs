@@ -49,16 +49,7 @@ fn a_child_of_fork_samples_its_own_thread() {
     // SAFETY: the child makes system calls, runs the sampler (no locks held by other threads
     // at the fork are taken: `start`'s lock is free, the fork handler reset the drain flag) and
     // leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = child();
-        // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for the child just forked, into a valid int.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let status = unsafe { tracing_prof_test_support::fork_and_wait(child) };
     done.wait();
     t.join().unwrap();
     tracing_prof_cpu::stop();

@@ -32,16 +32,7 @@ fn a_child_samples_its_thread_when_sampling_starts_after_the_fork() {
     assert!(!tracing_prof_cpu::is_running());
     // SAFETY: the child makes system calls, starts the sampler (no lock of it is held: it was
     // never started here) and leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = child();
-        // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for the child just forked, into a valid int.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let status = unsafe { tracing_prof_test_support::fork_and_wait(child) };
     assert!(libc::WIFEXITED(status), "child status {status:#x}");
     // 3: start refused; 10 + errno: arming failed; 4: too few samples.
     assert_eq!(

@@ -66,16 +66,8 @@ fn a_child_of_fork_keeps_only_its_own_record() {
         .collect();
     // SAFETY: the child only makes system calls, reads and stores atomics, starts and joins a
     // thread, and leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = child(parent_tid, &parents);
-        // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for the child just forked, into a valid int.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let status =
+        unsafe { tracing_prof_test_support::fork_and_wait(|| child(parent_tid, &parents)) };
     release.wait();
     for t in threads {
         t.join().unwrap();
