@@ -98,11 +98,10 @@ struct Stack {
 /// back right after (its destructor was registered before this one, when the record was
 /// claimed), and a span entered by a later destructor must not write into a record that
 /// another thread may take. A thread-local of its own, touched once (on the first enter or
-/// close), so
-/// that the stack itself has no destructor: it is a plain thread-local access on every enter
-/// and exit, and keeps working while other thread-locals are destroyed. (What the stack holds
-/// at thread exit is not dropped: the extension counters of spans still entered then, 24 bytes
-/// each, are leaked.)
+/// close), so that the stack itself has no destructor: it is a plain thread-local access on
+/// every enter and exit, and keeps working while other thread-locals are destroyed. (What the
+/// stack holds at thread exit is not dropped: the extension counters of spans still entered
+/// then, 24 bytes each, are leaked.)
 struct Unlist;
 
 impl Drop for Unlist {
