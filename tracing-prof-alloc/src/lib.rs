@@ -113,8 +113,8 @@ pub mod __private {
     };
     pub use crate::sample::{
         HeapSamplerStats, LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS, MAX_HEAP_FRAMES, MAX_STACKS,
-        StackTotals, read_stacks, sample_rate, sampler_stats, seed_this_thread, set_sample_rate,
-        set_temporary_threshold, temporary_threshold,
+        StackTotals, lifetime_bucket, read_stacks, sample_rate, sampler_stats, seed_this_thread,
+        set_sample_rate, set_temporary_threshold, temporary_threshold,
     };
     pub use crate::sites::{MAX_SITES, SITE_FRAMES, SiteRecorder, record_sites};
     pub use crate::tag::{set_current_span, set_current_tag, set_stretch_start, stretch_start};

@@ -59,6 +59,16 @@ pub const LIFETIME_BOUNDS_NS: [u64; LIFETIME_BUCKETS - 1] = [
 ];
 /// Buckets of the lifetime histogram.
 pub const LIFETIME_BUCKETS: usize = 9;
+
+/// The bucket of a duration `ns` long: the first of [`LIFETIME_BOUNDS_NS`] above it, or the
+/// last (a block's lifetime here, an enter..exit interval in the span layer's histogram).
+#[inline]
+pub fn lifetime_bucket(ns: u64) -> usize {
+    LIFETIME_BOUNDS_NS
+        .iter()
+        .position(|&bound| ns < bound)
+        .unwrap_or(LIFETIME_BUCKETS - 1)
+}
 /// Blocks freed sooner than this after their allocation count as temporary by default.
 pub const DEFAULT_TEMPORARY_THRESHOLD: Duration = Duration::from_millis(1);
 
@@ -428,10 +438,7 @@ pub(crate) unsafe fn record_free(user: *const u8, size: usize) {
     let w = f64::from(sample.weight);
     let (objects, bytes) = (fixed(w), weighted_bytes(w, size));
     crate::instances::track(sample.instance, objects, bytes, false);
-    let life = LIFETIME_BOUNDS_NS
-        .iter()
-        .position(|&bound| ns < bound)
-        .unwrap_or(LIFETIME_BUCKETS - 1);
+    let life = lifetime_bucket(ns);
     b.life_objects_fp[life].fetch_add(objects, Ordering::Relaxed);
     b.life_bytes[life].fetch_add(bytes, Ordering::Relaxed);
     if ns < TEMPORARY_NS.load(Ordering::Relaxed) {

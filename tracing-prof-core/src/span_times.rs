@@ -15,7 +15,7 @@
 //! counter tables hold memory only.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_prof_alloc::__private::{LIFETIME_BOUNDS_NS, LIFETIME_BUCKETS};
+use tracing_prof_alloc::__private::{LIFETIME_BUCKETS, lifetime_bucket};
 use tracing_prof_alloc::{MAX_TAGS, Tag};
 use tracing_prof_model::TimeStats;
 use tracing_prof_thread::ThreadRecord;
@@ -31,7 +31,7 @@ struct Slot {
     cpu_ns: AtomicU64,
     cpu_user_ns: AtomicU64,
     cpu_sys_ns: AtomicU64,
-    /// Enter..exit intervals by own length, bucketed as lifetimes are ([`LIFETIME_BOUNDS_NS`]).
+    /// Enter..exit intervals by own length, bucketed as lifetimes are ([`lifetime_bucket`]).
     intervals: [AtomicU64; LIFETIME_BUCKETS],
 }
 
@@ -118,7 +118,7 @@ impl Writer {
         self.add(&s.cpu_ns, cpu_ns);
         self.add(&s.cpu_user_ns, user_ns);
         self.add(&s.cpu_sys_ns, sys_ns);
-        self.add(&s.intervals[interval_bucket(busy_ns)], 1);
+        self.add(&s.intervals[lifetime_bucket(busy_ns)], 1);
     }
 
     /// One closed span of `tag`: its lifetime (`wall_ns`) and the part of it not entered.
@@ -129,16 +129,6 @@ impl Writer {
         self.add(&s.wall_ns, wall_ns);
         self.add(&s.idle_ns, idle_ns);
     }
-}
-
-/// The bucket of an interval `ns` long: the first of [`LIFETIME_BOUNDS_NS`] above it, or the
-/// last.
-#[inline]
-fn interval_bucket(ns: u64) -> usize {
-    LIFETIME_BOUNDS_NS
-        .iter()
-        .position(|&bound| ns < bound)
-        .unwrap_or(LIFETIME_BUCKETS - 1)
 }
 
 /// The table kept with `record` (the calling thread's): the one a thread before left there, or
@@ -265,7 +255,7 @@ mod tests {
             .zip(&b.intervals)
             .map(|(x, y)| x - y)
             .collect();
-        assert_eq!(d[interval_bucket(2_000)], 4000);
+        assert_eq!(d[lifetime_bucket(2_000)], 4000);
         assert_eq!(d[0], 1);
         assert_eq!(d.iter().sum::<u64>(), 4001);
     }
