@@ -1,0 +1,323 @@
+//! The profiler's cost on a real server nobody here wrote: tokio's mini-redis 0.4.1, unmodified
+//! (`mini_redis::server::run`, `#[instrument] async fn apply` per command under `Handler::run`'s
+//! span), loaded on 127.0.0.1 as `tests/mini_redis.rs` loads it.
+//!
+//! Each run is a child process (this same binary) that serves; this process is the client, so
+//! the server's CPU time and peak RSS are its own. The load: 4 connections, one command at a
+//! time each (as a service's callers wait for their answers), `TRACING_PROF_BENCH_REQUESTS`
+//! SETs of 100-byte values (default 20 000 per connection), then as many GETs of those keys.
+//! Reported per run:
+//! - wall time: the load, as the client saw it (closed loop: every command's round trip);
+//! - CPU time: the server's user+system time up to the end of the load, read in the server
+//!   (`getrusage`) before it shuts down, so its final export is not counted in it;
+//! - peak RSS of the server (`wait4`), its final export included;
+//! - the final flush: the profiler's guard dropped at shutdown.
+//!
+//! Variants, rotating over the rounds:
+//! - `off`: plain jemalloc, a registry with a no-op layer (the same server, unprofiled);
+//! - `default`: the README's installation: `TaggingAllocator<Jemalloc>`, `init_from_env()`'s
+//!   defaults (heap sampling at 512 KiB, CPU sampling at 100 Hz, files every 10 s and at exit);
+//! - `off-layer-only`: the span layer alone, with plain jemalloc and no profiler.
+//!
+//! `TRACING_PROF_BENCH_ROUNDS=9 cargo bench -p tracing-prof-examples --bench mini_redis`
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tracing_prof::{FileExporter, Profiler};
+use tracing_prof_examples::bench::child;
+use tracing_prof_examples::bench::switch;
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static GLOBAL: switch::Switch = switch::Switch;
+
+const ENV: &str = "TRACING_PROF_BENCH_CHILD";
+const MODES: [&str; 3] = ["off", "default", "off-layer-only"];
+const CONNECTIONS: usize = 4;
+const VALUE: usize = 100;
+
+/// This process's user and system time so far.
+fn cpu_time() -> (Duration, Duration) {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// The server: prints its address, serves until its stdin closes, then prints its CPU time up
+/// to then and how long the final flush took.
+fn server(mode: &str) {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-mini-redis-{}", std::process::id()));
+    let guard = match mode {
+        "off" => {
+            tracing_subscriber::registry()
+                .with(tracing_subscriber::layer::Identity::new())
+                .init();
+            None
+        }
+        "off-layer-only" => {
+            tracing_subscriber::registry()
+                .with(tracing_prof::ProfileLayer::new())
+                .init();
+            None
+        }
+        "default" => {
+            let (layer, guard) = Profiler::builder()
+                .sink(FileExporter::new(&dir))
+                .build()
+                .expect("profiler");
+            tracing_subscriber::registry().with(layer).init();
+            Some(guard)
+        }
+        other => panic!("unknown mode {other}"),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    println!("listening {}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<(Duration, Duration)>();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        let _ = stop_tx.send(cpu_time());
+    });
+    let cpu = rt.block_on(async {
+        let mut cpu = (Duration::ZERO, Duration::ZERO);
+        mini_redis::server::run(listener, async {
+            cpu = stop_rx.await.unwrap_or_default();
+        })
+        .await
+        .unwrap();
+        cpu
+    });
+    drop(rt);
+    let flush = Instant::now();
+    drop(guard);
+    let flush = flush.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "user_ns={} sys_ns={} flush_ns={}",
+        cpu.0.as_nanos(),
+        cpu.1.as_nanos(),
+        flush.as_nanos()
+    );
+}
+
+/// A RESP array of bulk strings, appended to `out`.
+fn command(parts: &[&[u8]], out: &mut Vec<u8>) {
+    let _ = write!(out, "*{}\r\n", parts.len());
+    for p in parts {
+        let _ = write!(out, "${}\r\n", p.len());
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Sends `count` commands, made by `make(i, buf)` for `i` in `0..count`, one at a time on a new
+/// connection, each after the last one's reply; returns how many replies were a value or OK
+/// (not nil). Commands are made as they are sent, so that the client's memory stays small (a
+/// child forked from it would inherit its peak RSS). Not pipelined: a try with 16 commands a
+/// batch stalled about 11 ms on every batch (mini-redis writes each reply as it is ready, on a
+/// socket without `TCP_NODELAY`).
+fn send_all(addr: SocketAddr, count: usize, make: impl Fn(usize, &mut Vec<u8>)) -> usize {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let (mut cmd, mut line, mut body) = (Vec::new(), String::new(), Vec::new());
+    let mut ok = 0;
+    for i in 0..count {
+        cmd.clear();
+        make(i, &mut cmd);
+        w.write_all(&cmd).unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        match line.as_bytes().first() {
+            Some(b'+') => ok += 1,
+            Some(b'$') if line.starts_with("$-1") => {}
+            Some(b'$') => {
+                let n: usize = line[1..].trim().parse().unwrap();
+                body.resize(n + 2, 0);
+                r.read_exact(&mut body).unwrap();
+                ok += 1;
+            }
+            _ => panic!("unexpected reply {line:?}"),
+        }
+    }
+    ok
+}
+
+/// The load on the server at `addr`: SETs, then GETs of the same keys, `per` of each on each
+/// connection. Returns its wall time.
+fn load(addr: SocketAddr, per: usize) -> Duration {
+    let value = [b'v'; VALUE];
+    let phase = |get: bool| -> usize {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CONNECTIONS)
+                .map(|c| {
+                    s.spawn(move || {
+                        send_all(addr, per, |i, out| {
+                            let key = format!("key:{:012}", c * per + i);
+                            if get {
+                                command(&[b"GET", key.as_bytes()], out);
+                            } else {
+                                command(&[b"SET", key.as_bytes(), &value], out);
+                            }
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        })
+    };
+    let start = Instant::now();
+    assert_eq!(phase(false), CONNECTIONS * per, "every SET answered OK");
+    assert_eq!(phase(true), CONNECTIONS * per, "every GET found its key");
+    start.elapsed()
+}
+
+/// One server's numbers.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The load's wall time, in seconds.
+    wall_s: f64,
+    /// The server's user and system CPU time up to the end of the load, in seconds.
+    user_s: f64,
+    sys_s: f64,
+    /// The server's peak resident memory, in MiB.
+    maxrss_mib: f64,
+    /// Its final flush, in milliseconds.
+    flush_ms: f64,
+}
+
+/// One run: a server in `mode`, loaded, shut down and reaped.
+fn run(mode: &str, per: usize) -> Run {
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, which also returns its rusage"
+    )]
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .env(ENV, mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("the {mode} server did not start: {line:?}"))
+        .parse()
+        .unwrap();
+    let wall = load(addr, per);
+    drop(c.stdin.take());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's; status and ru are valid, writable locals.
+    let pid = unsafe { libc::wait4(c.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert!(pid > 0 && status == 0, "the {mode} server failed: {line}");
+    let field = |k: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {line:?}"))
+    };
+    Run {
+        wall_s: wall.as_secs_f64(),
+        user_s: field("user_ns=") / 1e9,
+        sys_s: field("sys_ns=") / 1e9,
+        maxrss_mib: ru.ru_maxrss as f64 / 1024.0,
+        flush_ms: field("flush_ns=") / 1e6,
+    }
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(ENV) {
+        return server(&mode);
+    }
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"mini_redis".contains(a.as_str()))
+    {
+        return; // filtered out by `cargo bench -- NAME`
+    }
+    let rounds = child::setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
+    let per = child::setting("TRACING_PROF_BENCH_REQUESTS", 20_000) as usize;
+    let mut runs: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for j in 0..MODES.len() {
+            let i = (round + j) % MODES.len();
+            let r = run(MODES[i], per);
+            eprintln!("round {round} {}: {r:?}", MODES[i]);
+            runs[i].push(r);
+        }
+    }
+    println!(
+        "\n### mini-redis 0.4.1 under load ({CONNECTIONS} connections, {per} SETs of {VALUE} bytes \
+         and {per} GETs each, one command at a time): the defaults vs off\n"
+    );
+    println!(
+        "{rounds} rotating rounds, one server process per run; CPU times are the server's up to \
+         the end of the load; ratios are medians of per-round ratios to off.\n"
+    );
+    let commands = (2 * CONNECTIONS * per) as f64;
+    let mut head = "| | off".to_owned();
+    for m in &MODES[1..] {
+        head += &format!(" | {m} | ratio");
+    }
+    println!(
+        "{head} |\n|---|---:{}|",
+        "|---:|---:".repeat(MODES.len() - 1)
+    );
+    let row = |name: &str, unit: &str, scale: f64, f: &dyn Fn(&Run) -> f64| {
+        let med = |r: &[Run]| child::median(r.iter().map(|x| f(x) * scale).collect());
+        let mut line = format!("| {name} | {:.3} {unit}", med(&runs[0]));
+        for r in &runs[1..] {
+            let ratio = child::median(runs[0].iter().zip(r).map(|(b, a)| f(a) / f(b)).collect());
+            line += &format!(" | {:.3} {unit} | {ratio:.3}", med(r));
+        }
+        println!("{line} |");
+    };
+    row("wall time of the load", "s", 1.0, &|r| r.wall_s);
+    row("server user CPU per command", "µs", 1e6 / commands, &|r| {
+        r.user_s
+    });
+    row(
+        "server system CPU per command",
+        "µs",
+        1e6 / commands,
+        &|r| r.sys_s,
+    );
+    row(
+        "server CPU (user+sys) per command",
+        "µs",
+        1e6 / commands,
+        &|r| r.user_s + r.sys_s,
+    );
+    row("server peak RSS", "MiB", 1.0, &|r| r.maxrss_mib);
+    let mut flush = "| final flush at shutdown | ".to_owned();
+    for r in &runs[1..] {
+        flush += &format!(
+            " | {:.2} ms | ",
+            child::median(r.iter().map(|x| x.flush_ms).collect())
+        );
+    }
+    println!("{flush}|");
+}
