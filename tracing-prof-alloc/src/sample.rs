@@ -36,7 +36,9 @@ use crate::Tag;
 use crate::header::SampleHeader;
 use crate::tag::{STATE, ThreadState};
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::time::{Duration, Instant};
 
 /// Go's and jemalloc's default: one sample per 512 KiB allocated, on average.
@@ -110,6 +112,12 @@ struct Bucket {
 
 struct SampleTable {
     buckets: [Bucket; MAX_STACKS],
+    /// The buckets claimed so far, in the order they were claimed: `claimed` of them, each
+    /// written once its bucket is ready (0 until then). The readers go through this list
+    /// rather than over every bucket, which would touch the whole 6 MiB table (every page of
+    /// it, mapped on the first read) at each export, however few stacks it holds.
+    claimed_list: [AtomicU16; MAX_STACKS],
+    claimed: AtomicUsize,
 }
 
 /// Starts heap sampling with a mean of one sample per `rate` bytes allocated (1: every
@@ -355,6 +363,12 @@ fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
                     slot.store(ip, Ordering::Relaxed);
                 }
                 b.ready.store(true, Ordering::Release);
+                // Once per distinct stack: each bucket is claimed once and never freed, so
+                // there are fewer than MAX_STACKS claims.
+                let n = table.claimed.fetch_add(1, Ordering::Relaxed);
+                if let Some(entry) = table.claimed_list.get(n) {
+                    entry.store(i as u16, Ordering::Release);
+                }
                 return i;
             }
             Err(actual) if actual == key => return i,
@@ -501,6 +515,22 @@ impl StackTotals {
     }
 }
 
+/// The overflow bucket and every bucket claimed so far whose claim is complete, in bucket order.
+fn claimed_buckets(table: &SampleTable) -> Vec<usize> {
+    let n = table.claimed.load(Ordering::Acquire).min(MAX_STACKS);
+    let mut buckets: Vec<usize> = std::iter::once(0)
+        .chain(
+            table.claimed_list[..n]
+                .iter()
+                .map(|e| usize::from(e.load(Ordering::Acquire)))
+                // 0: claimed, not yet listed (read again at the next export).
+                .filter(|&i| i != 0),
+        )
+        .collect();
+    buckets.sort_unstable();
+    buckets
+}
+
 /// Every stack bucket with samples, in bucket order. Never blocks allocating threads; frees
 /// are read before allocations, so in-use never reads negative.
 pub fn read_stacks() -> Vec<StackTotals> {
@@ -510,7 +540,8 @@ pub fn read_stacks() -> Vec<StackTotals> {
     let load = |c: &AtomicU64| c.load(Ordering::Acquire);
     let objects = |c: &AtomicU64| load(c) as f64 / crate::FP;
     let mut out = Vec::new();
-    for (i, b) in table.buckets.iter().enumerate() {
+    for i in claimed_buckets(table) {
+        let b = &table.buckets[i];
         if i != 0 && !b.ready.load(Ordering::Acquire) {
             continue;
         }
@@ -560,13 +591,7 @@ pub struct HeapSamplerStats {
 
 /// Counters about the sampler itself.
 pub fn sampler_stats() -> HeapSamplerStats {
-    let stacks = table().map_or(0, |t| {
-        t.buckets
-            .iter()
-            .skip(1)
-            .filter(|b| b.key.load(Ordering::Relaxed) != 0)
-            .count()
-    });
+    let stacks = table().map_or(0, |t| t.claimed.load(Ordering::Relaxed).min(MAX_STACKS - 1));
     HeapSamplerStats {
         rate: sample_rate(),
         stacks,

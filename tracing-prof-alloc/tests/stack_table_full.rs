@@ -55,4 +55,11 @@ fn a_full_table_counts_instead_of_losing() {
         "{ours} + {overflow} vs {made}"
     );
     assert_eq!(stats.table_full, overflow);
+    // Every claimed bucket is read, once, in bucket order.
+    let buckets: Vec<u32> = stacks.iter().map(|s| s.bucket).collect();
+    assert!(
+        buckets.windows(2).all(|w| w[0] < w[1]),
+        "not in bucket order"
+    );
+    assert_eq!(buckets.len(), stats.stacks + 1, "{stats:?}");
 }
