@@ -311,7 +311,8 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
         return; // exit without a matching enter on this thread: nothing to measure
     };
     let e = s.frames[pos];
-    let cpu_frame = s.cpu[pos];
+    // Read only with exact CPU time: its array is a cache line apart from the frames.
+    let cpu_frame = if cpu { s.cpu[pos] } else { NO_CPU };
     let extensions = if e.slot == NO_SLOT {
         s.extensions[pos].take()
     } else {
