@@ -1,13 +1,16 @@
 //! Instructions per span enter+exit, counted by valgrind's callgrind (repeatable on a shared,
 //! noisy machine, unlike times): run it with 0 and with N enter+exit pairs and divide the
-//! difference by N. With `registry` (a no-op layer) or `layer` (the profiling layer) as the
-//! second argument; with `life` as the third, each of the N is a span's whole life inside an
-//! entered parent (created, entered, exited, closed) instead of an enter+exit.
+//! difference by N. With `registry` (a no-op layer), `layer` (the profiling layer) or `labels`
+//! (the layer of a profiler with the span field `route` as a label: no sampling, no export
+//! during the run) as the second argument; with `life` as the third, each of the N is a span's
+//! whole life inside an entered parent (created, entered, exited, closed) instead of an
+//! enter+exit, and with `labels` each has a `route` among 8 values.
 //!
 //! ```text
 //! cargo bench -p tracing-prof-core --bench span_instructions --no-run   # add --features opentelemetry for the other build
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 100000 layer
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 100000 layer life
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 20000 labels life
 //! ```
 
 use std::hint::black_box;
@@ -16,7 +19,21 @@ use tracing_subscriber::prelude::*;
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
-    let dispatch = match args.next().as_deref() {
+    let mode = args.next();
+    let labeled = mode.as_deref() == Some("labels");
+    let _profiler;
+    let dispatch = match mode.as_deref() {
+        Some("labels") => {
+            let (layer, guard) = tracing_prof_core::Profiler::builder()
+                .span_field_labels(["route"])
+                .heap_sampling(0)
+                .cpu_sampling(0)
+                .interval(std::time::Duration::from_secs(3600))
+                .build()
+                .expect("a profiler");
+            _profiler = guard;
+            tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
+        }
         Some("layer") => tracing::Dispatch::new(
             tracing_subscriber::registry().with(tracing_prof_core::ProfileLayer::new()),
         ),
@@ -32,6 +49,16 @@ fn main() {
             // Warm: the child's span path is interned by the first one.
             for _ in 0..1000 {
                 let _g = black_box(tracing::info_span!("child")).entered();
+            }
+            if labeled {
+                // Warm: every value and label set is learnt by the first ones.
+                for i in 0..1000u64 {
+                    let _g = black_box(tracing::info_span!("child", route = i % 8)).entered();
+                }
+                for i in 0..n {
+                    let _g = black_box(tracing::info_span!("child", route = i % 8)).entered();
+                }
+                return;
             }
             for _ in 0..n {
                 let _g = black_box(tracing::info_span!("child")).entered();

@@ -10,15 +10,22 @@
 //!
 //! Only the values a span has when it is created count (`info_span!("request", route = %r)`);
 //! a value recorded later (`span.record("route", ..)`) does not move the span to another path.
-//! Cost: when fields are configured, creating a span whose callsite has one of them visits its
-//! fields and takes a process-wide lock to intern the values; spans without those fields, and
-//! enter and exit, pay nothing.
+//!
+//! Cost: spans whose callsite has none of the configured fields, and enter and exit, pay
+//! nothing. Creating a span that has one formats those values into a buffer of the thread's and
+//! looks them up in the thread's own cache of values and label sets: no lock and no allocation
+//! once the thread has seen that combination. A value or combination new to the thread takes
+//! the process-wide table's lock once (and allocates its copy); so do all of them on a thread
+//! whose thread-locals are being destroyed.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tracing::field::{Field, Visit};
+use tracing_core::Metadata;
 use tracing_core::span::Attributes;
 
 /// Fields that may be configured as labels at most.
@@ -30,9 +37,16 @@ pub const MAX_LABEL_VALUES: usize = 1024;
 /// The value shown for every value of a field past its limit.
 pub const OTHER: &str = "(other)";
 
+/// Label sets a thread keeps in its cache; past it the cache starts afresh.
+const LOCAL_SETS: usize = 4096;
+/// Callsites a thread remembers (direct-mapped) as having a configured field or not.
+const LOCAL_CALLSITES: usize = 64;
+
 /// A field's value and every field's label set, interned.
 #[derive(Default)]
 struct Table {
+    /// The configuration these fields and values belong to (see `Labels::generation`).
+    generation: u64,
     fields: Vec<Arc<str>>,
     limit: usize,
     /// Per configured field, its values so far.
@@ -44,6 +58,42 @@ struct Table {
     by_id: Vec<Vec<(Arc<str>, Arc<str>)>>,
 }
 
+impl Table {
+    fn other(&mut self) -> Arc<str> {
+        self.other.get_or_insert_with(|| Arc::from(OTHER)).clone()
+    }
+
+    /// Field `i`'s value `text`, interned while the field has room, [`OTHER`] past it.
+    fn value(&mut self, i: usize, text: &str) -> Arc<str> {
+        if let Some(v) = self.values[i].get(text) {
+            return v.clone();
+        }
+        if self.values[i].len() < self.limit {
+            let v: Arc<str> = Arc::from(text);
+            self.values[i].insert(text.to_owned(), v.clone());
+            v
+        } else {
+            self.other()
+        }
+    }
+
+    /// The id of label set `key` (field index and interned value, in field order), interning
+    /// it if it is new.
+    fn set(&mut self, key: Vec<(usize, Arc<str>)>) -> u32 {
+        if let Some(&id) = self.sets.get(&key) {
+            return id;
+        }
+        let pairs: Vec<(Arc<str>, Arc<str>)> = key
+            .iter()
+            .map(|(i, v)| (self.fields[*i].clone(), v.clone()))
+            .collect();
+        self.by_id.push(pairs);
+        let id = self.by_id.len() as u32;
+        self.sets.insert(key, id);
+        id
+    }
+}
+
 /// The configured fields and every label set interned so far: a part of
 /// [`crate::runtime::Runtime`].
 #[repr(align(64))]
@@ -52,6 +102,62 @@ pub(crate) struct Labels {
     table: Mutex<Option<Box<Table>>>,
     /// Whether any field is configured: the only thing span creation reads when none is.
     active: AtomicBool,
+    /// Counts the calls of [`Labels::configure`]: a thread's cache filled under an earlier one
+    /// is dropped and filled again.
+    generation: AtomicU64,
+}
+
+/// What one thread keeps of the labels: the configured fields, and the values and label sets
+/// it has seen, so that a span creation finds them without the table's lock.
+struct Local {
+    generation: u64,
+    fields: Vec<Arc<str>>,
+    /// Direct-mapped by callsite (its metadata's address): whether it has a configured field.
+    callsites: [(usize, bool); LOCAL_CALLSITES],
+    /// Per field, the values this thread has seen, interned (never more than the field's
+    /// limit: [`OTHER`] is not kept per value).
+    values: Vec<HashMap<Box<str>, Arc<str>>>,
+    /// Per field, whether the shared table has no room left for it: `values` then holds every
+    /// value it has, and any other value is [`OTHER`].
+    full: Vec<bool>,
+    other: Option<Arc<str>>,
+    /// Label set (field index, address of the interned value) -> id.
+    sets: HashMap<Vec<(usize, usize)>, u32, BuildHasherDefault<SetHasher>>,
+    /// The span being created: its values' text, where each is in it, and its set's key.
+    scratch: Collect,
+    key: Vec<(usize, usize)>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Box<Local>>> = const { RefCell::new(None) };
+}
+
+/// Hashes a thread's label-set keys: field indexes and addresses, which no input chooses (the
+/// values' text, which a request may choose, goes through the standard keyed hasher).
+#[derive(Default)]
+struct SetHasher(u64);
+
+impl Hasher for SetHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// An interned value's identity in a thread's cache: its address (values are never freed while
+/// their configuration lasts, and a new configuration drops every cache).
+fn addr(v: &Arc<str>) -> usize {
+    Arc::as_ptr(v).cast::<u8>() as usize
 }
 
 impl Labels {
@@ -59,6 +165,7 @@ impl Labels {
         Labels {
             table: Mutex::new(None),
             active: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -85,31 +192,49 @@ impl Labels {
             t.values = vec![HashMap::new(); t.fields.len()];
         }
         t.limit = limit.clamp(1, MAX_LABEL_VALUES);
+        t.generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.active.store(!t.fields.is_empty(), Ordering::Release);
     }
 }
 
-/// Collects the configured fields' values of one span.
-struct Collect<'a> {
-    fields: &'a [Arc<str>],
-    found: Vec<(usize, String)>,
+/// The configured fields' values of one span: their text one after another, and per value its
+/// field and where its text is.
+#[derive(Default)]
+struct Collect {
+    fields: Vec<Arc<str>>,
+    text: String,
+    found: Vec<(usize, usize, usize)>,
 }
 
-impl Collect<'_> {
+impl Collect {
+    fn start(&mut self) {
+        self.text.clear();
+        self.found.clear();
+    }
+
     fn put(&mut self, field: &Field, value: impl FnOnce(&mut String)) {
         let Some(i) = self.fields.iter().position(|f| **f == *field.name()) else {
             return;
         };
-        let mut s = String::new();
-        value(&mut s);
-        if s.chars().count() > MAX_LABEL_VALUE_CHARS {
-            s = s.chars().take(MAX_LABEL_VALUE_CHARS).collect();
+        let start = self.text.len();
+        value(&mut self.text);
+        if let Some((cut, _)) = self.text[start..].char_indices().nth(MAX_LABEL_VALUE_CHARS) {
+            self.text.truncate(start + cut);
         }
-        self.found.push((i, s));
+        self.found.push((i, start, self.text.len()));
+    }
+
+    /// The values found, in field order, the first of a field repeated.
+    fn values(&mut self) -> impl Iterator<Item = (usize, &str)> {
+        self.found.sort_by_key(|f| f.0);
+        self.found.dedup_by_key(|f| f.0);
+        self.found
+            .iter()
+            .map(|&(i, start, end)| (i, &self.text[start..end]))
     }
 }
 
-impl Visit for Collect<'_> {
+impl Visit for Collect {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.put(field, |s| s.push_str(value));
     }
@@ -149,60 +274,151 @@ impl Labels {
     #[cold]
     #[inline(never)]
     fn of_span_with_labels(&self, attrs: &Attributes<'_>) -> u32 {
-        let fields: Vec<Arc<str>> = {
+        let local = LOCAL.try_with(|l| {
+            let mut l = l.try_borrow_mut().ok()?;
+            Some(self.of_span_here(&mut l, attrs))
+        });
+        match local {
+            Ok(Some(id)) => id,
+            // This thread's cache is gone (thread-local teardown) or in use (a span created
+            // while formatting a value): through the shared table alone.
+            _ => self.of_span_shared(attrs),
+        }
+    }
+
+    /// Through this thread's cache.
+    fn of_span_here(&self, slot: &mut Option<Box<Local>>, attrs: &Attributes<'_>) -> u32 {
+        let generation = self.generation.load(Ordering::Acquire);
+        if slot.as_ref().is_none_or(|l| l.generation != generation) {
+            *slot = self.fresh_local();
+        }
+        let Some(l) = slot.as_deref_mut() else {
+            return 0;
+        };
+        let meta: &'static Metadata<'static> = attrs.metadata();
+        let site = std::ptr::from_ref(meta) as usize;
+        let entry = &mut l.callsites[(site >> 4) % LOCAL_CALLSITES];
+        if entry.0 != site {
+            let has = l.fields.iter().any(|f| meta.fields().field(&**f).is_some());
+            *entry = (site, has);
+        }
+        if !entry.1 {
+            return 0;
+        }
+        l.scratch.start();
+        attrs.record(&mut l.scratch);
+        l.key.clear();
+        let mut missing = false;
+        for (i, text) in l.scratch.values() {
+            let value = match l.values[i].get(text) {
+                Some(v) => addr(v),
+                None if l.full[i] => l.other.as_ref().map_or(0, addr),
+                None => {
+                    missing = true;
+                    0
+                }
+            };
+            l.key.push((i, value));
+        }
+        if l.key.is_empty() {
+            return 0;
+        }
+        if !missing && let Some(&id) = l.sets.get(&l.key[..]) {
+            return id;
+        }
+        self.learn(l)
+    }
+
+    /// A cache for this thread under the current configuration; `None` when none was made.
+    #[cold]
+    fn fresh_local(&self) -> Option<Box<Local>> {
+        let guard = self.table();
+        let t = guard.as_ref()?;
+        Some(Box::new(Local {
+            generation: t.generation,
+            fields: t.fields.clone(),
+            callsites: [(0, false); LOCAL_CALLSITES],
+            values: vec![HashMap::new(); t.fields.len()],
+            full: vec![false; t.fields.len()],
+            other: None,
+            sets: HashMap::default(),
+            scratch: Collect {
+                fields: t.fields.clone(),
+                ..Collect::default()
+            },
+            key: Vec::new(),
+        }))
+    }
+
+    /// The values and the set in `l.scratch` that this thread has not seen: from the shared
+    /// table, under its lock, and kept in the cache. 0 if the configuration changed meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn learn(&self, l: &mut Local) -> u32 {
+        let mut guard = self.table();
+        let Some(t) = guard.as_deref_mut() else {
+            return 0;
+        };
+        if t.generation != l.generation {
+            return 0; // reconfigured meanwhile; the next span fills a fresh cache
+        }
+        let mut key = Vec::with_capacity(l.scratch.found.len());
+        l.key.clear();
+        for (i, text) in l.scratch.values() {
+            let value = t.value(i, text);
+            if Arc::ptr_eq(&value, &t.other()) {
+                if !l.full[i] {
+                    // The field has no room left: this thread keeps every value it has.
+                    l.full[i] = true;
+                    l.other = Some(value.clone());
+                    for (text, v) in &t.values[i] {
+                        l.values[i].insert(text.as_str().into(), v.clone());
+                    }
+                }
+            } else {
+                l.values[i].insert(text.into(), value.clone());
+            }
+            l.key.push((i, addr(&value)));
+            key.push((i, value));
+        }
+        let id = t.set(key);
+        if l.sets.len() >= LOCAL_SETS {
+            l.sets.clear();
+        }
+        l.sets.insert(l.key.clone(), id);
+        id
+    }
+
+    /// Through the shared table alone, under its lock.
+    #[cold]
+    #[inline(never)]
+    fn of_span_shared(&self, attrs: &Attributes<'_>) -> u32 {
+        let mut c = {
             let guard = self.table();
             let Some(t) = guard.as_ref() else { return 0 };
             let meta = attrs.metadata().fields();
             if !t.fields.iter().any(|f| meta.field(&**f).is_some()) {
                 return 0;
             }
-            t.fields.clone()
-        };
-        let mut c = Collect {
-            fields: &fields,
-            found: Vec::new(),
+            Collect {
+                fields: t.fields.clone(),
+                ..Collect::default()
+            }
         };
         attrs.record(&mut c);
-        if c.found.is_empty() {
-            return 0;
-        }
-        c.found.sort_by_key(|f| f.0);
-        c.found.dedup_by_key(|f| f.0);
         let mut guard = self.table();
-        let Some(t) = guard.as_mut() else { return 0 };
-        if t.fields != fields {
+        let Some(t) = guard.as_deref_mut() else {
+            return 0;
+        };
+        if t.fields != c.fields {
             return 0; // reconfigured meanwhile
         }
-        let limit = t.limit;
-        let other = t.other.get_or_insert_with(|| Arc::from(OTHER)).clone();
-        let key: Vec<(usize, Arc<str>)> = c
-            .found
-            .into_iter()
-            .map(|(i, v)| {
-                let values = &mut t.values[i];
-                let value = match values.get(&v) {
-                    Some(a) => a.clone(),
-                    None if values.len() < limit => {
-                        let a: Arc<str> = Arc::from(v.as_str());
-                        values.insert(v, a.clone());
-                        a
-                    }
-                    None => other.clone(),
-                };
-                (i, value)
-            })
-            .collect();
-        if let Some(&id) = t.sets.get(&key) {
-            return id;
+        let key: Vec<(usize, Arc<str>)> =
+            c.values().map(|(i, text)| (i, t.value(i, text))).collect();
+        if key.is_empty() {
+            return 0;
         }
-        let pairs: Vec<(Arc<str>, Arc<str>)> = key
-            .iter()
-            .map(|(i, v)| (t.fields[*i].clone(), v.clone()))
-            .collect();
-        t.by_id.push(pairs);
-        let id = t.by_id.len() as u32;
-        t.sets.insert(key, id);
-        id
+        t.set(key)
     }
 
     /// The (field, value) pairs of label set `id` (none for 0).
@@ -214,5 +430,84 @@ impl Labels {
             .as_ref()
             .and_then(|t| t.by_id.get(id as usize - 1).cloned())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::Context;
+    use tracing_subscriber::prelude::*;
+
+    static LABELS: Labels = Labels::new();
+
+    /// Records the label set of every span created, as the span path table would ask for it.
+    struct Record(std::sync::Mutex<Vec<u32>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for &'static Record {
+        fn on_new_span(&self, attrs: &Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
+            let id = LABELS.of_span(attrs);
+            self.0.lock().unwrap().push(id);
+        }
+    }
+
+    /// The label sets of spans with these routes, created on a new thread in this order.
+    fn on_a_thread(routes: &'static [&'static str]) -> Vec<u32> {
+        std::thread::spawn(move || {
+            let record: &'static Record = Box::leak(Box::new(Record(Default::default())));
+            let subscriber = tracing_subscriber::registry().with(record);
+            tracing::subscriber::with_default(subscriber, || {
+                for route in routes {
+                    drop(tracing::info_span!("req", route));
+                }
+            });
+            record.0.lock().unwrap().clone()
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn route_of(id: u32) -> String {
+        let pairs = LABELS.pairs(id);
+        assert_eq!(pairs.len(), 1, "{pairs:?}");
+        pairs[0].1.to_string()
+    }
+
+    /// Each thread's cache gives what the shared table says: the same sets for the same values
+    /// on every thread, the values interned by other threads, and the limit reached elsewhere.
+    /// (One test: it configures the process-wide `LABELS`.)
+    #[test]
+    fn thread_caches_agree_with_the_shared_table() {
+        LABELS.configure(&["route".to_owned()], 2);
+        let first = on_a_thread(&["/a", "/a", "/b"]);
+        assert_eq!(first[0], first[1]);
+        assert_eq!(route_of(first[0]), "/a");
+        assert_eq!(route_of(first[2]), "/b");
+        // A second thread: "/b" was interned by the first, "/c" is past the limit of 2, and
+        // "/b" again after that comes from the values copied when the field was found full.
+        let second = on_a_thread(&["/b", "/c", "/b", "/d", "/a"]);
+        assert_eq!(second[0], first[2]);
+        assert_eq!(route_of(second[1]), OTHER);
+        assert_eq!(
+            second[3], second[1],
+            "every value past the limit is (other)"
+        );
+        assert_eq!(second[2], first[2]);
+        assert_eq!(second[4], first[0]);
+        // Values cut to 64 characters, as the shared path cuts them.
+        let long: &'static str = Box::leak("é".repeat(70).into_boxed_str());
+        LABELS.configure(&["route".to_owned()], 8);
+        let cut = on_a_thread(Box::leak(Box::new([long])));
+        assert_eq!(route_of(cut[0]), "é".repeat(MAX_LABEL_VALUE_CHARS));
+        // A new configuration: a cache filled under the old one is not used.
+        let record: &'static Record = Box::leak(Box::new(Record(Default::default())));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(record), || {
+            drop(tracing::info_span!("req", route = "/a"));
+            LABELS.configure(&["method".to_owned()], 8);
+            drop(tracing::info_span!("req", route = "/a"));
+        });
+        let ids = record.0.lock().unwrap().clone();
+        assert_eq!(route_of(ids[0]), "/a");
+        assert_eq!(ids[1], 0, "route is no label any more");
     }
 }

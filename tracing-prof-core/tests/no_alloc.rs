@@ -1,5 +1,8 @@
 //! Span enter/exit with the layer, and the allocator's tagging, allocate nothing themselves:
 //! counted by an allocator under the tagging one that sees every call reaching the heap.
+//!
+//! The tests take turns (`SERIAL`): they set process-wide settings (the heap sampling rate,
+//! the span labels) that the others' counts depend on.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -44,8 +47,17 @@ fn calls() -> u64 {
     CALLS.with(Cell::get)
 }
 
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn enter_exit_and_tagging_allocate_nothing() {
+    let _serial = serial();
     for cpu in [false, true] {
         let layer = ProfileLayer::new().with_cpu_time(cpu);
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
@@ -84,6 +96,7 @@ fn enter_exit_and_tagging_allocate_nothing() {
 
 #[test]
 fn creation_and_close_allocate_nothing() {
+    let _serial = serial();
     // With heap sampling on, every span's close also takes its instance cell (a span opens an
     // instance only at its first sampled allocation, which none has here).
     for sampling in [false, true] {
@@ -113,6 +126,7 @@ fn creation_and_close_allocate_nothing() {
 
 #[test]
 fn a_new_threads_first_allocation_is_one_heap_call() {
+    let _serial = serial();
     std::thread::spawn(|| {
         let before = calls();
         let b = std::hint::black_box(Box::new(1u64));
@@ -123,4 +137,36 @@ fn a_new_threads_first_allocation_is_one_heap_call() {
     })
     .join()
     .unwrap();
+}
+
+#[test]
+fn a_labeled_spans_creation_allocates_nothing_once_its_values_are_known() {
+    let _serial = serial();
+    // Labels are configured by building a profiler: nothing else of it runs here.
+    let (layer, _guard) = tracing_prof_core::Profiler::builder()
+        .span_field_labels(["route", "method"])
+        .heap_sampling(0)
+        .cpu_sampling(0)
+        .interval(std::time::Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let routes = ["/a", "/b", "/c", "/a/long/route/with/some/segments/in/it"];
+        let life = |i: usize| {
+            let route = routes[i % routes.len()];
+            let method = if i.is_multiple_of(2) { "GET" } else { "POST" };
+            tracing::info_span!("request", route, method, i).in_scope(|| std::hint::black_box(i));
+            // A callsite with a label field whose value is a number, formatted.
+            tracing::info_span!("job", route = i % 3).in_scope(|| std::hint::black_box(i));
+        };
+        // Warm-up: this thread's cache learns every value and combination once.
+        (0..100).for_each(life);
+        let before = calls();
+        (0..10_000).for_each(life);
+        assert_eq!(
+            calls() - before,
+            0,
+            "a labeled span's creation or close allocated"
+        );
+    });
 }
