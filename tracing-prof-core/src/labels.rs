@@ -16,7 +16,12 @@
 //! looks them up in the thread's own cache of values and label sets: no lock and no allocation
 //! once the thread has seen that combination. A value or combination new to the thread takes
 //! the process-wide table's lock once (and allocates its copy); so do all of them on a thread
-//! whose thread-locals are being destroyed.
+//! whose thread-locals are being destroyed. Values are cut as they are formatted: a huge one is
+//! never held whole.
+//!
+//! Memory: the shared table keeps each field's values (at most the limit) and every label set
+//! seen; each thread that creates labeled spans keeps the values it has seen (all of a field's,
+//! once the field is full), up to 4096 label sets and 64 callsites, freed when it exits.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -102,10 +107,14 @@ pub(crate) struct Labels {
     table: Mutex<Option<Box<Table>>>,
     /// Whether any field is configured: the only thing span creation reads when none is.
     active: AtomicBool,
-    /// Counts the calls of [`Labels::configure`]: a thread's cache filled under an earlier one
-    /// is dropped and filled again.
+    /// The configuration in force, numbered from [`GENERATIONS`]: a thread's cache filled
+    /// under another one is dropped and filled again.
     generation: AtomicU64,
 }
+
+/// Numbers every call of [`Labels::configure`] of any instance, so that a thread's cache, which
+/// all instances share, never passes for another instance's or configuration's.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// What one thread keeps of the labels: the configured fields, and the values and label sets
 /// it has seen, so that a span creation finds them without the table's lock.
@@ -190,9 +199,13 @@ impl Labels {
         {
             t.fields = fields.iter().map(|f| Arc::from(f.as_str())).collect();
             t.values = vec![HashMap::new(); t.fields.len()];
+            // Sets are keyed by field position: new ones for the new fields (the ids handed
+            // out keep their pairs).
+            t.sets.clear();
         }
         t.limit = limit.clamp(1, MAX_LABEL_VALUES);
-        t.generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        t.generation = GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1;
+        self.generation.store(t.generation, Ordering::Release);
         self.active.store(!t.fields.is_empty(), Ordering::Release);
     }
 }
@@ -212,15 +225,15 @@ impl Collect {
         self.found.clear();
     }
 
-    fn put(&mut self, field: &Field, value: impl FnOnce(&mut String)) {
+    fn put(&mut self, field: &Field, value: impl FnOnce(&mut Capped<'_>)) {
         let Some(i) = self.fields.iter().position(|f| **f == *field.name()) else {
             return;
         };
         let start = self.text.len();
-        value(&mut self.text);
-        if let Some((cut, _)) = self.text[start..].char_indices().nth(MAX_LABEL_VALUE_CHARS) {
-            self.text.truncate(start + cut);
-        }
+        value(&mut Capped {
+            out: &mut self.text,
+            left: MAX_LABEL_VALUE_CHARS,
+        });
         self.found.push((i, start, self.text.len()));
     }
 
@@ -234,9 +247,35 @@ impl Collect {
     }
 }
 
+/// Appends what is written to it up to [`MAX_LABEL_VALUE_CHARS`] characters and drops the
+/// rest, so that a huge value never grows the thread's buffer.
+struct Capped<'a> {
+    out: &'a mut String,
+    left: usize,
+}
+
+impl std::fmt::Write for Capped<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        match s.char_indices().nth(self.left) {
+            Some((cut, _)) => {
+                self.out.push_str(&s[..cut]);
+                self.left = 0;
+            }
+            None => {
+                self.out.push_str(s);
+                self.left -= s.chars().count();
+            }
+        }
+        // Never an error: a value's formatting is not stopped, only not kept.
+        Ok(())
+    }
+}
+
 impl Visit for Collect {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.put(field, |s| s.push_str(value));
+        self.put(field, |s| {
+            let _ = s.write_str(value);
+        });
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.put(field, |s| {
@@ -351,7 +390,7 @@ impl Labels {
     }
 
     /// The values and the set in `l.scratch` that this thread has not seen: from the shared
-    /// table, under its lock, and kept in the cache. 0 if the configuration changed meanwhile.
+    /// table, under its lock, and kept in the cache. 0 if the fields changed meanwhile.
     #[cold]
     #[inline(never)]
     fn learn(&self, l: &mut Local) -> u32 {
@@ -359,9 +398,11 @@ impl Labels {
         let Some(t) = guard.as_deref_mut() else {
             return 0;
         };
-        if t.generation != l.generation {
-            return 0; // reconfigured meanwhile; the next span fills a fresh cache
+        if t.fields != l.fields {
+            return 0; // reconfigured meanwhile
         }
+        // (Other settings may have changed since the cache was filled, the limit: the values
+        // come from the table, and the next span fills a fresh cache.)
         let mut key = Vec::with_capacity(l.scratch.found.len());
         l.key.clear();
         for (i, text) in l.scratch.values() {
@@ -436,58 +477,79 @@ impl Labels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Barrier;
     use tracing_subscriber::layer::Context;
     use tracing_subscriber::prelude::*;
 
-    static LABELS: Labels = Labels::new();
-
     /// Records the label set of every span created, as the span path table would ask for it.
-    struct Record(std::sync::Mutex<Vec<u32>>);
+    struct Record {
+        labels: &'static Labels,
+        ids: std::sync::Mutex<Vec<u32>>,
+    }
 
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for &'static Record {
         fn on_new_span(&self, attrs: &Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
-            let id = LABELS.of_span(attrs);
-            self.0.lock().unwrap().push(id);
+            let id = self.labels.of_span(attrs);
+            self.ids.lock().unwrap().push(id);
         }
     }
 
+    fn record(labels: &'static Labels) -> &'static Record {
+        Box::leak(Box::new(Record {
+            labels,
+            ids: Default::default(),
+        }))
+    }
+
+    /// The label sets of spans `make` creates on this thread, through `labels`.
+    fn ids_of(labels: &'static Labels, make: impl FnOnce()) -> Vec<u32> {
+        let r = record(labels);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(r), make);
+        r.ids.lock().unwrap().clone()
+    }
+
     /// The label sets of spans with these routes, created on a new thread in this order.
-    fn on_a_thread(routes: &'static [&'static str]) -> Vec<u32> {
+    fn on_a_thread(labels: &'static Labels, routes: &'static [&'static str]) -> Vec<u32> {
         std::thread::spawn(move || {
-            let record: &'static Record = Box::leak(Box::new(Record(Default::default())));
-            let subscriber = tracing_subscriber::registry().with(record);
-            tracing::subscriber::with_default(subscriber, || {
+            ids_of(labels, || {
                 for route in routes {
                     drop(tracing::info_span!("req", route));
                 }
-            });
-            record.0.lock().unwrap().clone()
+            })
         })
         .join()
         .unwrap()
     }
 
-    fn route_of(id: u32) -> String {
-        let pairs = LABELS.pairs(id);
+    fn pairs_of(labels: &Labels, id: u32) -> Vec<(String, String)> {
+        labels
+            .pairs(id)
+            .iter()
+            .map(|(f, v)| (f.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn route_of(labels: &Labels, id: u32) -> String {
+        let pairs = pairs_of(labels, id);
         assert_eq!(pairs.len(), 1, "{pairs:?}");
-        pairs[0].1.to_string()
+        pairs[0].1.clone()
     }
 
     /// Each thread's cache gives what the shared table says: the same sets for the same values
     /// on every thread, the values interned by other threads, and the limit reached elsewhere.
-    /// (One test: it configures the process-wide `LABELS`.)
     #[test]
     fn thread_caches_agree_with_the_shared_table() {
+        static LABELS: Labels = Labels::new();
         LABELS.configure(&["route".to_owned()], 2);
-        let first = on_a_thread(&["/a", "/a", "/b"]);
+        let first = on_a_thread(&LABELS, &["/a", "/a", "/b"]);
         assert_eq!(first[0], first[1]);
-        assert_eq!(route_of(first[0]), "/a");
-        assert_eq!(route_of(first[2]), "/b");
+        assert_eq!(route_of(&LABELS, first[0]), "/a");
+        assert_eq!(route_of(&LABELS, first[2]), "/b");
         // A second thread: "/b" was interned by the first, "/c" is past the limit of 2, and
         // "/b" again after that comes from the values copied when the field was found full.
-        let second = on_a_thread(&["/b", "/c", "/b", "/d", "/a"]);
+        let second = on_a_thread(&LABELS, &["/b", "/c", "/b", "/d", "/a"]);
         assert_eq!(second[0], first[2]);
-        assert_eq!(route_of(second[1]), OTHER);
+        assert_eq!(route_of(&LABELS, second[1]), OTHER);
         assert_eq!(
             second[3], second[1],
             "every value past the limit is (other)"
@@ -497,17 +559,75 @@ mod tests {
         // Values cut to 64 characters, as the shared path cuts them.
         let long: &'static str = Box::leak("é".repeat(70).into_boxed_str());
         LABELS.configure(&["route".to_owned()], 8);
-        let cut = on_a_thread(Box::leak(Box::new([long])));
-        assert_eq!(route_of(cut[0]), "é".repeat(MAX_LABEL_VALUE_CHARS));
-        // A new configuration: a cache filled under the old one is not used.
-        let record: &'static Record = Box::leak(Box::new(Record(Default::default())));
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(record), || {
-            drop(tracing::info_span!("req", route = "/a"));
+        let cut = on_a_thread(&LABELS, Box::leak(Box::new([long])));
+        assert_eq!(route_of(&LABELS, cut[0]), "é".repeat(MAX_LABEL_VALUE_CHARS));
+        // New fields: a cache filled under the old ones is not used, and a set of the new
+        // field is not one of the old field's at the same position.
+        let ids = ids_of(&LABELS, || {
+            drop(tracing::info_span!("req", route = "GET"));
             LABELS.configure(&["method".to_owned()], 8);
-            drop(tracing::info_span!("req", route = "/a"));
+            drop(tracing::info_span!("req", route = "GET"));
+            drop(tracing::info_span!("req", method = "GET"));
         });
-        let ids = record.0.lock().unwrap().clone();
-        assert_eq!(route_of(ids[0]), "/a");
+        assert_eq!(pairs_of(&LABELS, ids[0]), [("route".into(), "GET".into())]);
         assert_eq!(ids[1], 0, "route is no label any more");
+        assert_eq!(pairs_of(&LABELS, ids[2]), [("method".into(), "GET".into())]);
+    }
+
+    /// Two instances (the runtime's and a test's) never read each other's thread cache.
+    #[test]
+    fn instances_do_not_share_a_cache() {
+        static A: Labels = Labels::new();
+        static B: Labels = Labels::new();
+        A.configure(&["route".to_owned()], 8);
+        B.configure(&["method".to_owned()], 8);
+        let a = ids_of(&A, || {
+            drop(tracing::info_span!("req", route = "/a", method = "GET"))
+        });
+        let b = ids_of(&B, || {
+            drop(tracing::info_span!("req", route = "/a", method = "GET"))
+        });
+        assert_eq!(pairs_of(&A, a[0]), [("route".into(), "/a".into())]);
+        assert_eq!(pairs_of(&B, b[0]), [("method".into(), "GET".into())]);
+    }
+
+    /// A span keeps its label when the profiler is configured again with the same fields while
+    /// the span's value is being formatted.
+    #[test]
+    fn a_configuration_of_the_same_fields_meanwhile_keeps_the_label() {
+        static LABELS: Labels = Labels::new();
+        static FORMATTING: Barrier = Barrier::new(2);
+        static CONFIGURED: Barrier = Barrier::new(2);
+        struct Slow;
+        impl std::fmt::Debug for Slow {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                FORMATTING.wait();
+                CONFIGURED.wait();
+                f.write_str("/slow")
+            }
+        }
+        LABELS.configure(&["route".to_owned()], 8);
+        let span = std::thread::spawn(|| {
+            ids_of(&LABELS, || drop(tracing::info_span!("req", route = ?Slow)))
+        });
+        FORMATTING.wait();
+        LABELS.configure(&["route".to_owned()], 16);
+        CONFIGURED.wait();
+        let ids = span.join().unwrap();
+        assert_eq!(route_of(&LABELS, ids[0]), "/slow");
+    }
+
+    /// A huge value is cut as it is written: the thread's buffer never holds it.
+    #[test]
+    fn a_huge_value_is_cut_as_it_is_written() {
+        let mut c = Collect::default();
+        let huge = "x".repeat(1 << 20);
+        let mut w = Capped {
+            out: &mut c.text,
+            left: MAX_LABEL_VALUE_CHARS,
+        };
+        let _ = write!(w, "{huge}{huge}");
+        assert_eq!(c.text.len(), MAX_LABEL_VALUE_CHARS);
+        assert!(c.text.capacity() < 1024, "{}", c.text.capacity());
     }
 }

@@ -143,7 +143,7 @@ fn a_new_threads_first_allocation_is_one_heap_call() {
 fn a_labeled_spans_creation_allocates_nothing_once_its_values_are_known() {
     let _serial = serial();
     // Labels are configured by building a profiler: nothing else of it runs here.
-    let (layer, _guard) = tracing_prof_core::Profiler::builder()
+    let (layer, guard) = tracing_prof_core::Profiler::builder()
         .span_field_labels(["route", "method"])
         .heap_sampling(0)
         .cpu_sampling(0)
@@ -169,4 +169,25 @@ fn a_labeled_spans_creation_allocates_nothing_once_its_values_are_known() {
             "a labeled span's creation or close allocated"
         );
     });
+    // And the spans were labeled (`TRACING_PROF_LABEL_FIELDS` in the environment would
+    // replace the fields asked for here).
+    let spans = guard
+        .profiler()
+        .snapshot()
+        .profile(tracing_prof_model::ProfileKind::Spans);
+    for route in ["/b", "/a/long/route/with/some/segments/in/it", "2"] {
+        assert!(
+            spans
+                .samples
+                .iter()
+                .any(|s| s.label("route") == Some(route)),
+            "no span labeled route={route}"
+        );
+    }
+    assert!(
+        spans
+            .samples
+            .iter()
+            .any(|s| s.label("method") == Some("POST"))
+    );
 }
