@@ -242,7 +242,7 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
             p.time.spans,
             bytes(p.memory.alloc_bytes),
             bytes(p.memory.inuse_bytes),
-            p.display_path()
+            tracing_prof::model::display_path_with_fields(&p.frames)
         );
     }
     println!();
@@ -291,7 +291,10 @@ fn print_stacks(profile: &Snapshot) {
             .code
             .last()
             .map_or_else(|| "?".to_owned(), |f| f.location());
-        format!("{} @ {leaf}", tracing_prof::model::display_path(&s.frames))
+        format!(
+            "{} @ {leaf}",
+            tracing_prof::model::display_path_with_fields(&s.frames)
+        )
     };
     let mut stacks: Vec<_> = profile
         .stacks
@@ -318,6 +321,8 @@ fn print_stacks(profile: &Snapshot) {
         );
     }
     // How close the estimates are: the span path allocating most, against its exact counters.
+    // With span labels, the paths of one callsite chain with different values share their
+    // names: the estimate by names covers all of them, and so does the exact sum here.
     if let Some(top) = profile
         .top_by(|p| p.memory.alloc_bytes)
         .into_iter()
@@ -325,13 +330,21 @@ fn print_stacks(profile: &Snapshot) {
     {
         let names: Vec<&str> = top.frames.iter().map(|f| &*f.name).collect();
         let est = profile.sampled_memory(&names);
+        let mut exact = tracing_prof::model::MemoryStats::default();
+        for p in profile
+            .paths
+            .iter()
+            .filter(|p| p.kind == PathKind::Span && p.is(&names))
+        {
+            exact.add(&p.memory);
+        }
         println!(
             "  (estimates against the exact counters, over every sampled stack of {}: allocated {} vs {}, in use {} vs {})",
             top.display_path(),
             bytes(est.alloc_bytes),
-            bytes(top.memory.alloc_bytes),
+            bytes(exact.alloc_bytes),
             bytes(est.inuse_bytes),
-            bytes(top.memory.inuse_bytes)
+            bytes(exact.inuse_bytes)
         );
     }
     println!();

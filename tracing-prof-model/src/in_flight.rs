@@ -4,7 +4,7 @@
 
 use crate::ModelError;
 use crate::profile::{Label, LabelValue, Profile, Sample, SampleType};
-use crate::snapshot::{Binary, SpanFrame, display_path};
+use crate::snapshot::{Binary, SpanFrame, display_path, fields_of};
 use crate::units::format_nanos;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -142,25 +142,13 @@ fn span_frames(s: &Sample) -> Vec<SpanFrame> {
     frames
 }
 
-fn fields(frames: &[SpanFrame]) -> String {
-    let f: Vec<String> = frames
-        .iter()
-        .flat_map(|f| f.fields.iter().map(|(k, v)| format!("{k}={v}")))
-        .collect();
-    if f.is_empty() {
-        String::new()
-    } else {
-        format!(" {{{}}}", f.join(", "))
-    }
-}
-
 /// A span path as the open-spans listing shows it: `request -> query {table=users}`, the
 /// opted-in field values of its spans in braces; `(no span)` for no span at all.
 pub fn display_path_with_fields(frames: &[SpanFrame]) -> String {
     if frames.is_empty() {
         "(no span)".to_owned()
     } else {
-        format!("{}{}", display_path(frames), fields(frames))
+        format!("{}{}", display_path(frames), fields_of(frames))
     }
 }
 
@@ -371,7 +359,7 @@ fn frames_text(frames: &[SpanFrame]) -> String {
             format!(
                 "#\t{}{}{place}",
                 f.qualified_name(),
-                fields(std::slice::from_ref(f))
+                fields_of(std::slice::from_ref(f))
             )
         })
         .collect();

@@ -152,6 +152,20 @@ pub fn display_path(frames: &[SpanFrame]) -> String {
     names.join(PATH_SEPARATOR)
 }
 
+/// The label values of `frames`' spans in braces after a space (` {route=/users}`); empty
+/// when they have none.
+pub(crate) fn fields_of(frames: &[SpanFrame]) -> String {
+    let f: Vec<String> = frames
+        .iter()
+        .flat_map(|f| f.fields.iter().map(|(k, v)| format!("{k}={v}")))
+        .collect();
+    if f.is_empty() {
+        String::new()
+    } else {
+        format!(" {{{}}}", f.join(", "))
+    }
+}
+
 /// What joins the span names of a path: `request -> render`.
 pub const PATH_SEPARATOR: &str = " -> ";
 
@@ -162,4 +176,29 @@ pub(super) fn names_are(frames: &[SpanFrame], names: &[&str]) -> bool {
             .iter()
             .zip(names)
             .all(|(f, n)| &*f.name == *n || &*f.path_name == *n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{PathKind, SuspectedLeak};
+
+    /// Paths of one callsite chain that differ by their label values read apart in a
+    /// suspected leak, as in every listing that shows them.
+    #[test]
+    fn a_leaks_path_shows_its_label_values() {
+        let frames = |route: Option<&str>| {
+            let mut store = SpanFrame::new("svc", "session_store", None, None);
+            if let Some(r) = route {
+                store.fields = vec![(Arc::from("route"), Arc::from(r))];
+            }
+            vec![SpanFrame::new("svc", "request", None, None), store]
+        };
+        let leak = |route| SuspectedLeak::new(PathKind::Span, frames(route), Vec::new(), 1, 1, 3);
+        assert_eq!(
+            leak(Some("/users")).path,
+            "request -> session_store {route=/users}"
+        );
+        assert_eq!(leak(None).path, "request -> session_store");
+    }
 }

@@ -8,6 +8,7 @@ mod frames;
 mod paths;
 mod stacks;
 
+pub(crate) use frames::fields_of;
 use frames::names_are;
 pub use frames::{
     CodeFrame, NO_SPAN_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR, PROFILER_FRAME, SpanFrame,
@@ -67,7 +68,9 @@ pub struct SuspectedLeak {
     /// The sampled code stack under the path, root first; empty when the whole span path is
     /// suspected.
     pub code: Vec<CodeFrame>,
-    /// Its span names joined by ` -> `, then ` @ ` and the innermost code frame for a stack.
+    /// Its span names joined by ` -> `, with the label values of its spans in braces when
+    /// span labels are configured (`request -> store {route=/users}`), then ` @ ` and the
+    /// innermost code frame for a stack.
     pub path: String,
     /// In-use bytes now.
     pub inuse_bytes: u64,
@@ -87,11 +90,12 @@ impl SuspectedLeak {
         growth_bytes: u64,
         snapshots: usize,
     ) -> Self {
+        let shown = format!("{}{}", display_path(&frames), fields_of(&frames));
         let path = if code.is_empty() {
-            display_path(&frames)
+            shown
         } else {
             let leaf = code.last().map_or("?".into(), CodeFrame::short_name);
-            format!("{} @ {leaf}", display_path(&frames))
+            format!("{shown} @ {leaf}")
         };
         SuspectedLeak {
             kind,
@@ -363,7 +367,9 @@ impl Snapshot {
     }
 
     /// The estimated memory of the span path whose span names are `names`, summed over its
-    /// sampled stacks (not over the paths below it).
+    /// sampled stacks (not over the paths below it). With span labels, over every path of
+    /// those names whatever their label values (compare it with the sum of their
+    /// [`PathProfile::memory`]).
     pub fn sampled_memory(&self, names: &[&str]) -> MemoryStats {
         let mut m = MemoryStats::default();
         for s in self.stacks.iter().filter(|s| names_are(&s.frames, names)) {
@@ -373,7 +379,8 @@ impl Snapshot {
     }
 
     /// The sampled CPU time of the span path whose span names are `names`, summed over its
-    /// CPU stacks (self time: not over the paths below it).
+    /// CPU stacks (self time: not over the paths below it). With span labels, over every path
+    /// of those names whatever their label values.
     pub fn sampled_cpu_ns(&self, names: &[&str]) -> u64 {
         self.cpu_stacks
             .iter()
