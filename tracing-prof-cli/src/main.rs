@@ -402,10 +402,16 @@ fn run(command: Command) -> Result<(), CliError> {
                 .map(|i| input::load(i))
                 .collect::<Result<Vec<_>, _>>()?;
             let loaded = in_time_order(loaded);
+            let given = loaded.len();
+            let loaded = last_process(loaded);
             if loaded.len() < 2 {
-                return Err(CliError::Select(
-                    "leaks needs at least two different profiles of one process".to_owned(),
-                ));
+                return Err(CliError::Select(if loaded.len() < given {
+                    "leaks needs at least two different profiles of one process: the last \
+                     process among the inputs has one"
+                        .to_owned()
+                } else {
+                    "leaks needs at least two different profiles of one process".to_owned()
+                }));
             }
             let profiles: Vec<_> = loaded.iter().map(|l| l.profile.clone()).collect();
             print(&leaks(&loaded, &profiles, &a)?);
@@ -473,6 +479,43 @@ fn in_time_order(mut loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
         }
     }
     loaded
+}
+
+/// The captures of the last process among `loaded` (in time order). A process's count of
+/// allocations (`alloc_objects`, in ours and in Go's heap profiles) only grows while it runs,
+/// so where it falls from one input to the next a new process began: a series over both would
+/// compare one process's memory with another's, and could hide a leak. The inputs before the
+/// last such fall are left out, with a note; inputs without that count are taken as they are.
+fn last_process(loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
+    let counts: Option<Vec<i64>> = loaded
+        .iter()
+        .map(|l| {
+            let p = &l.profile;
+            let i = p
+                .sample_types
+                .iter()
+                .position(|t| t.name == "alloc_objects")?;
+            Some(p.total(i))
+        })
+        .collect();
+    let Some(counts) = counts else {
+        return loaded;
+    };
+    let starts: Vec<usize> = (1..counts.len())
+        .filter(|&i| counts[i] < counts[i - 1])
+        .collect();
+    let Some(&last) = starts.last() else {
+        return loaded;
+    };
+    eprintln!(
+        "(the inputs are captures of {} processes: alloc_objects falls from {} to {}; only the \
+         last process's {} are read)",
+        starts.len() + 1,
+        loaded[last - 1].name,
+        loaded[last].name,
+        loaded.len() - last
+    );
+    loaded.into_iter().skip(last).collect()
 }
 
 /// The `leaks` command's text.

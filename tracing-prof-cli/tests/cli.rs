@@ -1021,3 +1021,57 @@ fn report_renders_in_a_browser() {
     assert!(size > 20_000, "a {size}-byte screenshot is a blank page");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `leaks` over the captures of two processes (a service restarted, its `profiles/` never
+/// emptied) reads the last process's only, and says so: a series across the restart would set
+/// one process's memory against another's and could hide a leak.
+#[test]
+fn leaks_reads_the_last_process_of_its_inputs() {
+    let dir = std::env::temp_dir().join(format!("tracing-prof-cli-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let series: Vec<String> = (1..=5)
+        .map(|i| fixture(&format!("series/span_memory.{i}.pb.gz")))
+        .collect();
+    let last = tracing_prof_model::Profile::decode(&std::fs::read(&series[4]).unwrap()).unwrap();
+    // A second process: the first two captures of the series again, an hour later, so that
+    // its counts start over below the first process's last ones.
+    let restarted: Vec<String> = (0..2)
+        .map(|i| {
+            let mut p =
+                tracing_prof_model::Profile::decode(&std::fs::read(&series[i]).unwrap()).unwrap();
+            p.time = last
+                .time
+                .map(|t| t + std::time::Duration::from_secs(3600 + i as u64));
+            let path = dir.join(format!("span_memory.restarted.{i}.pb.gz"));
+            std::fs::write(&path, p.encode()).unwrap();
+            path.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let args = |extra: &[String]| -> Vec<String> {
+        ["leaks", "--by", "span"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(series.iter().cloned())
+            .chain(extra.iter().cloned())
+            .collect()
+    };
+    let both = args(&restarted);
+    let (success, stdout, stderr) = run(&both.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(success, "{stderr}");
+    assert!(
+        stderr.contains("captures of 2 processes") && stderr.contains("only the last process's 2"),
+        "{stderr}"
+    );
+    assert!(stdout.starts_with("2 profiles, "), "{stdout}");
+    // The same process alone reads as before.
+    let alone = ok(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(alone.starts_with("5 profiles, "), "{alone}");
+    // One capture of the last process: nothing to compare, said so.
+    let one = args(&restarted[..1]);
+    let (success, _, stderr) = run(&one.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        !success && stderr.contains("the last process among the inputs has one"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
