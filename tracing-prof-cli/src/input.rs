@@ -86,22 +86,26 @@ impl Loaded {
             .then(|| if first == "profile" { "cpu" } else { first }.to_owned())
     }
 
-    /// One line: the name, the program, when and over how long.
+    /// One line: the name, the program, when (the window's start, or when it was taken) and
+    /// over how long.
     pub(crate) fn describe(&self) -> String {
         let p = &self.profile;
         let mut parts = vec![self.name.clone()];
         if let Some(b) = &p.binary {
             parts.push(b.path.rsplit('/').next().unwrap_or(&b.path).to_owned());
         }
+        // A profile over a window says when the window began (a CPU profile's file is
+        // written at its end); a cumulative one, when it was taken.
+        let window = p.duration.filter(|d| !d.is_zero());
         if let Some(t) = p.time {
-            parts.push(format!("taken {}", utc(t)));
+            let when = if window.is_some() { "from" } else { "taken" };
+            parts.push(format!("{when} {}", utc(t)));
         }
-        match p.duration {
-            Some(d) if !d.is_zero() => parts.push(format!(
+        if let Some(d) = window {
+            parts.push(format!(
                 "over {}",
                 units::format_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-            )),
-            _ => {}
+            ));
         }
         parts.join(", ")
     }
