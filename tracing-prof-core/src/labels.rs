@@ -490,6 +490,14 @@ mod tests {
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for &'static Record {
         fn on_new_span(&self, attrs: &Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
             let id = self.labels.of_span(attrs);
+            // The path without the thread's cache (thread-local teardown, re-entry) agrees.
+            if self.labels.active.load(Ordering::Acquire) {
+                assert_eq!(
+                    self.labels.of_span_shared(attrs),
+                    id,
+                    "the shared path differs"
+                );
+            }
             self.ids.lock().unwrap().push(id);
         }
     }
@@ -598,11 +606,16 @@ mod tests {
         static LABELS: Labels = Labels::new();
         static FORMATTING: Barrier = Barrier::new(2);
         static CONFIGURED: Barrier = Barrier::new(2);
+        static FIRST: AtomicBool = AtomicBool::new(true);
         struct Slow;
         impl std::fmt::Debug for Slow {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                FORMATTING.wait();
-                CONFIGURED.wait();
+                // Only the first formatting waits (the test layer formats it again, through
+                // the shared path).
+                if FIRST.swap(false, Ordering::Relaxed) {
+                    FORMATTING.wait();
+                    CONFIGURED.wait();
+                }
                 f.write_str("/slow")
             }
         }
