@@ -485,12 +485,17 @@ fn in_time_order(mut loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
 /// allocations (`alloc_objects`, in ours and in Go's heap profiles) only grows while it runs,
 /// so where it falls from one input to the next a new process began: a series over both would
 /// compare one process's memory with another's, and could hide a leak. The inputs before the
-/// last such fall are left out, with a note; inputs without that count are taken as they are.
+/// last such fall are left out, with a note. Inputs without that count, or over a window of
+/// their own (`-delta` files: their counts are the window's, and rise and fall), are taken as
+/// they are.
 fn last_process(loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
     let counts: Option<Vec<i64>> = loaded
         .iter()
         .map(|l| {
             let p = &l.profile;
+            if p.duration.is_some_and(|d| !d.is_zero()) {
+                return None;
+            }
             let i = p
                 .sample_types
                 .iter()

@@ -1063,6 +1063,26 @@ fn leaks_reads_the_last_process_of_its_inputs() {
         "{stderr}"
     );
     assert!(stdout.starts_with("2 profiles, "), "{stdout}");
+    // Counts over windows of their own (`-delta` files) rise and fall: no restart is read
+    // from them.
+    let windowed: Vec<String> = series
+        .iter()
+        .chain(&restarted)
+        .enumerate()
+        .map(|(i, f)| {
+            let mut p = tracing_prof_model::Profile::decode(&std::fs::read(f).unwrap()).unwrap();
+            p.duration = Some(std::time::Duration::from_secs(10));
+            let path = dir.join(format!("span_memory-delta.{i}.pb.gz"));
+            std::fs::write(&path, p.encode()).unwrap();
+            path.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut deltas = vec!["leaks".to_owned(), "--by".to_owned(), "span".to_owned()];
+    deltas.extend(windowed);
+    let (success, stdout, stderr) = run(&deltas.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(success, "{stderr}");
+    assert!(!stderr.contains("processes"), "{stderr}");
+    assert!(stdout.starts_with("7 profiles, "), "{stdout}");
     // The same process alone reads as before.
     let alone = ok(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(alone.starts_with("5 profiles, "), "{alone}");
