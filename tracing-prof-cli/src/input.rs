@@ -86,6 +86,37 @@ impl Loaded {
             .then(|| if first == "profile" { "cpu" } else { first }.to_owned())
     }
 
+    /// The process id in one of our file names (`heap.4242.20261122T120205.123456Z.pb.gz`).
+    pub(crate) fn pid(&self) -> Option<i64> {
+        self.kind()?;
+        let stem = self.stem();
+        let mut parts = stem.split('.');
+        parts.next();
+        parts.next()?.parse().ok()
+    }
+
+    /// The process id of one of our timestamped files, the pid followed by its stamp
+    /// (`heap.4242.20261122T120205.123456Z.pb.gz`); `None` for any other name.
+    pub(crate) fn process(&self) -> Option<i64> {
+        let stem = self.stem();
+        let stamp = stem.split('.').nth(2)?.as_bytes();
+        let is_stamp = stamp.len() == 15
+            && stamp[8] == b'T'
+            && stamp
+                .iter()
+                .enumerate()
+                .all(|(i, b)| i == 8 || b.is_ascii_digit());
+        if is_stamp { self.pid() } else { None }
+    }
+
+    /// Whether it is one of our cumulative captures (it says so in a comment).
+    pub(crate) fn is_our_cumulative(&self) -> bool {
+        self.profile
+            .comments
+            .iter()
+            .any(|c| c.starts_with("tracing-prof: cumulative"))
+    }
+
     /// One line: the name, the program, when (the window's start, or when it was taken) and
     /// over how long.
     pub(crate) fn describe(&self) -> String {

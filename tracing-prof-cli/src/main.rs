@@ -481,21 +481,49 @@ fn in_time_order(mut loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
     loaded
 }
 
-/// The captures of the last process among `loaded` (in time order). A process's count of
-/// allocations (`alloc_objects`, in ours and in Go's heap profiles) only grows while it runs,
-/// so where it falls from one input to the next a new process began: a series over both would
-/// compare one process's memory with another's, and could hide a leak. The inputs before the
-/// last such fall are left out, with a note. Inputs without that count, or over a window of
-/// their own (`-delta` files: their counts are the window's, and rise and fall), are taken as
-/// they are.
+/// The captures of the last process among `loaded` (in time order): a series over two
+/// processes would compare one's memory with the other's, and could hide a leak.
+/// - Our files name their process (`span_memory.4242.<stamp>.pb.gz`): the last input's
+///   process is kept.
+/// - Otherwise, when every input is one of our cumulative captures, a count of allocations
+///   (`alloc_objects`) that falls from one input to the next says a new process began there
+///   (within a process it only grows): the inputs before the last fall are left out.
+/// - Anything else (Go's profiles, deltas, whose counts are a window's) is taken as it is.
+///
+/// What is left out is said on stderr.
 fn last_process(loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
+    let pids: Option<Vec<i64>> = loaded.iter().map(input::Loaded::process).collect();
+    if let Some(pids) = pids {
+        let Some(&last) = pids.last() else {
+            return loaded;
+        };
+        let mut others: Vec<i64> = pids.iter().copied().filter(|&p| p != last).collect();
+        if others.is_empty() {
+            return loaded;
+        }
+        others.sort_unstable();
+        others.dedup();
+        let kept: Vec<input::Loaded> = loaded
+            .into_iter()
+            .zip(&pids)
+            .filter(|(_, p)| **p == last)
+            .map(|(l, _)| l)
+            .collect();
+        eprintln!(
+            "(the inputs are captures of {} processes, by their file names; only the last \
+             one's, pid {last}, {} of them, are read)",
+            others.len() + 1,
+            kept.len()
+        );
+        return kept;
+    }
+    if !loaded.iter().all(input::Loaded::is_our_cumulative) {
+        return loaded;
+    }
     let counts: Option<Vec<i64>> = loaded
         .iter()
         .map(|l| {
             let p = &l.profile;
-            if p.duration.is_some_and(|d| !d.is_zero()) {
-                return None;
-            }
             let i = p
                 .sample_types
                 .iter()

@@ -204,15 +204,6 @@ fn scope(p: &tracing_prof_model::Profile) -> &'static str {
     }
 }
 
-/// The process id in one of our file names (`heap.4242.20261122T120205.123456Z.pb.gz`).
-fn pid(loaded: &Loaded) -> Option<i64> {
-    loaded.kind()?;
-    let stem = loaded.stem();
-    let mut parts = stem.split('.');
-    parts.next();
-    parts.next()?.parse().ok()
-}
-
 /// FNV-1a of the profile as encoded: two names of one file (a `latest` link) are equal.
 fn digest(p: &tracing_prof_model::Profile) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -254,7 +245,7 @@ fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i
         params![
             loaded.name,
             loaded.kind(),
-            pid(loaded),
+            loaded.pid(),
             scope(p),
             time,
             p.duration.map(nanos),

@@ -1071,7 +1071,14 @@ fn leaks_reads_the_last_process_of_its_inputs() {
         .enumerate()
         .map(|(i, f)| {
             let mut p = tracing_prof_model::Profile::decode(&std::fs::read(f).unwrap()).unwrap();
+            // As our `-delta` files say it.
             p.duration = Some(std::time::Duration::from_secs(10));
+            for c in &mut p.comments {
+                if c.starts_with("tracing-prof: cumulative") {
+                    *c = "tracing-prof: window of 10.000 s: counters grew by these values in it"
+                        .to_owned();
+                }
+            }
             let path = dir.join(format!("span_memory-delta.{i}.pb.gz"));
             std::fs::write(&path, p.encode()).unwrap();
             path.to_str().unwrap().to_owned()
@@ -1083,6 +1090,31 @@ fn leaks_reads_the_last_process_of_its_inputs() {
     assert!(success, "{stderr}");
     assert!(!stderr.contains("processes"), "{stderr}");
     assert!(stdout.starts_with("7 profiles, "), "{stdout}");
+    // Files named as the profiler names them say their process: the last input's is read,
+    // even where two processes' captures interleave in time.
+    let named: Vec<String> = series
+        .iter()
+        .chain(&restarted)
+        .enumerate()
+        .map(|(i, f)| {
+            let pid = if i % 2 == 0 { 4242 } else { 77 };
+            let path = dir.join(format!(
+                "span_memory.{pid}.20261126T2000{i:02}.000000Z.pb.gz"
+            ));
+            std::fs::copy(f, &path).unwrap();
+            path.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut by_name = vec!["leaks".to_owned(), "--by".to_owned(), "span".to_owned()];
+    by_name.extend(named);
+    let (success, stdout, stderr) = run(&by_name.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(success, "{stderr}");
+    assert!(
+        stderr.contains("captures of 2 processes, by their file names")
+            && stderr.contains("pid 4242, 4 of them"),
+        "{stderr}"
+    );
+    assert!(stdout.starts_with("4 profiles, "), "{stdout}");
     // The same process alone reads as before.
     let alone = ok(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(alone.starts_with("5 profiles, "), "{alone}");
