@@ -125,11 +125,18 @@ impl Loaded {
         if let Some(b) = &p.binary {
             parts.push(b.path.rsplit('/').next().unwrap_or(&b.path).to_owned());
         }
-        // A profile over a window says when the window began (a CPU profile's file is
-        // written at its end); a cumulative one, when it was taken.
+        // Our profiles with a duration are stamped with the start of what they cover (the
+        // profiler's start, or a window's: the file is written at its end); other programs'
+        // times are the one pprof calls the time of collection, which Go sets to a CPU
+        // profile's start but to a delta heap profile's end.
         let window = p.duration.filter(|d| !d.is_zero());
         if let Some(t) = p.time {
-            let when = if window.is_some() { "from" } else { "taken" };
+            let ours = p.comments.iter().any(|c| c.starts_with("tracing-prof: "));
+            let when = if window.is_some() && ours {
+                "from"
+            } else {
+                "taken"
+            };
             parts.push(format!("{when} {}", utc(t)));
         }
         if let Some(d) = window {
