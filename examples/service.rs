@@ -168,7 +168,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         for l in &leaks {
             println!(
                 "  {}: +{} since it last fell (rising in {} captures), {} in use now",
-                l.path,
+                l.labeled_path(),
                 bytes(l.growth_bytes),
                 l.snapshots,
                 bytes(l.inuse_bytes)

@@ -429,7 +429,10 @@ impl Snapshot {
         for leak in &self.suspected_leaks {
             out.push(format!(
                 "tracing-prof: suspected leak: {}: in-use grew in {} captures without falling, by {} bytes, to {} bytes",
-                leak.path, leak.snapshots, leak.growth_bytes, leak.inuse_bytes
+                leak.labeled_path(),
+                leak.snapshots,
+                leak.growth_bytes,
+                leak.inuse_bytes
             ));
         }
         if self.window {

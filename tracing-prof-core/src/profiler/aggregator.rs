@@ -246,6 +246,9 @@ fn log_long_poll(path: &str, count: u64) {
 }
 
 fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {
+    // `span_path` names the path as everywhere else (the `span_path` label, the SQL column);
+    // the message adds its label values, which tell apart paths that differ by them only.
+    let labeled = leak.labeled_path();
     macro_rules! at {
         ($lvl:expr) => {
             tracing::event!(
@@ -257,7 +260,7 @@ fn log_leak(level: tracing::Level, leak: &SuspectedLeak) {
                 snapshots = leak.snapshots,
                 "suspected memory leak: the in-use memory of span path `{}` grew in {} captures \
                  without falling, by {} bytes, to {} bytes",
-                leak.path,
+                labeled,
                 leak.snapshots,
                 leak.growth_bytes,
                 leak.inuse_bytes

@@ -184,7 +184,7 @@ mod tests {
     use crate::snapshot::{PathKind, SuspectedLeak};
 
     /// Paths of one callsite chain that differ by their label values read apart in a
-    /// suspected leak, as in every listing that shows them.
+    /// suspected leak's labeled path, as in every listing that shows them.
     #[test]
     fn a_leaks_path_shows_its_label_values() {
         let frames = |route: Option<&str>| {
@@ -195,10 +195,13 @@ mod tests {
             vec![SpanFrame::new("svc", "request", None, None), store]
         };
         let leak = |route| SuspectedLeak::new(PathKind::Span, frames(route), Vec::new(), 1, 1, 3);
+        let labeled = leak(Some("/users"));
         assert_eq!(
-            leak(Some("/users")).path,
+            labeled.labeled_path(),
             "request -> session_store {route=/users}"
         );
-        assert_eq!(leak(None).path, "request -> session_store");
+        // `path` names the path as the `span_path` label does.
+        assert_eq!(labeled.path, "request -> session_store");
+        assert_eq!(leak(None).labeled_path(), "request -> session_store");
     }
 }

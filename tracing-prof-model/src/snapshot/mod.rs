@@ -68,9 +68,9 @@ pub struct SuspectedLeak {
     /// The sampled code stack under the path, root first; empty when the whole span path is
     /// suspected.
     pub code: Vec<CodeFrame>,
-    /// Its span names joined by ` -> `, with the label values of its spans in braces when
-    /// span labels are configured (`request -> store {route=/users}`), then ` @ ` and the
-    /// innermost code frame for a stack.
+    /// Its span names joined by ` -> `, then ` @ ` and the innermost code frame for a stack.
+    /// With span labels, paths that differ by their values only have the same `path`
+    /// ([`SuspectedLeak::labeled_path`] tells them apart).
     pub path: String,
     /// In-use bytes now.
     pub inuse_bytes: u64,
@@ -81,6 +81,17 @@ pub struct SuspectedLeak {
 }
 
 impl SuspectedLeak {
+    /// [`path`](Self::path) with the label values of its spans in braces after the span names
+    /// (`request -> store {route=/users}`, then ` @ ` and the code frame for a stack); the same
+    /// as `path` without span labels.
+    pub fn labeled_path(&self) -> String {
+        let shown = format!("{}{}", display_path(&self.frames), fields_of(&self.frames));
+        match self.code.last() {
+            Some(leaf) => format!("{shown} @ {}", leaf.short_name()),
+            None => shown,
+        }
+    }
+
     /// A suspected leak of the span path `frames` (and the stack `code` under it, if any).
     pub fn new(
         kind: PathKind,
@@ -90,12 +101,11 @@ impl SuspectedLeak {
         growth_bytes: u64,
         snapshots: usize,
     ) -> Self {
-        let shown = format!("{}{}", display_path(&frames), fields_of(&frames));
         let path = if code.is_empty() {
-            shown
+            display_path(&frames)
         } else {
             let leaf = code.last().map_or("?".into(), CodeFrame::short_name);
-            format!("{shown} @ {leaf}")
+            format!("{} @ {leaf}", display_path(&frames))
         };
         SuspectedLeak {
             kind,
