@@ -116,11 +116,11 @@ pub(crate) struct Labels {
 /// all instances share, never passes for another instance's or configuration's.
 static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
-/// What one thread keeps of the labels: the configured fields, and the values and label sets
-/// it has seen, so that a span creation finds them without the table's lock.
+/// What one thread keeps of the labels: the configured fields (in `scratch`, which collects
+/// their values), and the values and label sets it has seen, so that a span creation finds
+/// them without the table's lock.
 struct Local {
     generation: u64,
-    fields: Vec<Arc<str>>,
     /// Direct-mapped by callsite (its metadata's address): whether it has a configured field.
     callsites: [(usize, bool); LOCAL_CALLSITES],
     /// Per field, the values this thread has seen, interned (never more than the field's
@@ -338,7 +338,11 @@ impl Labels {
         let site = std::ptr::from_ref(meta) as usize;
         let entry = &mut l.callsites[(site >> 4) % LOCAL_CALLSITES];
         if entry.0 != site {
-            let has = l.fields.iter().any(|f| meta.fields().field(&**f).is_some());
+            let has = l
+                .scratch
+                .fields
+                .iter()
+                .any(|f| meta.fields().field(&**f).is_some());
             *entry = (site, has);
         }
         if !entry.1 {
@@ -375,7 +379,6 @@ impl Labels {
         let t = guard.as_ref()?;
         Some(Box::new(Local {
             generation: t.generation,
-            fields: t.fields.clone(),
             callsites: [(0, false); LOCAL_CALLSITES],
             values: vec![HashMap::new(); t.fields.len()],
             full: vec![false; t.fields.len()],
@@ -398,7 +401,7 @@ impl Labels {
         let Some(t) = guard.as_deref_mut() else {
             return 0;
         };
-        if t.fields != l.fields {
+        if t.fields != l.scratch.fields {
             return 0; // reconfigured meanwhile
         }
         // (Other settings may have changed since the cache was filled, the limit: the values
