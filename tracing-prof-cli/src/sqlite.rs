@@ -186,11 +186,9 @@ impl Db {
 /// Whether a profile counts since its process started (`cumulative`) or over a window:
 /// ours say so in a comment; otherwise a profile with a duration is a window (Go's CPU
 /// profiles), one without cumulative (Go's heap profiles).
-fn scope(p: &tracing_prof_model::Profile) -> &'static str {
-    if p.comments
-        .iter()
-        .any(|c| c.starts_with("tracing-prof: cumulative"))
-    {
+fn scope(loaded: &Loaded) -> &'static str {
+    let p = &loaded.profile;
+    if loaded.is_our_cumulative() {
         "cumulative"
     } else if p
         .comments
@@ -246,7 +244,7 @@ fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i
             loaded.name,
             loaded.kind(),
             loaded.pid(),
-            scope(p),
+            scope(loaded),
             time,
             p.duration.map(nanos),
             end,

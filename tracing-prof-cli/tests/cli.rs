@@ -1029,34 +1029,37 @@ fn report_renders_in_a_browser() {
 fn leaks_reads_the_last_process_of_its_inputs() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cli-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let decode = |f: &str| tracing_prof_model::Profile::decode(&std::fs::read(f).unwrap()).unwrap();
+    // `profile` written into the test's directory as `name`.
+    let write = |name: String, profile: tracing_prof_model::Profile| {
+        let path = dir.join(name);
+        std::fs::write(&path, profile.encode()).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let leaks = |files: &[&String]| {
+        let args: Vec<&str> = ["leaks", "--by", "span"]
+            .into_iter()
+            .chain(files.iter().map(|f| f.as_str()))
+            .collect();
+        run(&args)
+    };
     let series: Vec<String> = (1..=5)
         .map(|i| fixture(&format!("series/span_memory.{i}.pb.gz")))
         .collect();
-    let last = tracing_prof_model::Profile::decode(&std::fs::read(&series[4]).unwrap()).unwrap();
+    let last = decode(&series[4]);
     // A second process: the first two captures of the series again, an hour later, so that
     // its counts start over below the first process's last ones.
     let restarted: Vec<String> = (0..2)
         .map(|i| {
-            let mut p =
-                tracing_prof_model::Profile::decode(&std::fs::read(&series[i]).unwrap()).unwrap();
+            let mut p = decode(&series[i]);
             p.time = last
                 .time
                 .map(|t| t + std::time::Duration::from_secs(3600 + i as u64));
-            let path = dir.join(format!("span_memory.restarted.{i}.pb.gz"));
-            std::fs::write(&path, p.encode()).unwrap();
-            path.to_str().unwrap().to_owned()
+            write(format!("span_memory.restarted.{i}.pb.gz"), p)
         })
         .collect();
-    let args = |extra: &[String]| -> Vec<String> {
-        ["leaks", "--by", "span"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain(series.iter().cloned())
-            .chain(extra.iter().cloned())
-            .collect()
-    };
-    let both = args(&restarted);
-    let (success, stdout, stderr) = run(&both.iter().map(String::as_str).collect::<Vec<_>>());
+    let all: Vec<&String> = series.iter().chain(&restarted).collect();
+    let (success, stdout, stderr) = leaks(&all);
     assert!(success, "{stderr}");
     assert!(
         stderr.contains("captures of 2 processes") && stderr.contains("only the last process's 2"),
@@ -1065,12 +1068,11 @@ fn leaks_reads_the_last_process_of_its_inputs() {
     assert!(stdout.starts_with("2 profiles, "), "{stdout}");
     // Counts over windows of their own (`-delta` files) rise and fall: no restart is read
     // from them.
-    let windowed: Vec<String> = series
+    let windowed: Vec<String> = all
         .iter()
-        .chain(&restarted)
         .enumerate()
         .map(|(i, f)| {
-            let mut p = tracing_prof_model::Profile::decode(&std::fs::read(f).unwrap()).unwrap();
+            let mut p = decode(f);
             // As our `-delta` files say it.
             p.duration = Some(std::time::Duration::from_secs(10));
             for c in &mut p.comments {
@@ -1079,35 +1081,27 @@ fn leaks_reads_the_last_process_of_its_inputs() {
                         .to_owned();
                 }
             }
-            let path = dir.join(format!("span_memory-delta.{i}.pb.gz"));
-            std::fs::write(&path, p.encode()).unwrap();
-            path.to_str().unwrap().to_owned()
+            write(format!("span_memory-delta.{i}.pb.gz"), p)
         })
         .collect();
-    let mut deltas = vec!["leaks".to_owned(), "--by".to_owned(), "span".to_owned()];
-    deltas.extend(windowed);
-    let (success, stdout, stderr) = run(&deltas.iter().map(String::as_str).collect::<Vec<_>>());
+    let (success, stdout, stderr) = leaks(&windowed.iter().collect::<Vec<_>>());
     assert!(success, "{stderr}");
     assert!(!stderr.contains("processes"), "{stderr}");
     assert!(stdout.starts_with("7 profiles, "), "{stdout}");
     // Files named as the profiler names them say their process: the last input's is read,
     // even where two processes' captures interleave in time.
-    let named: Vec<String> = series
+    let named: Vec<String> = all
         .iter()
-        .chain(&restarted)
         .enumerate()
         .map(|(i, f)| {
             let pid = if i % 2 == 0 { 4242 } else { 77 };
-            let path = dir.join(format!(
-                "span_memory.{pid}.20261126T2000{i:02}.000000Z.pb.gz"
-            ));
-            std::fs::copy(f, &path).unwrap();
-            path.to_str().unwrap().to_owned()
+            write(
+                format!("span_memory.{pid}.20261126T2000{i:02}.000000Z.pb.gz"),
+                decode(f),
+            )
         })
         .collect();
-    let mut by_name = vec!["leaks".to_owned(), "--by".to_owned(), "span".to_owned()];
-    by_name.extend(named);
-    let (success, stdout, stderr) = run(&by_name.iter().map(String::as_str).collect::<Vec<_>>());
+    let (success, stdout, stderr) = leaks(&named.iter().collect::<Vec<_>>());
     assert!(success, "{stderr}");
     assert!(
         stderr.contains("captures of 2 processes, by their file names")
@@ -1116,11 +1110,11 @@ fn leaks_reads_the_last_process_of_its_inputs() {
     );
     assert!(stdout.starts_with("4 profiles, "), "{stdout}");
     // The same process alone reads as before.
-    let alone = ok(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let (success, alone, stderr) = leaks(&series.iter().collect::<Vec<_>>());
+    assert!(success, "{stderr}");
     assert!(alone.starts_with("5 profiles, "), "{alone}");
     // One capture of the last process: nothing to compare, said so.
-    let one = args(&restarted[..1]);
-    let (success, _, stderr) = run(&one.iter().map(String::as_str).collect::<Vec<_>>());
+    let (success, _, stderr) = leaks(&all[..6]);
     assert!(
         !success && stderr.contains("the last process among the inputs has one"),
         "{stderr}"
