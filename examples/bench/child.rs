@@ -124,11 +124,21 @@ pub fn rotate_with(
     rounds: usize,
     extra: &dyn Fn(&str) -> Option<(&'static str, &'static str)>,
 ) -> Vec<Vec<Run>> {
-    let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
+    rotate_runs(modes, rounds, |mode| spawn_with(env, mode, extra(mode)))
+}
+
+/// `run(mode)` for every mode, `rounds` times, rotating the order each round; the results per
+/// mode, in `modes` order.
+pub fn rotate_runs<T>(
+    modes: &[&str],
+    rounds: usize,
+    mut run: impl FnMut(&str) -> T,
+) -> Vec<Vec<T>> {
+    let mut runs: Vec<Vec<T>> = modes.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for j in 0..modes.len() {
             let i = (round + j) % modes.len();
-            runs[i].push(spawn_with(env, modes[i], extra(modes[i])));
+            runs[i].push(run(modes[i]));
         }
     }
     runs
@@ -141,36 +151,61 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median of `f` over `runs`.
-pub fn med(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
+pub fn med<T>(runs: &[T], f: &dyn Fn(&T) -> f64) -> f64 {
     median(runs.iter().map(f).collect())
 }
 
 /// Median of the per-round ratios of `f` between `runs` and `base`.
-pub fn ratio(runs: &[Run], base: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
+pub fn ratio<T>(runs: &[T], base: &[T], f: &dyn Fn(&T) -> f64) -> f64 {
     median(runs.iter().zip(base).map(|(a, b)| f(a) / f(b)).collect())
 }
 
-/// Prints a markdown table comparing each variant with the first (`off`).
-pub fn table(names: &[&str], runs: &[Vec<Run>]) {
+/// One row of [`print_table`]: its name, its unit and the value of a run.
+pub type Row<'a, T> = (&'a str, &'a str, &'a dyn Fn(&T) -> f64);
+
+/// Prints a markdown table comparing each variant with the first: per row, the median of
+/// each variant and its median per-round ratio to the first; then the final flush's median
+/// per variant but the first.
+pub fn print_table<T>(
+    names: &[&str],
+    runs: &[Vec<T>],
+    rows: &[Row<'_, T>],
+    flush_ms: &dyn Fn(&T) -> f64,
+) {
     let mut head = "| | ".to_owned() + names[0];
     for n in &names[1..] {
         head += &format!(" | {n} | ratio");
     }
     println!("{head} |");
     println!("|---|---:{}|", "|---:|---:".repeat(names.len() - 1));
-    let row = |name: &str, unit: &str, f: &dyn Fn(&Run) -> f64| {
-        let mut line = format!("| {name} | {:.3} {unit}", med(&runs[0], f));
+    for (name, unit, f) in rows {
+        let mut line = format!("| {name} | {:.3} {unit}", med(&runs[0], *f));
         for r in &runs[1..] {
-            line += &format!(" | {:.3} {unit} | {:.3}", med(r, f), ratio(r, &runs[0], f));
+            line += &format!(
+                " | {:.3} {unit} | {:.3}",
+                med(r, *f),
+                ratio(r, &runs[0], *f)
+            );
         }
         println!("{line} |");
-    };
-    row("wall time", "s", &|r| r.wall_s);
-    row("CPU time (user+sys)", "s", &|r| r.cpu_s);
-    row("peak RSS", "MiB", &|r| r.maxrss_mib);
+    }
     let mut flush = "| final flush at shutdown |".to_owned();
     for r in &runs[1..] {
-        flush += &format!(" | {:.2} ms |", med(r, &|r| r.flush_ms));
+        flush += &format!(" | {:.2} ms |", med(r, flush_ms));
     }
     println!("{flush} |");
+}
+
+/// Prints a markdown table comparing each variant with the first (`off`).
+pub fn table(names: &[&str], runs: &[Vec<Run>]) {
+    print_table(
+        names,
+        runs,
+        &[
+            ("wall time", "s", &|r: &Run| r.wall_s),
+            ("CPU time (user+sys)", "s", &|r: &Run| r.cpu_s),
+            ("peak RSS", "MiB", &|r: &Run| r.maxrss_mib),
+        ],
+        &|r| r.flush_ms,
+    );
 }

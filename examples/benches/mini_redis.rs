@@ -260,15 +260,11 @@ fn main() {
     }
     let rounds = child::setting("TRACING_PROF_BENCH_ROUNDS", 9) as usize;
     let per = child::setting("TRACING_PROF_BENCH_REQUESTS", 20_000) as usize;
-    let mut runs: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        for j in 0..MODES.len() {
-            let i = (round + j) % MODES.len();
-            let r = run(MODES[i], per);
-            eprintln!("round {round} {}: {r:?}", MODES[i]);
-            runs[i].push(r);
-        }
-    }
+    let runs = child::rotate_runs(&MODES, rounds, |mode| {
+        let r = run(mode, per);
+        eprintln!("{mode}: {r:?}");
+        r
+    });
     println!(
         "\n### mini-redis 0.4.1 under load ({CONNECTIONS} connections, {per} SETs of {VALUE} bytes \
          and {per} GETs each, one command at a time): the defaults vs off\n"
@@ -277,47 +273,23 @@ fn main() {
         "{rounds} rotating rounds, one server process per run; CPU times are the server's up to \
          the end of the load; ratios are medians of per-round ratios to off.\n"
     );
-    let commands = (2 * CONNECTIONS * per) as f64;
-    let mut head = "| | off".to_owned();
-    for m in &MODES[1..] {
-        head += &format!(" | {m} | ratio");
-    }
-    println!(
-        "{head} |\n|---|---:{}|",
-        "|---:|---:".repeat(MODES.len() - 1)
+    let us = 1e6 / (2 * CONNECTIONS * per) as f64;
+    child::print_table(
+        &MODES,
+        &runs,
+        &[
+            ("wall time of the load", "s", &|r: &Run| r.wall_s),
+            ("server user CPU per command", "µs", &|r: &Run| {
+                r.user_s * us
+            }),
+            ("server system CPU per command", "µs", &|r: &Run| {
+                r.sys_s * us
+            }),
+            ("server CPU (user+sys) per command", "µs", &|r: &Run| {
+                (r.user_s + r.sys_s) * us
+            }),
+            ("server peak RSS", "MiB", &|r: &Run| r.maxrss_mib),
+        ],
+        &|r| r.flush_ms,
     );
-    let row = |name: &str, unit: &str, scale: f64, f: &dyn Fn(&Run) -> f64| {
-        let med = |r: &[Run]| child::median(r.iter().map(|x| f(x) * scale).collect());
-        let mut line = format!("| {name} | {:.3} {unit}", med(&runs[0]));
-        for r in &runs[1..] {
-            let ratio = child::median(runs[0].iter().zip(r).map(|(b, a)| f(a) / f(b)).collect());
-            line += &format!(" | {:.3} {unit} | {ratio:.3}", med(r));
-        }
-        println!("{line} |");
-    };
-    row("wall time of the load", "s", 1.0, &|r| r.wall_s);
-    row("server user CPU per command", "µs", 1e6 / commands, &|r| {
-        r.user_s
-    });
-    row(
-        "server system CPU per command",
-        "µs",
-        1e6 / commands,
-        &|r| r.sys_s,
-    );
-    row(
-        "server CPU (user+sys) per command",
-        "µs",
-        1e6 / commands,
-        &|r| r.user_s + r.sys_s,
-    );
-    row("server peak RSS", "MiB", 1.0, &|r| r.maxrss_mib);
-    let mut flush = "| final flush at shutdown | ".to_owned();
-    for r in &runs[1..] {
-        flush += &format!(
-            " | {:.2} ms | ",
-            child::median(r.iter().map(|x| x.flush_ms).collect())
-        );
-    }
-    println!("{flush}|");
 }
