@@ -36,9 +36,7 @@ use crate::Tag;
 use crate::header::SampleHeader;
 use crate::tag::{STATE, ThreadState};
 
-use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Go's and jemalloc's default: one sample per 512 KiB allocated, on average.
@@ -91,8 +89,6 @@ const MAX_PROBES: usize = 64;
 struct Bucket {
     /// Hash of (tag, stack), never 0 once claimed; 0: free.
     key: AtomicU64,
-    /// Set once `tag`, `depth` and `ips` are written.
-    ready: AtomicBool,
     tag: AtomicU32,
     depth: AtomicU32,
     ips: [AtomicUsize; MAX_HEAP_FRAMES],
@@ -113,7 +109,7 @@ struct Bucket {
 struct SampleTable {
     buckets: [Bucket; MAX_STACKS],
     /// The buckets claimed so far, in the order they were claimed: `claimed` of them, each
-    /// written once its bucket is ready (0 until then). The readers go through this list
+    /// written once its bucket's stack is (0 until then). The readers go through this list
     /// rather than over every bucket, which would touch the whole 6 MiB table (every page of
     /// it, mapped on the first read) at each export, however few stacks it holds.
     claimed_list: [AtomicU16; MAX_STACKS],
@@ -362,9 +358,9 @@ fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
                 for (slot, &ip) in b.ips.iter().zip(ips) {
                     slot.store(ip, Ordering::Relaxed);
                 }
-                b.ready.store(true, Ordering::Release);
-                // Once per distinct stack: each bucket is claimed once and never freed, so
-                // there are fewer than MAX_STACKS claims.
+                // Listed once `tag`, `depth` and `ips` are written (the entry's store publishes
+                // them), once per distinct stack: each bucket is claimed once and never freed,
+                // so there are fewer than MAX_STACKS claims.
                 let n = table.claimed.fetch_add(1, Ordering::Relaxed);
                 if let Some(entry) = table.claimed_list.get(n) {
                     entry.store(i as u16, Ordering::Release);
@@ -541,10 +537,8 @@ pub fn read_stacks() -> Vec<StackTotals> {
     let objects = |c: &AtomicU64| load(c) as f64 / crate::FP;
     let mut out = Vec::new();
     for i in claimed_buckets(table) {
+        // Listed, so its stack is written (see `claimed_list`).
         let b = &table.buckets[i];
-        if i != 0 && !b.ready.load(Ordering::Acquire) {
-            continue;
-        }
         let mut t = StackTotals {
             bucket: i as u32,
             freed_samples: load(&b.freed_samples),
