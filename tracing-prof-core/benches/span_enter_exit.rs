@@ -3,10 +3,11 @@
 //! exit, the thread clock and getrusage; for a span's life, also with the heap sampler on, as a
 //! built profiler has it) against the registry with a no-op layer. Two more variants say what
 //! of the default layer's cost is its clock: the layer with a clock that reads nothing, and,
-//! beside enter+exit, two reads of the layer's clock alone. `span/threads` runs enter+exit and
-//! a span's life on 1, 2, 4, ... threads at once, up to the CPUs there are. (A registry
-//! with no layer at all never frees a closed span's slot, tokio-rs/tracing#2668: not a
-//! baseline to compare with.)
+//! beside enter+exit, two reads of the layer's clock alone. (A registry with no layer at all
+//! never frees a closed span's slot, tokio-rs/tracing#2668: not a baseline to compare with.)
+//! Thread scaling is `span_threads`: a global subscriber in a process of its own, as services
+//! have it (the scoped dispatchers here count references on one shared word at every span's
+//! creation).
 //!
 //! `cargo bench -p tracing-prof-core --bench span_enter_exit`
 //!
@@ -156,34 +157,6 @@ fn main() {
             ],
         );
     }
-    if ab::wanted("span/threads") {
-        // Thread scaling: 1, 2, 4, ... threads up to the CPUs there are (16 at most), each
-        // doing the operation on spans of its own at once; time per operation per thread. With
-        // no cache line written by two threads, it stays the 1-thread figure.
-        let cpus = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(16);
-        let counts: Vec<usize> = (0..5).map(|i| 1 << i).filter(|&t| t <= cpus).collect();
-        for (what, op) in [
-            ("enter+exit", enter_exit as fn(&Dispatch, u64)),
-            ("create+enter+exit+close in a parent", lifecycle),
-        ] {
-            let mut variants = Vec::new();
-            for &t in &counts {
-                for (name, d) in [("registry", &registry), ("+ layer (default)", &wall)] {
-                    variants.push(ab::variant(
-                        Box::leak(format!("{name}, {t} thread(s)").into_boxed_str()),
-                        move |n| on_threads(t, d, n, op),
-                    ));
-                }
-            }
-            ab::compare(
-                &format!("span {what} on 1..{cpus} threads at once (ns per operation per thread)"),
-                15,
-                variants,
-            );
-        }
-    }
     #[cfg(feature = "opentelemetry")]
     {
         let otel = with_otel(None);
@@ -209,19 +182,6 @@ fn main() {
             );
         }
     }
-}
-
-/// `op` run `n` times on each of `threads` threads at once (started together).
-fn on_threads(threads: usize, dispatch: &Dispatch, n: u64, op: fn(&Dispatch, u64)) {
-    let start = std::sync::Barrier::new(threads);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                start.wait();
-                op(dispatch, n);
-            });
-        }
-    });
 }
 
 /// `n` local roots, each created, entered, exited and closed.
