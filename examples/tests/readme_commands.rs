@@ -8,7 +8,8 @@
 //! commands); `-base OLD.pb.gz NEW.pb.gz` and `before/`, `after/` name two captures; a
 //! `curl` is a plain GET. Left to
 //! other tests: `-http` (a browser: the CLI's report test), `live` (`live.rs`), `cargo`
-//! commands (CI runs them; the OTLP one also `otlp.rs`, with its variables as written), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
+//! commands (CI runs them: the test command, `.ci/run`'s install of the CLI; the OTLP one
+//! also `otlp.rs`, with its variables as written), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
 //! `cli.rs` runs it as written).
 
 use tracing_prof_test_support as common;
