@@ -1,6 +1,6 @@
 //! alloc+free pairs of 8..1024 bytes with a span's tag current: each allocator plain and wrapped
 //! in `TaggingAllocator`, on one thread and on two (`alloc_pair/threads`: jemalloc plain and
-//! wrapped on 1, 2, 4, ... threads, up to the CPUs there are); and the heap sampler's cost, off,
+//! wrapped on 1, 2, 4, ... long-lived threads at once, up to the CPUs there are); and the heap sampler's cost, off,
 //! at the default rate and sampling every allocation.
 //!
 //! `cargo bench -p tracing-prof-alloc --bench alloc_pair`
@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, System};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof_alloc::__private::set_sample_rate;
 use tracing_prof_alloc::{DEFAULT_SAMPLE_RATE, Tag, TagGuard, TaggingAllocator};
-use tracing_prof_test_support::bench::{ab, pairs};
+use tracing_prof_test_support::bench::{ab, pairs, pool::Pool};
 
 /// The same on two threads at once; returns when both are done.
 fn pairs_2threads<A: GlobalAlloc + Sync>(a: &A, n: u64) {
@@ -29,6 +29,18 @@ fn pairs_on_threads<A: GlobalAlloc + Sync>(a: &A, threads: usize, n: u64) {
             });
         }
     });
+}
+
+/// A pool thread's job: `n` pairs of plain jemalloc, a span's tag current.
+fn jemalloc_pairs(n: u64) {
+    let _span = TagGuard::new(Tag::new(10));
+    pairs(&Jemalloc, n);
+}
+
+/// A pool thread's job: `n` pairs of the tagging allocator over jemalloc, a span's tag current.
+fn tagging_pairs(n: u64) {
+    let _span = TagGuard::new(Tag::new(10));
+    pairs(&TAG_JEMALLOC, n);
 }
 
 /// `pairs` called `depth` frames down, for stacks of a realistic depth.
@@ -139,18 +151,29 @@ fn main() {
         // Thread scaling: 1, 2, 4, ... threads up to the CPUs there are (16 at most), for the
         // issue's 1..16-thread figure on a machine that has them. With no cache line written
         // by two threads, the time per pair per thread stays the 1-thread figure.
+        // Long-lived threads (`bench::pool`), as a service's: no thread is spawned, and no
+        // per-thread table claimed, inside a measurement.
         let cpus = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .min(16);
+        let pool = Pool::start(cpus, |_| {
+            jemalloc_pairs(100);
+            tagging_pairs(100);
+        });
         let mut variants = Vec::new();
         for t in (0..5).map(|i| 1usize << i).filter(|&t| t <= cpus) {
+            let pool = &pool;
             variants.push(ab::variant(
                 Box::leak(format!("Jemalloc, {t} thread(s)").into_boxed_str()),
-                move |n| pairs_on_threads(&Jemalloc, t, n),
+                move |n| {
+                    pool.run(t, 1, jemalloc_pairs, n);
+                },
             ));
             variants.push(ab::variant(
                 Box::leak(format!("Tagging<Jemalloc>, {t} thread(s)").into_boxed_str()),
-                move |n| pairs_on_threads(&TAG_JEMALLOC, t, n),
+                move |n| {
+                    pool.run(t, 1, tagging_pairs, n);
+                },
             ));
         }
         ab::compare(
@@ -160,6 +183,7 @@ fn main() {
             15,
             variants,
         );
+        pool.stop();
     }
     if ab::wanted("alloc_pair/2threads") {
         ab::compare(
