@@ -6,6 +6,7 @@
 //! buffers freed by another task, and, on purpose, one slow leak.
 
 pub mod bench;
+pub mod resp;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;

@@ -21,13 +21,14 @@
 //!
 //! `TRACING_PROF_BENCH_ROUNDS=9 cargo bench -p tracing-prof-examples --bench mini_redis`
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tracing_prof::{FileExporter, Profiler};
 use tracing_prof_examples::bench::child;
 use tracing_prof_examples::bench::switch;
+use tracing_prof_examples::resp::{self, command, send_all};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -77,16 +78,7 @@ fn server(mode: &str) {
         }
         other => panic!("unknown mode {other}"),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    println!("listening {}", listener.local_addr().unwrap());
-    std::io::stdout().flush().unwrap();
+    let (rt, listener) = resp::listen(2);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<(Duration, Duration)>();
     std::thread::spawn(move || {
         let mut sink = Vec::new();
@@ -113,50 +105,6 @@ fn server(mode: &str) {
         cpu.1.as_nanos(),
         flush.as_nanos()
     );
-}
-
-/// A RESP array of bulk strings, appended to `out`.
-fn command(parts: &[&[u8]], out: &mut Vec<u8>) {
-    let _ = write!(out, "*{}\r\n", parts.len());
-    for p in parts {
-        let _ = write!(out, "${}\r\n", p.len());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Sends `count` commands, made by `make(i, buf)` for `i` in `0..count`, one at a time on a new
-/// connection, each after the last one's reply; returns how many replies were a value or OK
-/// (not nil). Commands are made as they are sent, so that the client's memory stays small (a
-/// child forked from it would inherit its peak RSS). Not pipelined: a try with 16 commands a
-/// batch stalled about 11 ms on every batch (mini-redis writes each reply as it is ready, on a
-/// socket without `TCP_NODELAY`).
-fn send_all(addr: SocketAddr, count: usize, make: impl Fn(usize, &mut Vec<u8>)) -> usize {
-    let s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    let (mut cmd, mut line, mut body) = (Vec::new(), String::new(), Vec::new());
-    let mut ok = 0;
-    for i in 0..count {
-        cmd.clear();
-        make(i, &mut cmd);
-        w.write_all(&cmd).unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        match line.as_bytes().first() {
-            Some(b'+') => ok += 1,
-            Some(b'$') if line.starts_with("$-1") => {}
-            Some(b'$') => {
-                let n: usize = line[1..].trim().parse().unwrap();
-                body.resize(n + 2, 0);
-                r.read_exact(&mut body).unwrap();
-                ok += 1;
-            }
-            _ => panic!("unexpected reply {line:?}"),
-        }
-    }
-    ok
 }
 
 /// The load on the server at `addr`: SETs, then GETs of the same keys, `per` of each on each
@@ -215,17 +163,10 @@ fn run(mode: &str, per: usize) -> Run {
         .spawn()
         .expect("spawn the server");
     let mut out = BufReader::new(c.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening ")
-        .unwrap_or_else(|| panic!("the {mode} server did not start: {line:?}"))
-        .parse()
-        .unwrap();
+    let addr = resp::server_addr(&mut out);
     let wall = load(addr, per);
     drop(c.stdin.take());
-    line.clear();
+    let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.

@@ -22,61 +22,12 @@
 //!   `send`: gdb and perf on the same server showed that chain under `Instrumented::poll` for
 //!   most of each handler's CPU (README, "Tried on real code").
 
-mod common_mini_redis {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpStream;
-
-    /// A RESP array of bulk strings.
-    pub(super) fn command(parts: &[&[u8]]) -> Vec<u8> {
-        let mut out = format!("*{}\r\n", parts.len()).into_bytes();
-        for p in parts {
-            out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-            out.extend_from_slice(p);
-            out.extend_from_slice(b"\r\n");
-        }
-        out
-    }
-
-    /// Reads one reply: `+OK`, `$-1` (nil) or a bulk string; returns whether it was a value
-    /// or OK (not nil).
-    pub(super) fn reply(r: &mut BufReader<TcpStream>) -> bool {
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        match line.as_bytes().first() {
-            Some(b'+') => true,
-            Some(b'$') if line.starts_with("$-1") => false,
-            Some(b'$') => {
-                let n: usize = line[1..].trim().parse().unwrap();
-                let mut body = vec![0u8; n + 2];
-                r.read_exact(&mut body).unwrap();
-                true
-            }
-            _ => panic!("unexpected reply {line:?}"),
-        }
-    }
-
-    /// Sends `commands` one at a time on a new connection; returns the replies that were
-    /// not nil.
-    pub(super) fn send_all(addr: std::net::SocketAddr, commands: &[Vec<u8>]) -> usize {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = BufReader::new(s);
-        let mut ok = 0;
-        for c in commands {
-            w.write_all(c).unwrap();
-            ok += usize::from(reply(&mut r));
-        }
-        ok
-    }
-}
-
 use tracing_prof_test_support as common;
 
-use common_mini_redis::{command, send_all};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use tracing_prof::{ProfileKind, TaggingAllocator};
+use tracing_prof_examples::resp::{self, command, send_all};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -96,15 +47,7 @@ const CONNECTIONS: usize = 4;
 fn server(dir: &str) {
     let (layer, guard) = tracing_prof::init_from_env().unwrap();
     tracing_subscriber::registry().with(layer).init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    println!("listening {}", listener.local_addr().unwrap());
+    let (rt, listener) = resp::listen(2);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let profiler = guard.profiler().clone();
     let dir = dir.to_owned();
@@ -169,16 +112,7 @@ fn mini_redis_under_load_reads_as_its_source_says() {
         .spawn()
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let addr: std::net::SocketAddr = loop {
-        let mut line = String::new();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the server did not start"
-        );
-        if let Some(a) = line.trim().strip_prefix("listening ") {
-            break a.parse().unwrap();
-        }
-    };
+    let addr = resp::server_addr(&mut out);
 
     // N distinct keys set, then every key got once, with misses.
     let value = vec![b'v'; VALUE];
@@ -189,10 +123,9 @@ fn mini_redis_under_load_reads_as_its_source_says() {
             .map(|c| {
                 let value = &value;
                 s.spawn(move || {
-                    let cmds: Vec<Vec<u8>> = (c * per..(c + 1) * per)
-                        .map(|i| command(&[b"SET", key(i).as_bytes(), value]))
-                        .collect();
-                    send_all(addr, &cmds)
+                    send_all(addr, per, |i, out| {
+                        command(&[b"SET", key(c * per + i).as_bytes(), value], out);
+                    })
                 })
             })
             .collect();
@@ -204,10 +137,9 @@ fn mini_redis_under_load_reads_as_its_source_says() {
         let handles: Vec<_> = (0..CONNECTIONS)
             .map(|c| {
                 s.spawn(move || {
-                    let cmds: Vec<Vec<u8>> = (c * per_get..(c + 1) * per_get)
-                        .map(|i| command(&[b"GET", key(i).as_bytes()]))
-                        .collect();
-                    send_all(addr, &cmds)
+                    send_all(addr, per_get, |i, out| {
+                        command(&[b"GET", key(c * per_get + i).as_bytes()], out);
+                    })
                 })
             })
             .collect();
