@@ -47,6 +47,15 @@ fn calls() -> u64 {
     CALLS.with(Cell::get)
 }
 
+/// Heap calls made by 10 000 calls of `life(i)`, after 100 that warm up what fills once (the
+/// registry's slots, the path cache, this thread's label cache).
+fn heap_calls_once_warm(life: impl Fn(usize)) -> u64 {
+    (0..100).for_each(&life);
+    let before = calls();
+    (0..10_000).for_each(&life);
+    calls() - before
+}
+
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -105,17 +114,13 @@ fn creation_and_close_allocate_nothing() {
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
             let parent = tracing::info_span!("parent");
             let _p = parent.enter();
-            let life = |i: u64| {
+            let life = |i: usize| {
                 tracing::info_span!("child", i).in_scope(|| std::hint::black_box(i));
                 // Not entered, closed at once, and with an explicit parent.
                 drop(tracing::info_span!(parent: &parent, "sibling", i));
             };
-            // Warm-up: the registry's slots and the path cache fill once.
-            (0..100).for_each(life);
-            let before = calls();
-            (0..10_000).for_each(life);
             assert_eq!(
-                calls() - before,
+                heap_calls_once_warm(life),
                 0,
                 "span creation or close allocated (heap sampling {sampling})"
             );
@@ -159,12 +164,9 @@ fn a_labeled_spans_creation_allocates_nothing_once_its_values_are_known() {
             // A callsite with a label field whose value is a number, formatted.
             tracing::info_span!("job", route = i % 3).in_scope(|| std::hint::black_box(i));
         };
-        // Warm-up: this thread's cache learns every value and combination once.
-        (0..100).for_each(life);
-        let before = calls();
-        (0..10_000).for_each(life);
+        // The warm-up teaches this thread's cache every value and combination once.
         assert_eq!(
-            calls() - before,
+            heap_calls_once_warm(life),
             0,
             "a labeled span's creation or close allocated"
         );
