@@ -19,23 +19,30 @@
 //! - `alloc-only`: the tagging allocator with no layer and no profiler;
 //! - `off-layer-only`: the layer with no tagging allocator and no profiler;
 //! - `off-layer-no-clock`: the same with a clock that reads nothing (one load of a word nobody
-//!   writes): against `off-layer-only`, what the layer's clock reads cost in place.
+//!   writes): against `off-layer-only`, what the layer's clock reads cost in place;
+//! - `floor-layer`: not ours, the least a span-timing layer does (`test-support`'s
+//!   `bench::floor`: per enter and exit a read of our clock, a thread-local frame, the
+//!   allocation tag switched; no span lookup, nothing on creation and close): a lower bound of
+//!   `off-layer-only`'s cost.
 //!
 //! `cargo bench -p tracing-prof-examples --bench cheap`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use tracing_prof::core::{Clock, CpuSample, CpuTime};
+use tracing_prof::alloc::__private::set_current_tag;
+use tracing_prof::alloc::Tag;
+use tracing_prof::core::{Clock, CpuSample, CpuTime, SystemClock};
 use tracing_prof::{FileExporter, Profiler};
 use tracing_prof_examples::bench::{child, switch};
+use tracing_prof_test_support::bench::floor::Floor;
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
 static GLOBAL: switch::Switch = switch::Switch;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
-const MODES: [&str; 8] = [
+const MODES: [&str; 9] = [
     "off",
     "default",
     "no-cpu-sampling",
@@ -44,6 +51,7 @@ const MODES: [&str; 8] = [
     "alloc-only",
     "off-layer-only",
     "off-layer-no-clock",
+    "floor-layer",
 ];
 
 /// A clock that reads nothing (see `off-layer-no-clock` above).
@@ -70,6 +78,16 @@ fn child(mode: &str) {
     } else if mode == "off-layer-no-clock" {
         tracing_subscriber::registry()
             .with(tracing_prof::ProfileLayer::new().with_clock(Frozen))
+            .init();
+        None
+    } else if mode == "floor-layer" {
+        // Calibrates the clock as ours does (a layer of ours made once), for the same reads.
+        drop(tracing_prof::ProfileLayer::new());
+        tracing_subscriber::registry()
+            .with(Floor::new(
+                || SystemClock::default().now_ns(),
+                |tag| set_current_tag(Tag::new(tag)).get(),
+            ))
             .init();
         None
     } else if mode == "off-layer-only" {
@@ -124,6 +142,12 @@ fn main() {
          (median of per-round ratios): wall time {:.3}, CPU time {:.3}.",
         child::ratio(&runs[6], &runs[7], &|r| r.wall_s),
         child::ratio(&runs[6], &runs[7], &|r| r.cpu_s),
+    );
+    println!(
+        "\nOur layer against the floor of any span-timing layer, `off-layer-only` against \
+         `floor-layer` (median of per-round ratios): wall time {:.3}, CPU time {:.3}.",
+        child::ratio(&runs[6], &runs[8], &|r| r.wall_s),
+        child::ratio(&runs[6], &runs[8], &|r| r.cpu_s),
     );
     let default = &runs[1];
     for (what, without) in [

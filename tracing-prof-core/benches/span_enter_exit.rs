@@ -3,7 +3,10 @@
 //! exit, the thread clock and getrusage; for a span's life, also with the heap sampler on, as a
 //! built profiler has it) against the registry with a no-op layer. Two more variants say what
 //! of the default layer's cost is its clock: the layer with a clock that reads nothing, and,
-//! beside enter+exit, two reads of the layer's clock alone. (A registry with no layer at all
+//! beside enter+exit, two reads of the layer's clock alone. And one that is not ours: the floor
+//! of any span-timing layer (`test-support`'s `bench::floor`: per enter and exit a read of our
+//! clock, a thread-local frame and the allocation tag switched, nothing more), which says how
+//! far above that floor ours is. (A registry with no layer at all
 //! never frees a closed span's slot, tokio-rs/tracing#2668: not a baseline to compare with.)
 //! Thread scaling is `span_threads`: a global subscriber in a process of its own, as services
 //! have it (the scoped dispatchers here count references on one shared word at every span's
@@ -22,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::Dispatch;
 use tracing_prof_core::{Clock, CpuClock, CpuSample, ProfileLayer, SystemClock};
 use tracing_prof_test_support::bench::ab;
+use tracing_prof_test_support::bench::floor::Floor;
 use tracing_subscriber::prelude::*;
 
 /// A clock that reads nothing: one load of a word nobody writes. The layer with it does all
@@ -92,6 +96,13 @@ fn main() {
         tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
     );
     let wall = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new()));
+    // Made after a layer of ours, which calibrated the clock it reads.
+    let floor = Dispatch::new(tracing_subscriber::registry().with(Floor::new(
+        || SystemClock::default().now_ns(),
+        |tag| {
+            tracing_prof_alloc::__private::set_current_tag(tracing_prof_alloc::Tag::new(tag)).get()
+        },
+    )));
     let cpu =
         Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true)));
     let frozen =
@@ -134,6 +145,9 @@ fn main() {
                     enter_exit(&frozen, n)
                 }),
                 ab::variant("two clock reads, nothing else", two_clock_reads),
+                ab::variant("+ the floor of any span-timing layer", |n| {
+                    enter_exit(&floor, n)
+                }),
                 ab::variant("+ layer, exact CPU (thread clock)", |n| enter_exit(&cpu, n)),
                 ab::variant("+ layer, exact CPU (getrusage)", |n| enter_exit(&rusage, n)),
             ],
@@ -151,6 +165,9 @@ fn main() {
                 }),
                 ab::variant("+ layer, a clock that reads nothing", |n| {
                     lifecycle(&frozen, n)
+                }),
+                ab::variant("+ the floor of any span-timing layer", |n| {
+                    lifecycle(&floor, n)
                 }),
                 ab::variant("+ layer, exact CPU (thread clock)", |n| lifecycle(&cpu, n)),
                 ab::variant("+ layer, exact CPU (getrusage)", |n| lifecycle(&rusage, n)),

@@ -2,7 +2,8 @@
 //! noisy machine, unlike times): run it with 0 and with N enter+exit pairs and divide the
 //! difference by N. With `registry` (a no-op layer), `layer` (the profiling layer) or `labels`
 //! (the layer of a profiler with the span field `route` as a label: no sampling, no export
-//! during the run) as the second argument; with `life` as the third, each of the N is a span's
+//! during the run) or `floor` (not ours: the least a span-timing layer does, `test-support`'s
+//! `bench::floor`) as the second argument; with `life` as the third, each of the N is a span's
 //! whole life inside an entered parent (created, entered, exited, closed) instead of an
 //! enter+exit, and with `labels` each has a `route` among 8 values.
 //!
@@ -33,6 +34,21 @@ fn main() {
                 .expect("a profiler");
             _profiler = guard;
             tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
+        }
+        Some("floor") => {
+            // A layer of ours made first calibrates the clock the floor reads.
+            drop(tracing_prof_core::ProfileLayer::new());
+            tracing::Dispatch::new(tracing_subscriber::registry().with(
+                tracing_prof_test_support::bench::floor::Floor::new(
+                    || tracing_prof_core::Clock::now_ns(&tracing_prof_core::SystemClock::default()),
+                    |tag| {
+                        tracing_prof_alloc::__private::set_current_tag(
+                            tracing_prof_alloc::Tag::new(tag),
+                        )
+                        .get()
+                    },
+                ),
+            ))
         }
         Some("layer") => tracing::Dispatch::new(
             tracing_subscriber::registry().with(tracing_prof_core::ProfileLayer::new()),
