@@ -124,7 +124,7 @@ mod tests {
 
     thread_local! {
         static NOW: Cell<u64> = const { Cell::new(0) };
-        static TAG: Cell<u32> = const { Cell::new(0) };
+        static TAG: Cell<u32> = const { Cell::new(7) };
     }
 
     /// It times nested spans as a stack and restores the tag each exit, so that what the
@@ -140,16 +140,23 @@ mod tests {
             {
                 let _o = outer.enter();
                 assert_eq!(TAG.with(Cell::get), 1);
+                // The outer span's tag stands in for what the inner exit must restore.
+                TAG.with(|t| t.set(2));
                 NOW.with(|n| n.set(n.get() + 100));
                 {
                     let _i = inner.enter();
                     NOW.with(|n| n.set(n.get() + 30));
+                    assert_eq!(TAG.with(Cell::get), 1);
                 }
-                assert_eq!(TAG.with(Cell::get), 1);
+                assert_eq!(
+                    TAG.with(Cell::get),
+                    2,
+                    "the tag before the inner enter, restored"
+                );
             }
             assert_eq!(
                 TAG.with(Cell::get),
-                0,
+                7,
                 "the tag before the outer enter, restored"
             );
             // The outer interval (130) and the inner one (30): the floor does not subtract.
