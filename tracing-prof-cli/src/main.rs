@@ -471,11 +471,10 @@ fn in_time_order(mut loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
         loaded.sort_by_key(|l| l.profile.time);
         let before = loaded.len();
         loaded.dedup_by(|b, a| a.profile.time == b.profile.time && a.profile == b.profile);
-        if loaded.len() < before {
-            eprintln!(
-                "({} inputs repeat another capture and were left out)",
-                before - loaded.len()
-            );
+        match before - loaded.len() {
+            0 => {}
+            1 => eprintln!("(1 input repeats another capture and was left out)"),
+            n => eprintln!("({n} inputs repeat another capture and were left out)"),
         }
     }
     loaded

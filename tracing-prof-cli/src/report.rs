@@ -113,7 +113,7 @@ pub(crate) fn html(profiles: &[Loaded], limit: usize) -> String {
             })
             .collect();
         body.push_str(&format!(
-            "<p class=\"meta\">{} samples; sample types: {}</p>",
+            "<p class=\"meta\">{} records (a stack and its labels each); sample types: {}</p>",
             p.samples.len(),
             esc(&types.join(", "))
         ));
