@@ -86,7 +86,7 @@ fn child(mode: &str) {
         None
     } else if mode == "off-floor-layer" || mode == "floor-layer" {
         // Calibrates the clock as ours does (a layer of ours made once), for the same reads.
-        drop(tracing_prof::ProfileLayer::new());
+        let _ = tracing_prof::ProfileLayer::new();
         tracing_subscriber::registry()
             .with(Floor::new(
                 || SystemClock::default().now_ns(),

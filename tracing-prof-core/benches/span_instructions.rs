@@ -37,7 +37,7 @@ fn main() {
         }
         Some("floor") => {
             // A layer of ours made first calibrates the clock the floor reads.
-            drop(tracing_prof_core::ProfileLayer::new());
+            let _ = tracing_prof_core::ProfileLayer::new();
             tracing::Dispatch::new(tracing_subscriber::registry().with(
                 tracing_prof_test_support::bench::floor::Floor::new(
                     || tracing_prof_core::Clock::now_ns(&tracing_prof_core::SystemClock::default()),
