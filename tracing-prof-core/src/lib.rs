@@ -103,6 +103,10 @@ pub fn mark_profiler_thread() {
 /// Starts a thread named `name` that runs `f` as the profiler's own work (see
 /// [`mark_profiler_thread`]), from its first allocation. For the threads that sinks and
 /// servers start: the Pyroscope sender, `/debug/pprof`'s listener and connections.
+///
+/// Keep `name` to 15 bytes: the kernel keeps no more of a thread's name, so a longer one is cut
+/// in `top -H`, `perf` and the thread names of this profiler's own profiles (ours are
+/// `tprof-http`, `tprof-http-conn`, `tprof-pyroscope`, ...).
 pub fn spawn_profiler_thread<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,

@@ -209,8 +209,10 @@ pub(crate) struct Outbox<B> {
 }
 
 impl<B: Send + 'static> Outbox<B> {
-    /// Starts the sender thread `tracing-prof-{name}`, which sends with `courier`. `name` also
-    /// begins every message on stderr (`tracing-prof: {name}: push failed: ...`).
+    /// Starts the sender thread `tprof-{name}` (short enough for the kernel's 15 bytes: see
+    /// [`spawn_profiler_thread`](tracing_prof_core::spawn_profiler_thread)), which sends with
+    /// `courier`. `name` also begins every message on stderr (`tracing-prof: {name}: push
+    /// failed: ...`).
     pub(crate) fn start<C: Courier<Batch = B>>(
         name: &'static str,
         courier: C,
@@ -230,7 +232,7 @@ impl<B: Send + 'static> Outbox<B> {
         };
         let oldest = inbox.clone();
         let thread =
-            tracing_prof_core::spawn_profiler_thread(&format!("tracing-prof-{name}"), move || {
+            tracing_prof_core::spawn_profiler_thread(&format!("tprof-{name}"), move || {
                 for batch in &inbox {
                     sender.stats.queued.fetch_sub(1, Ordering::Relaxed);
                     sender.deliver(&batch);

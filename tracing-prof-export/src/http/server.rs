@@ -101,7 +101,7 @@ impl HttpServer {
         let reports_to = profiler.clone();
         let thread = {
             let (bound, stop) = (Arc::clone(&bound), Arc::clone(&stop));
-            tracing_prof_core::spawn_profiler_thread("tracing-prof-http", move || {
+            tracing_prof_core::spawn_profiler_thread("tprof-http", move || {
                 let listener = match listener {
                     Some(l) => l,
                     None => match bind_again(&addr, &stop, profiler.as_ref(), said) {
@@ -251,7 +251,7 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
     // waits. The thread ends when this loop does (the channel closes).
     let refusals = {
         let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(MAX_REFUSING);
-        tracing_prof_core::spawn_profiler_thread("tracing-prof-http-refuse", move || {
+        tracing_prof_core::spawn_profiler_thread("tprof-http-busy", move || {
             for stream in rx {
                 refuse(stream);
             }
@@ -278,10 +278,9 @@ fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool
         }
         let (handler, pending_c, active_c) =
             (handler.clone(), Arc::clone(&pending), Arc::clone(&active));
-        let spawned =
-            tracing_prof_core::spawn_profiler_thread("tracing-prof-http-conn", move || {
-                serve(stream, &handler, &pending_c, &active_c);
-            });
+        let spawned = tracing_prof_core::spawn_profiler_thread("tprof-http-conn", move || {
+            serve(stream, &handler, &pending_c, &active_c);
+        });
         if spawned.is_err() {
             pending.fetch_sub(1, Ordering::SeqCst);
         }
