@@ -102,7 +102,7 @@ impl Recorder {
 pub(crate) fn poll(url: String, seconds: u64, mut recorder: Option<Recorder>) -> Receiver<Message> {
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let spawned = std::thread::Builder::new()
-        .name("tracing-prof-live-fetch".into())
+        .name("tprof-live".into())
         .spawn(move || poll_loop(&url, seconds, &mut recorder, &tx));
     if let Err(e) = spawned {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
