@@ -86,10 +86,7 @@ impl SuspectedLeak {
     /// as `path` without span labels.
     pub fn labeled_path(&self) -> String {
         let shown = format!("{}{}", display_path(&self.frames), fields_of(&self.frames));
-        match self.code.last() {
-            Some(leaf) => format!("{shown} @ {}", leaf.short_name()),
-            None => shown,
-        }
+        at_leaf(shown, &self.code)
     }
 
     /// A suspected leak of the span path `frames` (and the stack `code` under it, if any).
@@ -101,12 +98,7 @@ impl SuspectedLeak {
         growth_bytes: u64,
         snapshots: usize,
     ) -> Self {
-        let path = if code.is_empty() {
-            display_path(&frames)
-        } else {
-            let leaf = code.last().map_or("?".into(), CodeFrame::short_name);
-            format!("{} @ {leaf}", display_path(&frames))
-        };
+        let path = at_leaf(display_path(&frames), &code);
         SuspectedLeak {
             kind,
             frames,
@@ -116,6 +108,14 @@ impl SuspectedLeak {
             growth_bytes,
             snapshots,
         }
+    }
+}
+
+/// `shown` (a span path), then ` @ ` and the innermost frame of `code` for a stack.
+fn at_leaf(shown: String, code: &[CodeFrame]) -> String {
+    match code.last() {
+        Some(leaf) => format!("{shown} @ {}", leaf.short_name()),
+        None => shown,
     }
 }
 
