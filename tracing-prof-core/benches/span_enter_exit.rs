@@ -20,12 +20,15 @@
 //! (`span/otel_lifecycle`). Run the bench with and without the feature to read what the
 //! feature costs a layer without links.
 
+mod shared {
+    pub(crate) mod floor;
+}
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::Dispatch;
 use tracing_prof_core::{Clock, CpuClock, CpuSample, ProfileLayer, SystemClock};
 use tracing_prof_test_support::bench::ab;
-use tracing_prof_test_support::bench::floor::Floor;
 use tracing_subscriber::prelude::*;
 
 /// A clock that reads nothing: one load of a word nobody writes. The layer with it does all
@@ -96,13 +99,7 @@ fn main() {
         tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
     );
     let wall = Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new()));
-    // Made after a layer of ours, which calibrated the clock it reads.
-    let floor = Dispatch::new(tracing_subscriber::registry().with(Floor::new(
-        || SystemClock::default().now_ns(),
-        |tag| {
-            tracing_prof_alloc::__private::set_current_tag(tracing_prof_alloc::Tag::new(tag)).get()
-        },
-    )));
+    let floor = Dispatch::new(tracing_subscriber::registry().with(shared::floor::floor_layer()));
     let cpu =
         Dispatch::new(tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true)));
     let frozen =

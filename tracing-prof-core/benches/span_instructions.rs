@@ -14,6 +14,10 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/span_instructions-* 20000 labels life
 //! ```
 
+mod shared {
+    pub(crate) mod floor;
+}
+
 use std::hint::black_box;
 use tracing_subscriber::prelude::*;
 
@@ -35,21 +39,9 @@ fn main() {
             _profiler = guard;
             tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
         }
-        Some("floor") => {
-            // A layer of ours made first calibrates the clock the floor reads.
-            let _ = tracing_prof_core::ProfileLayer::new();
-            tracing::Dispatch::new(tracing_subscriber::registry().with(
-                tracing_prof_test_support::bench::floor::Floor::new(
-                    || tracing_prof_core::Clock::now_ns(&tracing_prof_core::SystemClock::default()),
-                    |tag| {
-                        tracing_prof_alloc::__private::set_current_tag(
-                            tracing_prof_alloc::Tag::new(tag),
-                        )
-                        .get()
-                    },
-                ),
-            ))
-        }
+        Some("floor") => tracing::Dispatch::new(
+            tracing_subscriber::registry().with(shared::floor::floor_layer()),
+        ),
         Some("layer") => tracing::Dispatch::new(
             tracing_subscriber::registry().with(tracing_prof_core::ProfileLayer::new()),
         ),
