@@ -23,8 +23,8 @@ use tracing_prof_model::{CodeFrame, PathKind, Snapshot, SpanFrame, SuspectedLeak
 
 /// Captures the rule looks back over: 5.
 pub const DEFAULT_LEAK_SNAPSHOTS: usize = 5;
-/// The most captures the rule looks back over; a larger setting is taken as this (each series
-/// keeps that many values).
+/// The most captures the rule looks back over (each series keeps that many values); a larger
+/// setting is an error (`Config::validate`).
 pub(crate) const MAX_LEAK_SNAPSHOTS: usize = 1024;
 /// Least growth over those captures: 64 KiB.
 pub const DEFAULT_LEAK_MIN_BYTES: u64 = 64 * 1024;

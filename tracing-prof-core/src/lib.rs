@@ -63,6 +63,7 @@ mod span_index;
 mod span_path;
 mod span_times;
 mod symbolize;
+mod terminate;
 mod threads;
 mod trace_link;
 

@@ -34,31 +34,15 @@ pub(crate) fn toggles_since(seen: &mut u64) -> u64 {
 /// already (then says so). Left installed when the profiler stops: a late signal then does
 /// nothing, where restoring the default action would kill the process.
 pub(crate) fn install(signal: crate::ToggleSignal) -> Result<(), String> {
-    let sig = signal.number();
-    // SAFETY: an all-zero sigaction is a valid value to be filled in by the kernel.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: reading the current action of a valid signal number into our own struct.
-    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
     let ours = on_toggle as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != ours {
-        return Err(format!(
+    // SAFETY: `on_toggle` has the plain handler signature and only does an atomic add, which
+    // is async-signal-safe; it is never removed.
+    match unsafe { tracing_prof_cpu::disposition::install(signal.number(), ours, 0, false) } {
+        Ok(()) => Ok(()),
+        Err(tracing_prof_cpu::disposition::Refused::Taken(_)) => Err(format!(
             "{} already has a handler (or is ignored) in this process",
             signal.name()
-        ));
+        )),
+        Err(tracing_prof_cpu::disposition::Refused::Os(e)) => Err(e.to_string()),
     }
-    // SAFETY: as above.
-    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-    new.sa_sigaction = ours;
-    new.sa_flags = libc::SA_RESTART;
-    // SAFETY: `sa_mask` is ours to fill; installing a handler that only does an atomic add,
-    // which is async-signal-safe, for a valid signal number.
-    unsafe {
-        libc::sigemptyset(&mut new.sa_mask);
-        if libc::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-    }
-    Ok(())
 }

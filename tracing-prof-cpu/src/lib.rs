@@ -66,6 +66,7 @@ macro_rules! supported {
 }
 
 mod clock;
+pub mod disposition;
 mod loaded;
 mod long_poll;
 mod ring;

@@ -20,6 +20,7 @@
 //! lock, no other system call, no `dl_iterate_phdr`, no `_Unwind_Backtrace`. Signals that are not from our timers (a `kill -PROF`, someone's
 //! `setitimer`) are counted and ignored.
 
+use crate::disposition;
 use crate::thread::{LOCAL, ThreadSampler};
 use crate::timer::COOKIE;
 use crate::MAX_CPU_FRAMES;
@@ -42,47 +43,25 @@ pub(crate) enum InstallError {
     Os(std::io::Error),
 }
 
-fn current_action() -> Result<libc::sigaction, std::io::Error> {
-    // SAFETY: an all-zero sigaction is valid storage for sigaction to fill.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: querying only (the new action is null); `old` is valid and writable.
-    if unsafe { libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut old) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(old)
-}
-
 fn ours() -> usize {
     on_sigprof as *const () as usize
 }
 
 /// Installs the handler unless another one is there. Idempotent.
 pub(crate) fn install() -> Result<(), InstallError> {
-    let old = current_action().map_err(InstallError::Os)?;
-    let handler = old.sa_sigaction;
-    if handler == ours() {
-        return Ok(());
-    }
-    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
-        return Err(InstallError::Foreign(handler));
-    }
-    // SAFETY: an all-zero sigaction is a valid starting value.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = ours();
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: `sa_mask` is valid storage; an empty mask blocks nothing beyond SIGPROF itself,
-    // which the kernel blocks while its handler runs.
-    unsafe { libc::sigemptyset(&mut action.sa_mask) };
-    // SAFETY: installs a handler with the SA_SIGINFO signature for SIGPROF.
-    if unsafe { libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) } != 0 {
-        return Err(InstallError::Os(std::io::Error::last_os_error()));
-    }
-    Ok(())
+    // SAFETY: `on_sigprof` has the SA_SIGINFO signature and does only what the module docs
+    // list, all async-signal-safe; it is never removed.
+    unsafe { disposition::install(libc::SIGPROF, ours(), libc::SA_SIGINFO, true) }.map_err(|e| {
+        match e {
+            disposition::Refused::Taken(handler) => InstallError::Foreign(handler),
+            disposition::Refused::Os(e) => InstallError::Os(e),
+        }
+    })
 }
 
 /// Whether our handler is still the one installed.
 pub(crate) fn still_ours() -> bool {
-    current_action().is_ok_and(|a| a.sa_sigaction == ours())
+    disposition::current(libc::SIGPROF).is_ok_and(|h| h == ours())
 }
 
 /// Reads an `i32` or `usize` field of the `siginfo_t` at `info`.

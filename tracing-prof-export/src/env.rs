@@ -178,10 +178,13 @@ fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
     let Some(addr) = env_var(ENV_HTTP_ADDR, |s| Ok(s.to_owned()))? else {
         return Ok(None);
     };
-    let addr = if addr == "default" {
-        DEFAULT_HTTP_ADDR.to_owned()
-    } else {
-        addr
+    let addr = match addr.as_str() {
+        "default" => DEFAULT_HTTP_ADDR.to_owned(),
+        // `:6060`, as Go users type it: Go listens on every interface for it, we on loopback
+        // (the profiles show code, paths and arguments; a public address is a choice to make
+        // explicitly, with a token).
+        port if port.starts_with(':') => format!("127.0.0.1{port}"),
+        _ => addr,
     };
     let token = env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))?;
     let public = env_var(ENV_HTTP_ALLOW_PUBLIC, parse_bool)?.unwrap_or(false);

@@ -154,5 +154,17 @@ fn the_endpoint_is_never_exposed_by_accident() {
         .is_some()
     );
     assert!(try_start(&[]).unwrap().is_none());
+    // `:PORT`, as Go users type it: loopback, that port.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let server = try_start(&[("TRACING_PROF_HTTP_ADDR", &format!(":{port}"))])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        server.local_addr().unwrap(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port))
+    );
+    drop(server);
     a_taken_port_is_tried_again();
 }

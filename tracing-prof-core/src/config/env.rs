@@ -41,6 +41,9 @@ pub const ENV_TEMPORARY: &str = "TRACING_PROF_TEMPORARY";
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "TRACING_PROF_SHUTDOWN_TIMEOUT";
 /// Long-poll threshold, a duration like [`ENV_INTERVAL`] (`0` or `off`: not counted).
 pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
+/// Whether SIGTERM makes the final export before the process ends: `1`/`0`, `true`/`false`,
+/// ... (default on; see `Config::flush_on_sigterm`).
+pub const ENV_FLUSH_ON_SIGTERM: &str = "TRACING_PROF_FLUSH_ON_SIGTERM";
 /// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
 pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
 
@@ -68,6 +71,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_LEAK_SNAPSHOTS",
     "TRACING_PROF_LONG_POLL",
     "TRACING_PROF_TOGGLE_SIGNAL",
+    "TRACING_PROF_FLUSH_ON_SIGTERM",
     // The exporters' (`tracing-prof-export`).
     "TRACING_PROF_DIR",
     "TRACING_PROF_DELTAS",

@@ -7,14 +7,17 @@ use crate::CpuClock;
 #[cfg(test)]
 use env::unknown_variables;
 pub use env::{
-    ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_GIANT_BYTES, ENV_GIANT_REFUSE,
-    ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL, ENV_LEAK_MIN_BYTES,
-    ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT,
-    ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
+    ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES,
+    ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL,
+    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_SAMPLE_RATE,
+    ENV_SHUTDOWN_TIMEOUT, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
-pub use parse::{MAX_DURATION, MIN_GIANT_BYTES, MIN_INTERVAL};
-use parse::{check_giant_bytes, parse_max_paths};
+pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
+use parse::{
+    check_giant_bytes, check_interval, check_leak_snapshots, parse_interval, parse_leak_snapshots,
+    parse_max_paths,
+};
 pub(crate) use parse::{parse_bool, parse_duration, parse_label_fields};
 use std::time::Duration;
 pub use tracing_prof_cpu::Unwind;
@@ -172,6 +175,12 @@ pub struct Config {
     /// With the `opentelemetry` feature, whether the profiler publishes the OpenTelemetry
     /// process context (OTEP 4719) while it runs; see `process_context`. Default: yes.
     pub process_context: bool,
+    /// Whether a SIGTERM makes the final export before the process ends, where SIGTERM has its
+    /// default action at `build` (the application does not handle it). The process then ends
+    /// by SIGTERM as it would have (a PID 1 exports and goes on); an application that
+    /// registers its own handler later (`tokio::signal`) keeps its graceful shutdown, uncut.
+    /// Default: yes.
+    pub flush_on_sigterm: bool,
 }
 
 impl Default for Config {
@@ -197,6 +206,7 @@ impl Default for Config {
             long_poll: DEFAULT_LONG_POLL,
             trace_links: crate::TraceLinks::default(),
             process_context: true,
+            flush_on_sigterm: true,
         }
     }
 }
@@ -214,7 +224,7 @@ impl Config {
     /// no setting is said on stderr, once (see [`ENV_VARS`]).
     pub fn apply_env(&mut self) -> Result<(), ConfigError> {
         warn_unknown_variables();
-        if let Some(d) = env_var(ENV_INTERVAL, parse_duration)? {
+        if let Some(d) = env_var(ENV_INTERVAL, parse_interval)? {
             self.interval = d;
         }
         if let Some(n) = env_var(ENV_MAX_SPAN_PATHS, parse_max_paths)? {
@@ -259,10 +269,7 @@ impl Config {
         })? {
             self.cpu_clock = c;
         }
-        if let Some(n) = env_var(ENV_LEAK_SNAPSHOTS, |s| {
-            s.parse::<usize>()
-                .map_err(|_| format!("expected a whole number (0 turns detection off), got {s:?}"))
-        })? {
+        if let Some(n) = env_var(ENV_LEAK_SNAPSHOTS, parse_leak_snapshots)? {
             self.leak_snapshots = n;
         }
         if let Some(n) = env_var(ENV_LEAK_MIN_BYTES, |s| {
@@ -308,6 +315,9 @@ impl Config {
         })? {
             self.long_poll = d;
         }
+        if let Some(on) = env_var(ENV_FLUSH_ON_SIGTERM, parse_bool)? {
+            self.flush_on_sigterm = on;
+        }
         if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, ToggleSignal::parse)? {
             self.toggle_signal = Some(sig);
         }
@@ -328,12 +338,14 @@ impl Config {
 
     /// Checks ranges the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(MIN_INTERVAL..=MAX_DURATION).contains(&self.interval) {
-            return Err(ConfigError::Value {
-                setting: "interval",
-                reason: format!("must be from 100ms to 24h, got {:?}", self.interval),
-            });
-        }
+        check_interval(self.interval).map_err(|reason| ConfigError::Value {
+            setting: "interval",
+            reason,
+        })?;
+        check_leak_snapshots(self.leak_snapshots).map_err(|reason| ConfigError::Value {
+            setting: "leak_snapshots",
+            reason,
+        })?;
         for (setting, d) in [
             ("shutdown_timeout", self.shutdown_timeout),
             ("temporary_threshold", self.temporary_threshold),
@@ -454,7 +466,15 @@ mod tests {
         assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
         assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        // What people type (found in a new user's trial: `1.5s` was refused).
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("100µs"), Ok(Duration::from_micros(100)));
         assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration(".").is_err());
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("-1s").is_err());
@@ -548,17 +568,34 @@ mod tests {
             // SAFETY: as above.
             unsafe { std::env::remove_var(var) };
         }
-        // SAFETY: as above.
-        unsafe { std::env::set_var(ENV_INTERVAL, "1us") };
-        let e = Config::from_env()
-            .unwrap()
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("100ms"), "{e}");
+        // Below the interval's least, or a leak window past its most: an error naming the
+        // variable, never a silent clamp.
+        for (var, value, says) in [
+            (ENV_INTERVAL, "1us", "100ms"),
+            (ENV_INTERVAL, "50ms", "100ms"),
+            (ENV_LEAK_SNAPSHOTS, "5000", "at most 1024"),
+        ] {
+            // SAFETY: as above.
+            unsafe { std::env::set_var(var, value) };
+            let e = Config::from_env().unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains(says), "{e}");
+            // SAFETY: as above.
+            unsafe { std::env::remove_var(var) };
+        }
+        let c = Config {
+            leak_snapshots: 5000,
+            ..Config::default()
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("at most 1024")
+        );
         // SAFETY: as above.
         unsafe {
             for v in [
+                ENV_LEAK_SNAPSHOTS,
                 ENV_INTERVAL,
                 ENV_CPU_TIME,
                 ENV_MAX_SPAN_PATHS,

@@ -3,20 +3,25 @@
 
 use std::time::Duration;
 
-/// Parses `100us`, `250ms`, `10s`, `2m`, `1h`; a bare number is seconds. Zero is refused.
+/// Parses a duration as people type it, with [`humantime`]: `1.5s`, `250ms`, `100us`, `2m`,
+/// `1m30s`, `1h`; a bare number is seconds (`10`, `1.5`). Zero and more than a day are refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let expected = || format!("expected a duration like 500ms, 10s, 2m or 1h, got {s:?}");
-    let n: u64 = num.parse().map_err(|_| expected())?;
-    let d = match unit.trim() {
-        "us" | "µs" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(expected()),
+    let s = s.trim();
+    let expected = || {
+        format!(
+            "expected a duration like 1.5s, 500ms, 1m30s or 1h (a bare number is seconds), got {s:?}"
+        )
     };
+    let bare_number = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let d = if bare_number {
+        humantime::parse_duration(&format!("{s}s"))
+    } else {
+        humantime::parse_duration(s)
+    }
+    .map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => format!("must be at most 24h, got {s:?}"),
+        _ => expected(),
+    })?;
     if d.is_zero() {
         Err("must be greater than zero".into())
     } else if d > MAX_DURATION {
@@ -25,6 +30,42 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(d)
     }
 }
+
+/// An export interval: a duration from [`MIN_INTERVAL`] to [`MAX_DURATION`].
+pub(super) fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    check_interval(d)?;
+    Ok(d)
+}
+
+pub(super) fn check_interval(d: Duration) -> Result<(), String> {
+    if (MIN_INTERVAL..=MAX_DURATION).contains(&d) {
+        Ok(())
+    } else {
+        Err(format!("must be from 100ms to 24h, got {d:?}"))
+    }
+}
+
+/// Captures the leak rule looks back over: `0` (off) to [`MAX_LEAK_SNAPSHOTS`].
+pub(super) fn parse_leak_snapshots(s: &str) -> Result<usize, String> {
+    let n = s.parse::<usize>().map_err(|_| {
+        format!("expected a whole number from 0 (off) to {MAX_LEAK_SNAPSHOTS}, got {s:?}")
+    })?;
+    check_leak_snapshots(n)?;
+    Ok(n)
+}
+
+pub(super) fn check_leak_snapshots(n: usize) -> Result<(), String> {
+    if n > MAX_LEAK_SNAPSHOTS {
+        return Err(format!(
+            "at most {MAX_LEAK_SNAPSHOTS} captures (0 turns detection off), got {n}"
+        ));
+    }
+    Ok(())
+}
+
+/// The most captures the leak rule looks back over: 1024.
+pub const MAX_LEAK_SNAPSHOTS: usize = crate::leak::MAX_LEAK_SNAPSHOTS;
 
 /// The longest duration any setting takes: a day.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);

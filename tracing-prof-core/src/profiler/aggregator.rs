@@ -15,9 +15,15 @@ use tracing_prof_alloc::__private::set_current_tag;
 use tracing_prof_alloc::Tag;
 use tracing_prof_model::SuspectedLeak;
 
-pub(super) enum Command {
+/// What the aggregator is asked to do besides its interval's export.
+pub(crate) enum Command {
+    /// Export now, then answer.
     Flush(Sender<()>),
+    /// The final export, then stop (the guard's drop).
     Shutdown,
+    /// The final export, then stop, then answer once the sinks have flushed (a SIGTERM; see
+    /// `crate::terminate`).
+    Terminate(Sender<()>),
 }
 
 pub(super) struct Aggregator {
@@ -39,7 +45,8 @@ pub(super) struct Aggregator {
 }
 
 impl Aggregator {
-    pub(super) fn run(&mut self, inbox: Receiver<Command>) {
+    /// Runs until told to stop; returns whom to tell once the sinks have flushed, if anyone.
+    pub(super) fn run(&mut self, inbox: Receiver<Command>) -> Option<Sender<()>> {
         // Everything this thread allocates is the profiler's own; its events reach no layer.
         set_current_tag(Tag::PROFILER);
         let mut no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
@@ -80,7 +87,11 @@ impl Aggregator {
                 }
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.export(&mut no_events);
-                    return;
+                    return None;
+                }
+                Ok(Command::Terminate(reply)) => {
+                    self.export(&mut no_events);
+                    return Some(reply);
                 }
             }
         }
@@ -281,6 +292,7 @@ impl fmt::Debug for Command {
         f.write_str(match self {
             Command::Flush(_) => "Flush",
             Command::Shutdown => "Shutdown",
+            Command::Terminate(_) => "Terminate",
         })
     }
 }

@@ -150,6 +150,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Whether a SIGTERM (systemd's and Kubernetes' stop) makes the final export before the
+    /// process ends, where the application does not handle SIGTERM itself; see
+    /// [`Config::flush_on_sigterm`](crate::config::Config::flush_on_sigterm). Default: yes;
+    /// `TRACING_PROF_FLUSH_ON_SIGTERM`.
+    pub fn flush_on_sigterm(mut self, on: bool) -> Self {
+        self.config.flush_on_sigterm = on;
+        self
+    }
+
     /// CPU stack samples per second of CPU time on each thread (`0`: off). Default
     /// [`DEFAULT_CPU_HZ`](crate::config::DEFAULT_CPU_HZ). Process-wide.
     pub fn cpu_sampling(mut self, hz: u32) -> Self {
@@ -315,14 +324,23 @@ impl ProfilerBuilder {
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())
             .spawn(move || {
-                aggregator.run(inbox);
+                let terminated = aggregator.run(inbox);
+                crate::terminate::disarm();
                 // Sinks flush in their Drop (a push queue, say): inside the guard's timeout.
                 drop(aggregator);
+                if let Some(reply) = terminated {
+                    let _ = reply.send(());
+                }
                 RUNTIME.stop_cpu();
                 drop(running);
                 let _ = done_tx.send(());
             })
             .map_err(BuildError::Spawn)?;
+        if self.config.flush_on_sigterm {
+            // Err: the application handles or ignores SIGTERM itself; its shutdown drops the
+            // guard, which makes the final export.
+            let _ = crate::terminate::arm(commands.clone(), self.config.shutdown_timeout);
+        }
         let layer = ProfileLayer::new()
             .with_cpu_time(self.config.cpu_time == crate::CpuTime::Exact)
             .with_trace_links(self.config.trace_links)

@@ -7,6 +7,7 @@
 //! long-poll reports) and `guard` (the final export on drop).
 
 mod aggregator;
+pub(crate) use aggregator::Command;
 mod builder;
 mod guard;
 mod sink;
