@@ -1,7 +1,8 @@
 //! How the pushing exporters (Pyroscope, OTLP) send without ever making the aggregator wait:
 //! an [`Outbox`] of batches with a bound (when full, the oldest batch goes and is counted), and
-//! a thread of its own that sends each batch with retries and exponential backoff, says each
-//! distinct failure once on stderr, and never shows a URL's credentials or a token.
+//! a thread of its own that sends each batch with retries and exponential backoff, says a
+//! failure on stderr at most once a minute per cause (the same cause then ever more rarely,
+//! with a count of what was held back), and never shows a URL's credentials or a token.
 //!
 //! An exporter brings what differs: a [`Courier`] that makes one attempt at one batch, and
 //! tells whether its failure is worth another.
@@ -88,6 +89,9 @@ impl PushStats {
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) message: String,
+    /// What stderr groups it under (`HTTP 500`, `transport: Io`): the message may differ at
+    /// every attempt (a request id in a server's answer), its cause does not.
+    pub(crate) cause: String,
     /// Whether another attempt may succeed (a transport error, `429`, a `5xx`...).
     pub(crate) retry: bool,
     /// How long the server asked us to wait (`Retry-After`), if it did.
@@ -228,7 +232,7 @@ impl<B: Send + 'static> Outbox<B> {
             policy,
             stats: Arc::clone(&stats),
             closing: Arc::clone(&closing),
-            reported: None,
+            reporter: Reporter::default(),
         };
         let oldest = inbox.clone();
         let thread =
@@ -338,8 +342,7 @@ struct SenderThread<C> {
     policy: Policy,
     stats: Arc<PushStats>,
     closing: Arc<AtomicBool>,
-    /// Last error reported, to report each distinct one once.
-    reported: Option<String>,
+    reporter: Reporter,
 }
 
 impl<C: Courier> SenderThread<C> {
@@ -349,20 +352,15 @@ impl<C: Courier> SenderThread<C> {
             match self.courier.send(batch) {
                 Ok(()) => {
                     self.stats.sent.fetch_add(1, Ordering::Relaxed);
-                    if self.reported.take().is_some() {
+                    if self.reporter.works_again() {
                         eprintln!("tracing-prof: {}: pushing works again", self.name);
                     }
                     return;
                 }
                 Err(f) => {
                     self.stats.failed_attempts.fetch_add(1, Ordering::Relaxed);
-                    if self.reported.as_deref() != Some(f.message.as_str()) {
-                        eprintln!(
-                            "tracing-prof: {}: push failed: {} (retrying with backoff, dropping \
-                             when the queue is full; this error is reported once)",
-                            self.name, f.message
-                        );
-                        self.reported = Some(f.message.clone());
+                    if let Some(line) = self.reporter.failed(&f, Instant::now()) {
+                        eprintln!("tracing-prof: {}: push failed: {line}", self.name);
                     }
                     let closing = self.closing.load(Ordering::SeqCst);
                     // As long as the server asks (up to a minute), never less than the backoff.
@@ -394,16 +392,104 @@ impl<C: Courier> SenderThread<C> {
     }
 }
 
-/// An HTTP exchange's outcome: the answer when it is a success, else a [`Failure`] whose
+/// How long a cause already said is held back at first: a minute; then twice as long each time
+/// it is said again, up to [`MAX_SAY_EVERY`].
+pub(crate) const SAY_EVERY: Duration = Duration::from_secs(60);
+/// The longest a cause is held back: an hour (a server down all night says so hourly).
+pub(crate) const MAX_SAY_EVERY: Duration = Duration::from_secs(3600);
+
+/// What a sender says on stderr: each cause of failure at once, then again only after
+/// [`SAY_EVERY`] (doubling up to [`MAX_SAY_EVERY`]), with the number of failures held back
+/// meanwhile; "works again" after any was said.
+#[derive(Debug, Default)]
+pub(crate) struct Reporter {
+    /// Per cause: when it was said last, how long it is held back now, failures held back.
+    said: std::collections::HashMap<String, (Instant, Duration, u64)>,
+}
+
+impl Reporter {
+    /// The line to say for `f` at `now`, if it is time to say one.
+    pub(crate) fn failed(&mut self, f: &Failure, now: Instant) -> Option<String> {
+        match self.said.get_mut(&f.cause) {
+            Some((at, every, held)) if now.duration_since(*at) < *every => {
+                *held += 1;
+                None
+            }
+            Some((at, every, held)) => {
+                let line = format!(
+                    "{} ({} more failures of this kind in the last {}; next said in {} at the \
+                     earliest)",
+                    f.message,
+                    *held,
+                    minutes(now.duration_since(*at)),
+                    minutes((*every * 2).min(MAX_SAY_EVERY)),
+                );
+                (*at, *every, *held) = (now, (*every * 2).min(MAX_SAY_EVERY), 0);
+                Some(line)
+            }
+            None => {
+                self.said.insert(f.cause.clone(), (now, SAY_EVERY, 0));
+                Some(format!(
+                    "{} (retrying with backoff, dropping when the queue is full; failures of \
+                     this kind are said again at most once a minute)",
+                    f.message
+                ))
+            }
+        }
+    }
+
+    /// Whether anything was said since the last success (then the causes start afresh).
+    pub(crate) fn works_again(&mut self) -> bool {
+        let said = !self.said.is_empty();
+        self.said.clear();
+        said
+    }
+}
+
+/// `d` in whole minutes, as a reader says it.
+fn minutes(d: Duration) -> String {
+    match d.as_secs().div_ceil(60) {
+        1 => "minute".to_owned(),
+        n => format!("{n} minutes"),
+    }
+}
+
+/// The most of a success's body read: OTLP's client-side limit on responses (4 MiB).
+const MAX_ANSWER_BYTES: u64 = 4 << 20;
+
+/// An HTTP exchange's outcome: the answer's body when it is a success, else a [`Failure`] whose
 /// `retry` is `retryable(status)` (transport errors are always worth another try). The
 /// failure's message has the status and the start of the server's answer (servers say there
-/// why they refused), never the URL.
+/// why they refused), never the URL. A success whose body ends before the length it announced
+/// (the connection cut) is a failure that is not retried: the server may have the request.
 pub(crate) fn outcome(
     r: Result<ureq::Response, ureq::Error>,
     retryable: fn(u16) -> bool,
-) -> Result<ureq::Response, Failure> {
+) -> Result<Vec<u8>, Failure> {
     match r {
-        Ok(response) => Ok(response),
+        Ok(response) => {
+            use std::io::Read as _;
+            let status = response.status();
+            let mut body = Vec::new();
+            match response
+                .into_reader()
+                .take(MAX_ANSWER_BYTES)
+                .read_to_end(&mut body)
+            {
+                Ok(_) => Ok(body),
+                Err(e) => Err(Failure {
+                    message: format!(
+                        "the server answered HTTP {status} but its answer was cut short after \
+                         {} bytes ({}); not sent again, as the server may have it",
+                        body.len(),
+                        e.kind()
+                    ),
+                    cause: "answer cut short".into(),
+                    retry: false,
+                    retry_after: None,
+                }),
+            }
+        }
         Err(ureq::Error::Status(code, response)) => {
             let retry_after = response
                 .header("Retry-After")
@@ -414,6 +500,7 @@ pub(crate) fn outcome(
                     r if r.is_empty() => format!("the server answered HTTP {code}"),
                     r => format!("the server answered HTTP {code}: {r}"),
                 },
+                cause: format!("HTTP {code}"),
                 retry: retryable(code),
                 retry_after,
             })
@@ -421,6 +508,7 @@ pub(crate) fn outcome(
         // The transport error's kind only: its Display would include the URL.
         Err(ureq::Error::Transport(t)) => Err(Failure {
             message: format!("transport error: {}", t.kind()),
+            cause: format!("transport: {:?}", t.kind()),
             retry: true,
             retry_after: None,
         }),
@@ -567,4 +655,92 @@ fn check_authority(authority: &str) -> Result<(), String> {
 /// LF that would split the request, and not empty.
 pub(crate) fn header_ok(v: &str) -> bool {
     !v.is_empty() && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn failure(cause: &str, message: &str) -> Failure {
+        Failure {
+            message: message.into(),
+            cause: cause.into(),
+            retry: true,
+            retry_after: None,
+        }
+    }
+
+    /// A server whose 500 carries a new request id each time: one line per cause, not one per
+    /// attempt (found in a new user's trial: 21 lines in 8 s); said again after a minute with
+    /// what was held back, then ever more rarely; a new cause at once; "works again" after.
+    #[test]
+    fn each_cause_is_said_at_most_once_a_minute_with_a_count_of_the_rest() {
+        let mut r = Reporter::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let said: Vec<_> = (0..59)
+            .filter_map(|s| r.failed(&failure("HTTP 500", &format!("req {s}")), at(s)))
+            .collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("req 0 (retrying"), "{}", said[0]);
+        // Another cause is said at once.
+        assert!(
+            r.failed(&failure("transport: Io", "refused"), at(30))
+                .is_some()
+        );
+        // A minute on: said again, with the count held back.
+        let again = r.failed(&failure("HTTP 500", "req 60"), at(60)).unwrap();
+        assert!(
+            again.contains("58 more failures of this kind in the last minute"),
+            "{again}"
+        );
+        assert!(again.contains("next said in 2 minutes"), "{again}");
+        // Then after two minutes, not one.
+        assert!(r.failed(&failure("HTTP 500", "x"), at(170)).is_none());
+        assert!(r.failed(&failure("HTTP 500", "x"), at(180)).is_some());
+        // Then 4, 8, 16, 32 minutes apart, then hourly: 11 lines in the next 8 hours.
+        let mut lines = 0;
+        for s in (181..30_000).step_by(10) {
+            lines += usize::from(r.failed(&failure("HTTP 500", "x"), at(s)).is_some());
+        }
+        assert_eq!(lines, 11, "lines in the next 8 hours");
+        assert!(r.works_again());
+        assert!(!r.works_again(), "said once");
+        assert!(
+            r.failed(&failure("HTTP 500", "x"), at(30_001)).is_some(),
+            "afresh"
+        );
+    }
+
+    /// A server on loopback that answers one request with `answer`, as raw bytes, and closes.
+    fn answer_once(answer: &'static [u8]) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(answer);
+        });
+        url
+    }
+
+    /// A `200` whose body stops before its `Content-Length` (the connection cut) is a failure
+    /// that is not retried (the server may have the request: never sent twice); a whole one is
+    /// a success with its body.
+    #[test]
+    fn a_success_cut_short_is_a_failure_not_retried() {
+        let url = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+        let f = outcome(ureq::post(&url).send_bytes(b"x"), |_| true).unwrap_err();
+        assert_eq!((f.cause.as_str(), f.retry), ("answer cut short", false));
+        assert!(
+            f.message.contains("cut short after 5 bytes"),
+            "{}",
+            f.message
+        );
+        let url = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nwhole");
+        let body = outcome(ureq::post(&url).send_bytes(b"x"), |_| true).unwrap();
+        assert_eq!(body, b"whole");
+    }
 }

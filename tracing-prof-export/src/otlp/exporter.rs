@@ -8,7 +8,6 @@ use crate::pushed::{Pushed, Select, window_profiles};
 use crate::sending::{Courier, Failure, Outbox, PushStats, outcome, printable};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
 use std::fmt;
-use std::io::Read as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing_prof_core::AttributeValue;
@@ -126,9 +125,6 @@ fn retryable(code: u16) -> bool {
     matches!(code, 429 | 502 | 503 | 504)
 }
 
-/// The largest answer read: OTLP's client-side limit on responses (4 MiB).
-const MAX_RESPONSE_BYTES: u64 = 4 << 20;
-
 impl Courier for Poster {
     type Batch = Batch;
 
@@ -168,7 +164,7 @@ impl Poster {
         } else {
             r.send_bytes(body)
         };
-        let response = outcome(sent, retryable).map_err(|mut f| {
+        let answer = outcome(sent, retryable).map_err(|mut f| {
             if f.message.starts_with("the server answered HTTP 404") {
                 f.message.push_str(
                     " (no profiles endpoint there: a Collector takes profiles only with the \
@@ -179,11 +175,6 @@ impl Poster {
         })?;
         // A partial success: never retried (the specification says so); a rejection loses
         // data and counts as a failure, a warning alone is said once.
-        let mut answer = Vec::new();
-        let _ = response
-            .into_reader()
-            .take(MAX_RESPONSE_BYTES)
-            .read_to_end(&mut answer);
         let Ok(answer) = <ExportProfilesServiceResponse as prost::Message>::decode(&*answer) else {
             return Ok(()); // a 200 whose body is no response (Pyroscope's may be empty)
         };
@@ -197,6 +188,7 @@ impl Poster {
                     "the receiver rejected {} profiles: {message}",
                     partial.rejected_profiles
                 ),
+                cause: "rejected".into(),
                 retry: false,
                 retry_after: None,
             });
