@@ -63,7 +63,6 @@ mod tests {
             ("http/handler.rs", include_str!("http/handler.rs")),
             ("http/pages.rs", include_str!("http/pages.rs")),
             ("http/server.rs", include_str!("http/server.rs")),
-            ("http/wire.rs", include_str!("http/wire.rs")),
             ("http/axum.rs", include_str!("http/axum.rs")),
             ("pyroscope/mod.rs", include_str!("pyroscope/mod.rs")),
             ("pyroscope/config.rs", include_str!("pyroscope/config.rs")),

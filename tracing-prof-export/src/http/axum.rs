@@ -16,26 +16,18 @@ use super::handler::{HttpResponse, PprofHandler};
 /// # }
 /// ```
 pub fn axum_router(handler: PprofHandler) -> axum::Router {
-    use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+    use axum::http::{HeaderName, HeaderValue, StatusCode, header};
     use axum::response::{IntoResponse, Response};
 
-    let serve = move |method: Method, uri: Uri, headers: HeaderMap| {
+    let serve = move |request: axum::extract::Request| {
         let handler = handler.clone();
         async move {
-            let auth = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let target = uri
-                .path_and_query()
-                .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned());
-            let answer = tokio::task::spawn_blocking(move || {
-                handler.handle(method.as_str(), &target, auth.as_deref())
-            })
-            .await
-            .unwrap_or_else(|e| {
-                HttpResponse::text(500, format!("the pprof handler failed: {e}\n"))
-            });
+            let (head, _body) = request.into_parts();
+            let answer = tokio::task::spawn_blocking(move || handler.handle_request(&head))
+                .await
+                .unwrap_or_else(|e| {
+                    HttpResponse::text(500, format!("the pprof handler failed: {e}\n"))
+                });
             let mut response: Response = answer.body.into_response();
             *response.status_mut() =
                 StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

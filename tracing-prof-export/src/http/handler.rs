@@ -116,6 +116,20 @@ impl PprofHandler {
         tracing_prof_core::as_profiler(|| self.answer(method, path_and_query, authorization))
     }
 
+    /// Answers one request from its head, as `http` (hyper, axum) has it: its method, target
+    /// and headers. Blocks like [`handle`](Self::handle).
+    pub fn handle_request(&self, head: &http::request::Parts) -> HttpResponse {
+        let target = head
+            .uri
+            .path_and_query()
+            .map_or_else(|| head.uri.path(), |p| p.as_str());
+        let authorization = head
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.handle(head.method.as_str(), target, authorization)
+    }
+
     fn answer(
         &self,
         method: &str,

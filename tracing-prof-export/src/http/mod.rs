@@ -17,29 +17,29 @@
 //! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
 //!
 //! [`PprofHandler`] answers requests and knows nothing of sockets: mount it in your own server
-//! (axum, hyper, actix...) to serve it on your port. [`HttpServer`] is a small standalone server
-//! for services that have none: GET only, bound to `127.0.0.1` by default, request heads capped
-//! at [`MAX_HEAD_BYTES`] and read within [`READ_TIMEOUT`]. Connections whose head is still
-//! arriving ([`MAX_PENDING`] at once) are kept apart from requests being answered
-//! ([`MAX_CONNECTIONS`] at once), so clients that connect and send nothing (a slow-loris) do not
-//! keep `go tool pprof` out: its request arrives whole and is answered. Past either limit the
-//! answer is `503` with `Retry-After`, sent after the request was read so that it arrives rather
-//! than a reset (past [`MAX_REFUSING`] more waiting for it, a connection is closed unanswered).
-//! At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a `tracing-prof live` holds one
-//! while it runs); more get `429` with `Retry-After`. The application and the profiler never wait on a client.
+//! (axum, hyper, actix...) to serve it on your port. [`HttpServer`] is a standalone server for
+//! services that have none, built on hyper: GET only, bound to `127.0.0.1` by default, on one
+//! thread of its own whatever the connections, answering on at most [`MAX_CONNECTIONS`] more.
+//! Request heads are capped at [`MAX_HEAD_BYTES`] (`431` past it) and must arrive within
+//! [`READ_TIMEOUT`]; an answer must be taken within [`WRITE_TIMEOUT`]. At most [`MAX_OPEN`]
+//! connections are open: a new one past that closes the oldest that has not sent its request
+//! yet, so that idle or slow clients (a slow-loris) never keep `go tool pprof` out: its request
+//! arrives whole and is answered. Past [`MAX_CONNECTIONS`] answers at once the answer is `503`
+//! with `Retry-After`. At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a
+//! `tracing-prof live` holds one while it runs); more get `429` with `Retry-After`. The
+//! application and the profiler never wait on a client.
 //!
 //! # Inside
 //!
 //! `handler` (requests to answers, no sockets), `pages` (the index and the `?debug=1` tables),
-//! `server` (the standalone server: its threads and limits), `wire` (HTTP/1.1 heads and
-//! answers) and `axum` (the router, behind the `axum` feature).
+//! `server` (the standalone server: hyper, its threads, deadlines and limits) and `axum` (the
+//! router, behind the `axum` feature).
 
 #[cfg(feature = "axum")]
 mod axum;
 mod handler;
 mod pages;
 mod server;
-mod wire;
 
 use std::time::Duration;
 
@@ -67,22 +67,20 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
 pub const DEFAULT_MAX_SECONDS: u64 = 60;
 /// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
 pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
-/// Requests answered at once (their head read); more are answered `503` with `Retry-After`.
+/// Requests answered at once (their head read, until their answer is taken); more are
+/// answered `503` with `Retry-After`. Also the most threads answering.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Connections whose request head is still being read; more are answered `503` (by one thread,
-/// in turn, within [`REFUSE_WAIT`] twice each).
-pub const MAX_PENDING: usize = 64;
-/// Connections past [`MAX_PENDING`] waiting for their `503`; more are closed unanswered.
-pub const MAX_REFUSING: usize = 64;
-/// How long a refused connection's request head is waited for, and then its close.
-pub const REFUSE_WAIT: Duration = Duration::from_millis(100);
+/// Connections open at once: a new one past this closes the oldest that has not sent its
+/// request yet. Well under the file descriptors a process usually may open (1024), which the
+/// application shares.
+pub const MAX_OPEN: usize = 128;
 /// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.
 pub const MAX_WINDOWS: usize = 2;
-/// Largest request head (request line and headers) read.
+/// Largest request head (request line and headers) read (hyper's least buffer).
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
-/// Time a client has to send its request head.
+/// Time a client has to send its whole request head, from its connection.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time a client has to take each write of the answer.
+/// Time a client has to take the whole answer, once it is made.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a server from [`HttpServer::from_env`] that could not listen tries again: 5 s.
 pub const BIND_RETRY: Duration = Duration::from_secs(5);

@@ -1,19 +1,30 @@
-//! [`HttpServer`]: a small standalone server for services that have none. One thread accepts;
-//! each request is read and answered on a thread of its own, within the limits of the module
-//! docs; refusals are answered on one more thread.
+//! [`HttpServer`]: the standalone server, hyper's HTTP/1 on a current-thread tokio runtime of
+//! its own thread (`tprof-http`): a fixed number of threads whatever the connections, each
+//! request answered on a bounded pool of the profiler's own (`tprof-http-work`, at most
+//! [`MAX_CONNECTIONS`]), never on the application's runtime.
+//!
+//! Every connection has an absolute deadline: [`READ_TIMEOUT`] for its request head (hyper's
+//! header timeout, and ours from the accept, for a client that sends nothing at all), then none
+//! while its answer is made (a window is bounded by its `seconds`), then [`WRITE_TIMEOUT`] for
+//! the answer to be taken. At most [`MAX_OPEN`] connections are open; a new one past that
+//! closes the oldest that has not sent its request yet (an idle or slow client), as nginx and
+//! Go's servers reclaim idle connections, so that `go tool pprof`'s request, which arrives
+//! whole at once, is answered under any number of slow ones. Past [`MAX_CONNECTIONS`] answers
+//! at once a request gets `503` with `Retry-After`.
 
 use super::handler::{HttpResponse, PprofHandler};
-use super::wire::{HeadError, parse_head, read_head, time_left, write_response};
 use super::{
-    BIND_RETRY, ENV_HTTP_ADDR, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_PENDING, MAX_REFUSING,
-    READ_TIMEOUT, REFUSE_WAIT, SERVICE_NAME, WRITE_TIMEOUT,
+    BIND_RETRY, ENV_HTTP_ADDR, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN,
+    READ_TIMEOUT, SERVICE_NAME, WRITE_TIMEOUT,
 };
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing_prof_core::config::ConfigError;
 use tracing_prof_core::{Profiler, ServiceStatus};
 
@@ -51,7 +62,7 @@ impl std::fmt::Debug for HttpError {
 pub struct HttpServer {
     /// The address listened on, once listening.
     addr: Arc<OnceLock<SocketAddr>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     thread: Option<JoinHandle<()>>,
     /// Where a server from [`HttpServer::from_env`] reports its state.
     profiler: Option<Profiler>,
@@ -86,7 +97,7 @@ impl HttpServer {
             Ok(_) => String::new(),
         };
         let bound = Arc::new(OnceLock::new());
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::default());
         let listener = match listener {
             Ok(l) => {
                 let local = l.local_addr().map_err(|source| HttpError::Bind {
@@ -104,7 +115,7 @@ impl HttpServer {
             tracing_prof_core::spawn_profiler_thread("tprof-http", move || {
                 let listener = match listener {
                     Some(l) => l,
-                    None => match bind_again(&addr, &stop, profiler.as_ref(), said) {
+                    None => match bind_again(&addr, &stop.flag, profiler.as_ref(), said) {
                         Some(l) => l,
                         None => return, // stopped before it could listen
                     },
@@ -112,12 +123,12 @@ impl HttpServer {
                 if let Ok(local) = listener.local_addr() {
                     let _ = bound.set(local);
                 }
-                // A drop that came while it was binding found no address to wake it
-                // with: it set `stop` first, and is told here (both SeqCst).
-                if stop.load(Ordering::SeqCst) {
+                // A drop that came while it was binding is seen here (it set the flag first,
+                // and its notification is kept for the loop otherwise).
+                if stop.flag.load(Ordering::SeqCst) {
                     return;
                 }
-                accept_loop(&listener, &handler, &stop);
+                serve(listener, handler, &stop);
             })
             .map_err(HttpError::Spawn)?
         };
@@ -193,8 +204,8 @@ fn bind_again(
     mut said: String,
 ) -> Option<TcpListener> {
     loop {
-        let deadline = Instant::now() + BIND_RETRY;
-        while Instant::now() < deadline {
+        let deadline = std::time::Instant::now() + BIND_RETRY;
+        while std::time::Instant::now() < deadline {
             if stop.load(Ordering::SeqCst) {
                 return None;
             }
@@ -229,12 +240,10 @@ fn bind_again(
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept with a connection of our own (a server still trying to
-        // listen sees the flag within 50 ms).
-        if let Some(addr) = self.addr.get() {
-            let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));
-        }
+        self.stop.flag.store(true, Ordering::SeqCst);
+        // Wakes the accept loop (a permit is kept if it is not waiting yet); a server still
+        // trying to listen sees the flag within 50 ms.
+        self.stop.wake.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -244,47 +253,210 @@ impl Drop for HttpServer {
     }
 }
 
-fn accept_loop(listener: &TcpListener, handler: &PprofHandler, stop: &AtomicBool) {
-    let pending = Arc::new(AtomicUsize::new(0));
-    let active = Arc::new(AtomicUsize::new(0));
-    // Refusals are answered on a thread of their own, one at a time: the accept loop never
-    // waits. The thread ends when this loop does (the channel closes).
-    let refusals = {
-        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(MAX_REFUSING);
-        tracing_prof_core::spawn_profiler_thread("tprof-http-busy", move || {
-            for stream in rx {
-                refuse(stream);
-            }
-        })
-        .ok()
-        .map(|_| tx)
-    };
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
+/// How a server is told to stop: a flag for the thread while it binds, a wake-up for the loop.
+#[derive(Debug, Default)]
+struct Stop {
+    flag: AtomicBool,
+    wake: Notify,
+}
+
+/// Runs the server on this thread until `stop`: a current-thread runtime whose blocking pool
+/// (where requests are answered) has at most [`MAX_CONNECTIONS`] threads, all the profiler's.
+fn serve(listener: TcpListener, handler: PprofHandler, stop: &Stop) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(MAX_CONNECTIONS)
+        .thread_name("tprof-http-work")
+        .on_thread_start(tracing_prof_core::mark_profiler_thread)
+        .build();
+    let listener = listener.set_nonblocking(true).map(|()| listener);
+    let (runtime, listener) = match (runtime, listener) {
+        (Ok(r), Ok(l)) => (r, l),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("tracing-prof: /debug/pprof cannot run: {e}");
             return;
         }
-        let Ok(stream) = stream else {
-            // Out of file descriptors, say: back off instead of spinning on accept.
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        };
-        if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
-            pending.fetch_sub(1, Ordering::SeqCst);
-            // Past MAX_REFUSING waiting for their 503 too, or with no refusing thread: closed.
-            if let Some(refusals) = &refusals {
-                let _ = refusals.try_send(stream);
-            }
-            continue;
+    };
+    runtime.block_on(async {
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => accept_loop(listener, handler, stop).await,
+            Err(e) => eprintln!("tracing-prof: /debug/pprof cannot run: {e}"),
         }
-        let (handler, pending_c, active_c) =
-            (handler.clone(), Arc::clone(&pending), Arc::clone(&active));
-        let spawned = tracing_prof_core::spawn_profiler_thread("tprof-http-conn", move || {
-            serve(stream, &handler, &pending_c, &active_c);
+    });
+    // Open connections close now; an answer still being made (a window) ends on its own.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+}
+
+/// What the connections share: the open ones, oldest first, and the answers being made.
+#[derive(Default)]
+struct Connections {
+    open: Mutex<BTreeMap<u64, Arc<Connection>>>,
+    answering: AtomicUsize,
+}
+
+/// One open connection.
+struct Connection {
+    /// Its request head has come: it is being answered, and is never closed to make room.
+    answering: AtomicBool,
+    /// Whether it holds one of the [`MAX_CONNECTIONS`] answers.
+    holds_answer: AtomicBool,
+    /// When it is closed, whatever it is doing; moved by the answer's phases.
+    deadline: Mutex<Instant>,
+    /// The deadline moved, or the connection must close to make room (`closed`).
+    poke: Notify,
+    closed: AtomicBool,
+}
+
+impl Connection {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_deadline(&self, at: Instant) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = at;
+        self.poke.notify_one();
+    }
+}
+
+impl Connections {
+    /// Registers a new connection as `id`, closing the oldest that has not sent its request
+    /// when [`MAX_OPEN`] are open; `None` when every open one is being answered.
+    fn admit(&self, id: u64) -> Option<Arc<Connection>> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() >= MAX_OPEN {
+            let idle = open
+                .iter()
+                .find(|(_, c)| !c.answering.load(Ordering::SeqCst))
+                .map(|(&id, _)| id)?;
+            if let Some(c) = open.remove(&idle) {
+                c.closed.store(true, Ordering::SeqCst);
+                c.poke.notify_one();
+            }
+        }
+        let c = Arc::new(Connection {
+            answering: AtomicBool::new(false),
+            holds_answer: AtomicBool::new(false),
+            deadline: Mutex::new(Instant::now() + READ_TIMEOUT),
+            poke: Notify::new(),
+            closed: AtomicBool::new(false),
         });
-        if spawned.is_err() {
-            pending.fetch_sub(1, Ordering::SeqCst);
+        open.insert(id, Arc::clone(&c));
+        Some(c)
+    }
+
+    fn close(&self, id: u64, c: &Connection) {
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if c.holds_answer.swap(false, Ordering::SeqCst) {
+            self.answering.fetch_sub(1, Ordering::SeqCst);
         }
     }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, handler: PprofHandler, stop: &Stop) {
+    let connections = Arc::new(Connections::default());
+    for id in 0u64.. {
+        let accepted = tokio::select! {
+            () = stop.wake.notified() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            // Out of file descriptors, say: back off instead of spinning on accept.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        // Let the connections read what came (a waiting request head) before more are
+        // accepted: a burst of accepts must not make room by closing a request just arrived.
+        tokio::task::yield_now().await;
+        let Some(connection) = connections.admit(id) else {
+            // Every open connection is being answered: a `503` if the socket takes it now.
+            let _ = stream.try_write(BUSY);
+            continue;
+        };
+        let (handler, connections) = (handler.clone(), Arc::clone(&connections));
+        tokio::spawn(async move {
+            drive(stream, &handler, &connections, &connection).await;
+            connections.close(id, &connection);
+        });
+    }
+}
+
+/// The whole `503` written when no connection can be closed to make room for a new one.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// Serves one request on `stream` with hyper, within the connection's deadline.
+async fn drive(
+    stream: tokio::net::TcpStream,
+    handler: &PprofHandler,
+    connections: &Arc<Connections>,
+    connection: &Arc<Connection>,
+) {
+    let service = {
+        let (handler, connections, connection) = (
+            handler.clone(),
+            Arc::clone(connections),
+            Arc::clone(connection),
+        );
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let (handler, connections, connection) = (
+                handler.clone(),
+                Arc::clone(&connections),
+                Arc::clone(&connection),
+            );
+            async move {
+                let (head, _body) = request.into_parts();
+                let answer = answer(&handler, head, &connections, &connection).await;
+                connection.set_deadline(Instant::now() + WRITE_TIMEOUT);
+                Ok::<_, std::convert::Infallible>(to_hyper(answer))
+            }
+        })
+    };
+    let http = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(http);
+    loop {
+        if connection.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let deadline = connection.deadline();
+        tokio::select! {
+            _ = &mut http => return,
+            () = tokio::time::sleep_until(deadline) => {
+                if connection.deadline() <= Instant::now() {
+                    return;
+                }
+            }
+            () = connection.poke.notified() => {}
+        }
+    }
+}
+
+/// The answer to a request whose head has come: `503` past [`MAX_CONNECTIONS`] answers at
+/// once, else the handler's, made on the blocking pool (a window waits its `seconds`).
+async fn answer(
+    handler: &PprofHandler,
+    head: http::request::Parts,
+    connections: &Connections,
+    connection: &Connection,
+) -> HttpResponse {
+    connection.answering.store(true, Ordering::SeqCst);
+    connection.set_deadline(Instant::now() + Duration::from_secs(24 * 3600));
+    if connections.answering.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        connections.answering.fetch_sub(1, Ordering::SeqCst);
+        return busy();
+    }
+    connection.holds_answer.store(true, Ordering::SeqCst);
+    let handler = handler.clone();
+    tokio::task::spawn_blocking(move || handler.handle_request(&head))
+        .await
+        .unwrap_or_else(|e| HttpResponse::text(500, format!("the pprof handler failed: {e}\n")))
 }
 
 /// `503` with `Retry-After`.
@@ -294,58 +466,26 @@ fn busy() -> HttpResponse {
     r
 }
 
-/// Past [`MAX_PENDING`], on the refusing thread: waits up to [`REFUSE_WAIT`] for the request
-/// head (closing with unread input makes the kernel answer with a reset, not the `503`; a
-/// client that connected a moment ago may not have sent it yet), answers `503`, then gives the
-/// client as long again to read it and close first.
-fn refuse(mut stream: TcpStream) {
-    let _ = read_head(&mut stream, REFUSE_WAIT);
-    let _ = stream.set_write_timeout(Some(REFUSE_WAIT));
-    let _ = write_response(&mut stream, &busy(), false);
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let deadline = Instant::now() + REFUSE_WAIT;
-    let mut buf = [0u8; 1024];
-    while let Some(left) = time_left(deadline)
-        && stream.set_read_timeout(Some(left)).is_ok()
-        && matches!(stream.read(&mut buf), Ok(n) if n > 0)
-    {}
-}
-
-/// One request on one connection, then close.
-fn serve(
-    mut stream: TcpStream,
-    handler: &PprofHandler,
-    pending: &AtomicUsize,
-    active: &AtomicUsize,
-) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let head = read_head(&mut stream, READ_TIMEOUT);
-    pending.fetch_sub(1, Ordering::SeqCst);
-    let response = match head {
-        Ok(head) => match parse_head(&head) {
-            Some((method, target, auth)) => {
-                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    busy()
-                } else {
-                    let head_only = method == "HEAD";
-                    let r = handler.handle(method, target, auth);
-                    let _ = write_response(&mut stream, &r, head_only);
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    return;
-                }
-            }
-            None => HttpResponse::text(400, "malformed request\n"),
-        },
-        Err(HeadError::TooLarge) => HttpResponse::text(431, "request head too large\n"),
-        Err(HeadError::Io) => return, // timed out or closed: nothing to answer
-    };
-    let _ = write_response(&mut stream, &response, false);
-    // Closing with unread input makes the kernel send a reset that can destroy the answer in
-    // flight: stop writing, then drain a bounded amount for a short while before closing.
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
+/// An [`HttpResponse`] as hyper sends it.
+fn to_hyper(answer: HttpResponse) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut response =
+        hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(answer.body)));
+    *response.status_mut() = http::StatusCode::from_u16(answer.status)
+        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(answer.content_type),
+    );
+    for (name, value) in answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }
 
 /// What `/debug/pprof`'s server is told by the environment.
