@@ -228,8 +228,9 @@ fn slow_and_oversized_clients_are_cut_off() {
     // READ_TIMEOUT (5 s).
     std::thread::sleep(Duration::from_secs(6));
     let closed = idle
-        .iter_mut()
+        .iter()
         .filter(|s| {
+            let mut s: &TcpStream = s;
             // Closed: an end of file or a reset (or a last word, then those); open: no data yet.
             s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
             match s.read(&mut [0u8; 1]) {

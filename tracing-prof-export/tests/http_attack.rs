@@ -164,7 +164,11 @@ fn slow_idle_and_dripping_connections_never_keep_a_normal_request_out() {
     assert!(get(addr, "/debug/pprof/heap").unwrap().0.contains("200"));
     // HEAD: the head alone.
     let (status, body, _) = request(addr, "HEAD", "/debug/pprof/heap").unwrap();
-    assert!(status.contains("200") && body.is_empty(), "{status}: {} bytes", body.len());
+    assert!(
+        status.contains("200") && body.is_empty(),
+        "{status}: {} bytes",
+        body.len()
+    );
     let rss_before = rss();
     for (attack, connections, ramp) in [
         (Attack::SlowLoris, 300, Duration::ZERO),

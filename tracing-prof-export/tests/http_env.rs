@@ -105,7 +105,7 @@ fn a_taken_port_is_tried_again() {
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
             .map(|n| n.trim_end().to_owned())
             .collect();
-        for name in ["tprof-http", "tprof-http-busy"] {
+        for name in ["tprof-http", "tprof-http-work"] {
             assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
         }
     }

@@ -345,14 +345,21 @@ impl Connections {
         Some(c)
     }
 
+    /// The connection's answer is sent: it no longer holds an answer, and may be closed to
+    /// make room.
+    fn release(&self, c: &Connection) {
+        c.answering.store(false, Ordering::SeqCst);
+        if c.holds_answer.swap(false, Ordering::SeqCst) {
+            self.answering.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     fn close(&self, id: u64, c: &Connection) {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        if c.holds_answer.swap(false, Ordering::SeqCst) {
-            self.answering.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.release(c);
     }
 }
 
@@ -389,7 +396,7 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nCont
 
 /// Serves one request on `stream` with hyper, within the connection's deadline.
 async fn drive(
-    stream: tokio::net::TcpStream,
+    mut stream: tokio::net::TcpStream,
     handler: &PprofHandler,
     connections: &Arc<Connections>,
     connection: &Arc<Connection>,
@@ -414,29 +421,55 @@ async fn drive(
             }
         })
     };
-    let http = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(READ_TIMEOUT)
-        .max_buf_size(MAX_HEAD_BYTES)
-        .keep_alive(false)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-    tokio::pin!(http);
-    loop {
-        if connection.closed.load(Ordering::SeqCst) {
-            return;
-        }
-        let deadline = connection.deadline();
-        tokio::select! {
-            _ = &mut http => return,
-            () = tokio::time::sleep_until(deadline) => {
-                if connection.deadline() <= Instant::now() {
-                    return;
-                }
+    {
+        let http = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(READ_TIMEOUT)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .keep_alive(false)
+            .title_case_headers(true)
+            .serve_connection(hyper_util::rt::TokioIo::new(&mut stream), service);
+        tokio::pin!(http);
+        loop {
+            if connection.closed.load(Ordering::SeqCst) {
+                return;
             }
-            () = connection.poke.notified() => {}
+            let deadline = connection.deadline();
+            tokio::select! {
+                _ = &mut http => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    if connection.deadline() <= Instant::now() {
+                        return;
+                    }
+                }
+                () = connection.poke.notified() => {}
+            }
         }
     }
+    // A lingering close, as nginx makes one: unread input (an oversized head, say) would make
+    // the kernel answer the close with a reset that can destroy the answer in flight, so it is
+    // read and dropped first, for at most LINGER and 256 KiB. The connection still counts, but
+    // no longer as an answer: it is the first closed to make room.
+    connections.release(connection);
+    let linger = tokio::time::timeout(LINGER, async {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let _ = stream.shutdown().await;
+        let (mut buf, mut left) = ([0u8; 4096], 256usize << 10);
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    });
+    tokio::select! {
+        _ = linger => {}
+        () = connection.poke.notified() => {}
+    }
 }
+
+/// The most a closing connection's unread input is waited for (see `drive`).
+const LINGER: Duration = Duration::from_secs(1);
 
 /// The answer to a request whose head has come: `503` past [`MAX_CONNECTIONS`] answers at
 /// once, else the handler's, made on the blocking pool (a window waits its `seconds`).
