@@ -89,6 +89,24 @@ let response = Budget::new().max_allocations(10).max_bytes(64 * 1024).assert(|| 
 response
 }
 
+async fn serve() {}
+
+#[rustfmt::skip]
+mod readme_sigterm {
+use super::serve;
+// --- README: "Running it in production"
+async fn main_loop(guard: tracing_prof::ProfilerGuard) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        () = serve() => {}
+        _ = term.recv() => {}                 // systemd, Kubernetes, docker stop
+        _ = tokio::signal::ctrl_c() => {}     // Ctrl-C
+    }
+    drop(guard);                              // the final export, before the grace period ends
+}
+}
+
 #[test]
 fn every_rust_block_of_the_readme_is_here_verbatim() {
     let readme = std::fs::read_to_string(
@@ -105,5 +123,5 @@ fn every_rust_block_of_the_readme_is_here_verbatim() {
         );
         blocks += 1;
     }
-    assert_eq!(blocks, 5);
+    assert_eq!(blocks, 6);
 }

@@ -65,7 +65,7 @@ impl Loaded {
         base.to_owned()
     }
 
-    /// The kind, guessed from a tracing-prof file name (`heap.PID.STAMP.pb.gz`,
+    /// The kind, guessed from a tracing-prof file name (`heap.PID.STAMP.RUN.pb.gz`,
     /// `heap.latest.pb.gz`) or a `/debug/pprof/heap` URL; `None` for other names.
     pub(crate) fn kind(&self) -> Option<String> {
         const KINDS: [&str; 8] = [

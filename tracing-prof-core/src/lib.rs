@@ -107,7 +107,7 @@ pub fn mark_profiler_thread() {
 ///
 /// Keep `name` to 15 bytes: the kernel keeps no more of a thread's name, so a longer one is cut
 /// in `top -H`, `perf` and the thread names of this profiler's own profiles (ours are
-/// `tprof-http`, `tprof-http-conn`, `tprof-pyroscope`, ...; the aggregator is `tracing-prof`).
+/// `tprof-http`, `tprof-http-work`, `tprof-pyroscope`, ...; the aggregator is `tracing-prof`).
 pub fn spawn_profiler_thread<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,

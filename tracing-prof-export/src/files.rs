@@ -124,7 +124,7 @@ impl std::fmt::Debug for FileError {
 /// the last export wins.
 ///
 /// Optionally, per export, `{kind}-delta.*.pb.gz` files hold only what happened since the
-/// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{sample_type}.svg`
+/// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{run}.{sample_type}.svg`
 /// flame graphs sit beside the pprof files.
 ///
 /// Files are written under a temporary name (`.tracing-prof.{random}.tmp`, created with
@@ -672,15 +672,9 @@ mod tests {
         let mut e = FileExporter::new(&dir).keep(3).kinds([ProfileKind::Heap]);
         let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
         let stamps = || {
-            std::fs::read_dir(&dir)
-                .unwrap()
-                .filter_map(Result::ok)
-                .filter(|f| {
-                    f.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("heap.{}.", std::process::id()))
-                })
-                .count()
+            files_named(&dir, |n| {
+                n.starts_with(&format!("heap.{}.", std::process::id()))
+            })
         };
         for _ in 0..5 {
             e.write(&profile).unwrap();
@@ -696,6 +690,15 @@ mod tests {
             assert_eq!(stamps(), 3);
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Files in `dir` whose name passes `keep`.
+    fn files_named(dir: &Path, keep: impl Fn(&str) -> bool) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|f| keep(&f.file_name().to_string_lossy()))
+            .count()
     }
 
     /// A temporary dir of this test's own.
@@ -804,17 +807,7 @@ mod tests {
             a.write(&profile).unwrap();
             b.write(&profile).unwrap();
         }
-        let of = |e: &FileExporter| {
-            std::fs::read_dir(&dir)
-                .unwrap()
-                .filter_map(Result::ok)
-                .filter(|f| {
-                    f.file_name()
-                        .to_string_lossy()
-                        .contains(&format!(".{}.", e.run))
-                })
-                .count()
-        };
+        let of = |e: &FileExporter| files_named(&dir, |n| n.contains(&format!(".{}.", e.run)));
         assert_eq!((of(&a), of(&b)), (2, 2));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -114,8 +114,13 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     let pid = std::process::id().to_string();
     let parts: Vec<&str> = name.split('.').collect();
     assert_eq!((parts[0], parts[1]), ("heap", pid.as_str()), "{name}");
+    // `heap.PID.YYYYMMDDTHHMMSS.uuuuuuZ.RUN.pb.gz`: the run, six random characters.
     assert!(
-        name.ends_with("Z.pb.gz") && parts[2].len() == 15 && parts[2].contains('T'),
+        name.ends_with(".pb.gz")
+            && parts[2].len() == 15
+            && parts[2].contains('T')
+            && parts[3].ends_with('Z')
+            && parts[4].len() == 6,
         "{name}"
     );
 
