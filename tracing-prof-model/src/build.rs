@@ -21,8 +21,8 @@
 use crate::kind::ProfileKind;
 use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
 use crate::snapshot::{
-    CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats, PathProfile, Snapshot, SpanFrame,
-    Symbols, TABLE_FULL_FRAME,
+    ALL_TRIMMED_FRAME, CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats,
+    NOTHING_UNWOUND_FRAME, PathProfile, Snapshot, SpanFrame, Symbols, TABLE_FULL_FRAME,
 };
 
 /// Sample types of the memory kinds, in Go's order and with Go's names.
@@ -490,6 +490,20 @@ impl Snapshot {
                         "tracing-prof: {} CPU samples found the stack table full and are counted under {TABLE_FULL_FRAME}",
                         full.samples
                     ));
+                }
+                for (frame, why) in [
+                    (NOTHING_UNWOUND_FRAME, "had no return address the sampler could walk to"),
+                    (ALL_TRIMMED_FRAME, "were taken in tracing's own entry into their span"),
+                ] {
+                    let n: u64 = self
+                        .cpu_stacks
+                        .iter()
+                        .filter(|s| matches!(&s.code[..], [f] if *f.function == *frame))
+                        .map(|s| s.samples)
+                        .sum();
+                    if n > 0 {
+                        out.push(format!("tracing-prof: {n} CPU samples {why}: counted under {frame}"));
+                    }
                 }
                 let hz = self.cpu_sample_rate();
                 if hz > 0 {

@@ -11,6 +11,12 @@ pub const PROFILER_FRAME: &str = "(tracing-prof)";
 pub const OVERFLOW_FRAME: &str = "(other span paths)";
 /// Code frame of samples whose stack found no room in a stack table.
 pub const TABLE_FULL_FRAME: &str = "(stack table full)";
+/// Code frame of CPU samples whose stack could not be walked at all: the sampler found no
+/// return address (code without unwind information it could use, or a corrupt frame).
+pub const NOTHING_UNWOUND_FRAME: &str = "(no code stack: nothing unwound)";
+/// Code frame of CPU samples each of whose frames was trimmed as outside the span: taken in
+/// `tracing`'s own entry into the span, which the span frames already stand for.
+pub const ALL_TRIMMED_FRAME: &str = "(span entry: every code frame trimmed)";
 
 /// One span callsite in a span path.
 ///

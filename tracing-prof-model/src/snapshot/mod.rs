@@ -11,8 +11,8 @@ mod stacks;
 pub(crate) use frames::fields_of;
 use frames::names_are;
 pub use frames::{
-    CodeFrame, NO_SPAN_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR, PROFILER_FRAME, SpanFrame,
-    TABLE_FULL_FRAME, display_path,
+    ALL_TRIMMED_FRAME, CodeFrame, NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME,
+    PATH_SEPARATOR, PROFILER_FRAME, SpanFrame, TABLE_FULL_FRAME, display_path,
 };
 pub use paths::{MemoryStats, PathKind, PathProfile, TimeStats};
 pub use stacks::{CpuSource, CpuStack, Lifetimes, StackProfile};
