@@ -49,16 +49,20 @@ extern "C" fn on_sigterm(_: libc::c_int) {
     let saved = unsafe { errno.read() };
     // SAFETY: getpid is async-signal-safe and cannot fail.
     let pid = unsafe { libc::getpid() };
-    if pid != OWNER.load(Ordering::Relaxed) {
+    if !tracing_prof_cpu::disposition::current(libc::SIGTERM).is_ok_and(|h| h == ours()) {
+        // Another handler was installed after ours and chained to it: the application
+        // handles SIGTERM (in a forked child too); nothing to do.
+    } else if pid != OWNER.load(Ordering::Relaxed) {
         // A child forked without exec: no thread of ours there; the default action.
         let _ = tracing_prof_cpu::disposition::restore_default(libc::SIGTERM);
         // SAFETY: raise is async-signal-safe; SIGTERM now ends the process.
         unsafe { libc::raise(libc::SIGTERM) };
-    } else if tracing_prof_cpu::disposition::current(libc::SIGTERM).is_ok_and(|h| h == ours()) {
+    } else {
         let fd = PIPE.load(Ordering::Relaxed);
         let byte = 1u8;
-        // SAFETY: write is async-signal-safe; one byte from our stack to our pipe (a full pipe
-        // means a signal is pending already: nothing is lost by a failed write).
+        // SAFETY: write is async-signal-safe; one byte from our stack to our pipe, whose
+        // write end never blocks (a full pipe means signals are pending already: nothing is
+        // lost by a failed write).
         let _ = unsafe { libc::write(fd, (&raw const byte).cast(), 1) };
     }
     // SAFETY: as above.
@@ -89,15 +93,57 @@ fn set_up() -> Result<(), String> {
         return Err(std::io::Error::last_os_error().to_string());
     }
     let [read, write] = fds;
-    crate::spawn_profiler_thread("tprof-sigterm", move || watch(read))
-        .map_err(|e| e.to_string())?;
+    let close_both = || {
+        // SAFETY: closing the two descriptors pipe2 just made, used by nothing else yet.
+        unsafe {
+            libc::close(read);
+            libc::close(write);
+        }
+    };
+    // The handler's write never blocks: a flood of SIGTERMs fills the pipe and no more.
+    // SAFETY: fcntl on a descriptor of ours.
+    if unsafe { libc::fcntl(write, libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+        close_both();
+        return Err(std::io::Error::last_os_error().to_string());
+    }
     PIPE.store(write, Ordering::Relaxed);
     // SAFETY: getpid cannot fail.
     OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: `on_sigterm` has the plain handler signature and does only what the module docs
     // list, all async-signal-safe.
-    unsafe { tracing_prof_cpu::disposition::install(libc::SIGTERM, ours(), 0, false) }
-        .map_err(|e| format!("{e:?}"))
+    if let Err(e) =
+        unsafe { tracing_prof_cpu::disposition::install(libc::SIGTERM, ours(), 0, false) }
+    {
+        PIPE.store(-1, Ordering::Relaxed);
+        close_both();
+        return Err(format!("{e:?}"));
+    }
+    // The thread last: if it cannot start, the default action goes back, so that SIGTERM
+    // still ends the process.
+    if let Err(e) = crate::spawn_profiler_thread("tprof-sigterm", move || watch(read)) {
+        let _ = tracing_prof_cpu::disposition::restore_default(libc::SIGTERM);
+        PIPE.store(-1, Ordering::Relaxed);
+        close_both();
+        return Err(e.to_string());
+    }
+    Ok(())
+}
+
+/// Reads and drops what is in `pipe` now, without waiting for more.
+fn drain(pipe: libc::c_int) {
+    let mut fds = libc::pollfd {
+        fd: pipe,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut buf = [0u8; 64];
+    // SAFETY: poll on one descriptor of ours with no wait; read into our own buffer.
+    while unsafe { libc::poll(&mut fds, 1, 0) } > 0 && fds.revents & libc::POLLIN != 0 {
+        // SAFETY: as above.
+        if unsafe { libc::read(pipe, buf.as_mut_ptr().cast(), buf.len()) } <= 0 {
+            return;
+        }
+    }
 }
 
 /// The `tprof-sigterm` thread: for each SIGTERM ours acted on, the final export, then the end.
@@ -112,6 +158,9 @@ fn watch(pipe: libc::c_int) {
         if n <= 0 {
             return;
         }
+        // One export for every SIGTERM that came meanwhile (the write end never blocks, so
+        // this end is read as the pipe empties: a flood is one export).
+        drain(pipe);
         // SAFETY: getpid cannot fail.
         let init = unsafe { libc::getpid() } == 1;
         let target = TARGET.lock().unwrap_or_else(|e| e.into_inner()).clone();

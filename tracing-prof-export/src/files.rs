@@ -502,8 +502,10 @@ fn write_all(
     path: &Path,
     dir: &Path,
 ) -> Result<(), FileError> {
-    tmp.write_all(bytes)
-        .map_err(io_error("write a file in", dir))?;
+    // Through the file itself: `NamedTempFile`'s own `Write` adds its random path to errors.
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .map_err(|e| io_error("write a file in", dir)(os_error(e)))?;
     tmp.persist(path)
         .map(drop)
         .map_err(|e| io_error("rename a file in", dir)(os_error(e.error)))

@@ -404,7 +404,10 @@ pub(crate) const MAX_SAY_EVERY: Duration = Duration::from_secs(3600);
 #[derive(Debug, Default)]
 pub(crate) struct Reporter {
     /// Per cause: when it was said last, how long it is held back now, failures held back.
+    /// Kept across successes, so that a failure that comes and goes is held back too.
     said: std::collections::HashMap<String, (Instant, Duration, u64)>,
+    /// A failure was said since the last success.
+    failing: bool,
 }
 
 impl Reporter {
@@ -425,10 +428,12 @@ impl Reporter {
                     minutes((*every * 2).min(MAX_SAY_EVERY)),
                 );
                 (*at, *every, *held) = (now, (*every * 2).min(MAX_SAY_EVERY), 0);
+                self.failing = true;
                 Some(line)
             }
             None => {
                 self.said.insert(f.cause.clone(), (now, SAY_EVERY, 0));
+                self.failing = true;
                 Some(format!(
                     "{} (retrying with backoff, dropping when the queue is full; failures of \
                      this kind are said again at most once a minute)",
@@ -438,11 +443,9 @@ impl Reporter {
         }
     }
 
-    /// Whether anything was said since the last success (then the causes start afresh).
+    /// Whether a failure was said since the last success: then "works again" is said.
     pub(crate) fn works_again(&mut self) -> bool {
-        let said = !self.said.is_empty();
-        self.said.clear();
-        said
+        std::mem::take(&mut self.failing)
     }
 }
 
@@ -707,10 +710,16 @@ mod tests {
         assert_eq!(lines, 11, "lines in the next 8 hours");
         assert!(r.works_again());
         assert!(!r.works_again(), "said once");
+        // A failure that comes and goes between successes is held back all the same: no
+        // "failed" and "works again" at every interval.
+        assert!(r.failed(&failure("HTTP 500", "x"), at(29_000)).is_none());
+        assert!(!r.works_again());
+        // After its hour, said again.
         assert!(
-            r.failed(&failure("HTTP 500", "x"), at(30_001)).is_some(),
-            "afresh"
+            r.failed(&failure("HTTP 500", "x"), at(28_981 + 3600))
+                .is_some()
         );
+        assert!(r.works_again());
     }
 
     /// A server on loopback that answers one request with `answer`, as raw bytes, and closes.

@@ -1,10 +1,12 @@
-//! The standalone `/debug/pprof` server under the attacks a hostile or unlucky network makes,
-//! each of which silenced or swelled the hand-written server it replaced: 300 slow-loris
-//! connections (a header byte every 0.2 s), 2000 idle ones, and 1000 that send a bad request
-//! and then drip a byte every 0.1 s. Under each, a normal request (as `go tool pprof` makes
-//! it) is answered within a second, and read back by the real `go tool pprof`; the server's
-//! threads stay within their fixed number and the process's memory within 32 MiB of where it
-//! was. (One test: the thread count and the memory are the process's.)
+//! The standalone `/debug/pprof` server under the attacks a hostile or unlucky network makes:
+//! 300 slow-loris connections (a header byte every 0.2 s), 2000 idle ones, and 1000 that send a
+//! bad request and then drip a byte every 0.1 s (each silenced or swelled the hand-written
+//! server this one replaced); and 50 clients that each ask for a heap profile and leave at once,
+//! 10 times a second (answers that outlived their connection once queued without bound). Under
+//! each, a normal request (as `go tool pprof` makes it) is answered within a second and read
+//! back by the real `go tool pprof`; the server's threads stay within their fixed number and
+//! the process's memory within 32 MiB of where it was. (One test: the thread count and the
+//! memory are the process's.)
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -24,6 +26,9 @@ enum Attack {
     Idle,
     /// `BAD\r\n\r\n`, then one byte every 100 ms; reconnects when closed.
     Dripping,
+    /// A whole request for a heap profile, then gone at once, 10 times a second: the answers
+    /// started for it must not pile up beyond the server's few at a time.
+    Abandoning,
 }
 
 async fn attacker(addr: std::net::SocketAddr, attack: Attack, stop: Arc<AtomicBool>) {
@@ -39,6 +44,14 @@ async fn attacker(addr: std::net::SocketAddr, attack: Attack, stop: Arc<AtomicBo
             ),
             Attack::Idle => (b"", None),
             Attack::Dripping => (b"BAD\r\n\r\n", Some(Duration::from_millis(100))),
+            Attack::Abandoning => {
+                let _ = s
+                    .write_all(b"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .await;
+                drop(s);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         if s.write_all(first).await.is_err() {
             continue;
@@ -175,6 +188,7 @@ fn slow_idle_and_dripping_connections_never_keep_a_normal_request_out() {
         (Attack::Idle, 2000, Duration::ZERO),
         // 20 more every 0.1 s, as the attack that found the old server's thread per connection.
         (Attack::Dripping, 1000, Duration::from_millis(5)),
+        (Attack::Abandoning, 50, Duration::ZERO),
     ] {
         let stop = Arc::new(AtomicBool::new(false));
         attackers.block_on(async {

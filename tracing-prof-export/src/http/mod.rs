@@ -23,9 +23,9 @@
 //! Request heads are capped at [`MAX_HEAD_BYTES`] (`431` past it) and must arrive within
 //! [`READ_TIMEOUT`]; an answer must be taken within [`WRITE_TIMEOUT`]. At most [`MAX_OPEN`]
 //! connections are open: a new one past that closes the oldest that has not sent its request
-//! yet, so that idle or slow clients (a slow-loris) never keep `go tool pprof` out: its request
-//! arrives whole and is answered. Past [`MAX_CONNECTIONS`] answers at once the answer is `503`
-//! with `Retry-After`. At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a
+//! yet (else the oldest still taking its answer), so that idle or slow clients (a slow-loris)
+//! never keep `go tool pprof` out: its request arrives whole and is answered. Past
+//! [`MAX_CONNECTIONS`] answers being made at once the answer is `503` with `Retry-After`. At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a
 //! `tracing-prof live` holds one while it runs); more get `429` with `Retry-After`. The
 //! application and the profiler never wait on a client.
 //!
@@ -67,11 +67,12 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
 pub const DEFAULT_MAX_SECONDS: u64 = 60;
 /// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
 pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
-/// Requests answered at once (their head read, until their answer is taken); more are
-/// answered `503` with `Retry-After`. Also the most threads answering.
+/// Answers made at once (from the request's head until the handler returns, even if its
+/// client has gone); more requests are answered `503` with `Retry-After`. Also the most
+/// threads answering.
 pub const MAX_CONNECTIONS: usize = 8;
 /// Connections open at once: a new one past this closes the oldest that has not sent its
-/// request yet. Well under the file descriptors a process usually may open (1024), which the
+/// request yet, else the oldest still taking its answer. Well under the file descriptors a process usually may open (1024), which the
 /// application shares.
 pub const MAX_OPEN: usize = 128;
 /// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.

@@ -7,10 +7,12 @@
 //! header timeout, and ours from the accept, for a client that sends nothing at all), then none
 //! while its answer is made (a window is bounded by its `seconds`), then [`WRITE_TIMEOUT`] for
 //! the answer to be taken. At most [`MAX_OPEN`] connections are open; a new one past that
-//! closes the oldest that has not sent its request yet (an idle or slow client), as nginx and
-//! Go's servers reclaim idle connections, so that `go tool pprof`'s request, which arrives
-//! whole at once, is answered under any number of slow ones. Past [`MAX_CONNECTIONS`] answers
-//! at once a request gets `503` with `Retry-After`.
+//! closes the oldest that has not sent its request yet (an idle or slow client), else the
+//! oldest still taking its answer (a slow reader), as nginx and Go's servers reclaim idle
+//! connections, so that `go tool pprof`'s request, which arrives whole at once, is answered
+//! under any number of slow ones. Past [`MAX_CONNECTIONS`] answers being made at once (each
+//! holds its permit until its handler returns, even if its client has gone) a request gets
+//! `503` with `Retry-After`.
 
 use super::handler::{HttpResponse, PprofHandler};
 use super::{
@@ -19,7 +21,7 @@ use super::{
 };
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -288,24 +290,30 @@ fn serve(listener: TcpListener, handler: PprofHandler, stop: &Stop) {
     runtime.shutdown_timeout(Duration::from_millis(100));
 }
 
-/// What the connections share: the open ones, oldest first, and the answers being made.
-#[derive(Default)]
+/// What the connections share: the open ones, oldest first, and the answers being made (a
+/// permit each, held until the handler returns, whatever became of its connection).
 struct Connections {
     open: Mutex<BTreeMap<u64, Arc<Connection>>>,
-    answering: AtomicUsize,
+    work: Arc<tokio::sync::Semaphore>,
 }
+
+/// Where a connection is: its request head is still coming; it is being answered; its answer
+/// is made and being taken (or it is lingering).
+const WAITING: u8 = 0;
+const WORKING: u8 = 1;
+const WRITING: u8 = 2;
 
 /// One open connection.
 struct Connection {
-    /// Its request head has come: it is being answered, and is never closed to make room.
-    answering: AtomicBool,
-    /// Whether it holds one of the [`MAX_CONNECTIONS`] answers.
-    holds_answer: AtomicBool,
-    /// When it is closed, whatever it is doing; moved by the answer's phases.
+    /// [`WAITING`], [`WORKING`] or [`WRITING`]: a new connection past [`MAX_OPEN`] closes the
+    /// oldest waiting one, else the oldest writing one; never one being answered.
+    phase: AtomicU8,
+    /// When it is closed, whatever it is doing; moved by the answer's phases (`moved`).
     deadline: Mutex<Instant>,
-    /// The deadline moved, or the connection must close to make room (`closed`).
-    poke: Notify,
+    moved: Notify,
+    /// Closed to make room (`evicted` wakes it; a notification sent before it waits is kept).
     closed: AtomicBool,
+    evicted: Notify,
 }
 
 impl Connection {
@@ -313,58 +321,60 @@ impl Connection {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_deadline(&self, at: Instant) {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = at;
-        self.poke.notify_one();
+    /// Enters `phase`, to be closed at `deadline`.
+    fn enter(&self, phase: u8, deadline: Instant) {
+        self.phase.store(phase, Ordering::SeqCst);
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
+        self.moved.notify_one();
     }
 }
 
 impl Connections {
-    /// Registers a new connection as `id`, closing the oldest that has not sent its request
-    /// when [`MAX_OPEN`] are open; `None` when every open one is being answered.
+    fn new() -> Self {
+        Connections {
+            open: Mutex::new(BTreeMap::new()),
+            work: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+        }
+    }
+
+    /// Registers a new connection as `id`, closing one to make room when [`MAX_OPEN`] are
+    /// open: the oldest still sending its request, else the oldest taking its answer; `None`
+    /// when every open one is being answered.
     fn admit(&self, id: u64) -> Option<Arc<Connection>> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if open.len() >= MAX_OPEN {
-            let idle = open
-                .iter()
-                .find(|(_, c)| !c.answering.load(Ordering::SeqCst))
-                .map(|(&id, _)| id)?;
-            if let Some(c) = open.remove(&idle) {
+            let oldest_in = |phase: u8| {
+                open.iter()
+                    .find(|(_, c)| c.phase.load(Ordering::SeqCst) == phase)
+                    .map(|(&id, _)| id)
+            };
+            let victim = oldest_in(WAITING).or_else(|| oldest_in(WRITING))?;
+            if let Some(c) = open.remove(&victim) {
                 c.closed.store(true, Ordering::SeqCst);
-                c.poke.notify_one();
+                c.evicted.notify_one();
             }
         }
         let c = Arc::new(Connection {
-            answering: AtomicBool::new(false),
-            holds_answer: AtomicBool::new(false),
+            phase: AtomicU8::new(WAITING),
             deadline: Mutex::new(Instant::now() + READ_TIMEOUT),
-            poke: Notify::new(),
+            moved: Notify::new(),
             closed: AtomicBool::new(false),
+            evicted: Notify::new(),
         });
         open.insert(id, Arc::clone(&c));
         Some(c)
     }
 
-    /// The connection's answer is sent: it no longer holds an answer, and may be closed to
-    /// make room.
-    fn release(&self, c: &Connection) {
-        c.answering.store(false, Ordering::SeqCst);
-        if c.holds_answer.swap(false, Ordering::SeqCst) {
-            self.answering.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    fn close(&self, id: u64, c: &Connection) {
+    fn close(&self, id: u64) {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        self.release(c);
     }
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, handler: PprofHandler, stop: &Stop) {
-    let connections = Arc::new(Connections::default());
+    let connections = Arc::new(Connections::new());
     for id in 0u64.. {
         let accepted = tokio::select! {
             () = stop.wake.notified() => return,
@@ -386,7 +396,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, handler: PprofHandler, s
         let (handler, connections) = (handler.clone(), Arc::clone(&connections));
         tokio::spawn(async move {
             drive(stream, &handler, &connections, &connection).await;
-            connections.close(id, &connection);
+            connections.close(id);
         });
     }
 }
@@ -416,7 +426,7 @@ async fn drive(
             async move {
                 let (head, _body) = request.into_parts();
                 let answer = answer(&handler, head, &connections, &connection).await;
-                connection.set_deadline(Instant::now() + WRITE_TIMEOUT);
+                connection.enter(WRITING, Instant::now() + WRITE_TIMEOUT);
                 Ok::<_, std::convert::Infallible>(to_hyper(answer))
             }
         })
@@ -427,6 +437,8 @@ async fn drive(
             .header_read_timeout(READ_TIMEOUT)
             .max_buf_size(MAX_HEAD_BYTES)
             .keep_alive(false)
+            // A client may close its side once its request is sent (`nc -N`): still answered.
+            .half_close(true)
             .title_case_headers(true)
             .serve_connection(hyper_util::rt::TokioIo::new(&mut stream), service);
         tokio::pin!(http);
@@ -442,15 +454,16 @@ async fn drive(
                         return;
                     }
                 }
-                () = connection.poke.notified() => {}
+                () = connection.moved.notified() => {}
+                () = connection.evicted.notified() => return,
             }
         }
     }
     // A lingering close, as nginx makes one: unread input (an oversized head, say) would make
     // the kernel answer the close with a reset that can destroy the answer in flight, so it is
-    // read and dropped first, for at most LINGER and 256 KiB. The connection still counts, but
-    // no longer as an answer: it is the first closed to make room.
-    connections.release(connection);
+    // read and dropped first, for at most LINGER and 256 KiB. The connection still counts, as
+    // one taking its answer: closed to make room after those still sending a request.
+    connection.phase.store(WRITING, Ordering::SeqCst);
     let linger = tokio::time::timeout(LINGER, async {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let _ = stream.shutdown().await;
@@ -464,7 +477,7 @@ async fn drive(
     });
     tokio::select! {
         _ = linger => {}
-        () = connection.poke.notified() => {}
+        () = connection.evicted.notified() => {}
     }
 }
 
@@ -472,24 +485,25 @@ async fn drive(
 const LINGER: Duration = Duration::from_secs(1);
 
 /// The answer to a request whose head has come: `503` past [`MAX_CONNECTIONS`] answers at
-/// once, else the handler's, made on the blocking pool (a window waits its `seconds`).
+/// once, else the handler's, made on the blocking pool (a window waits its `seconds`) under a
+/// permit held until the handler returns, even if the client has gone.
 async fn answer(
     handler: &PprofHandler,
     head: http::request::Parts,
     connections: &Connections,
     connection: &Connection,
 ) -> HttpResponse {
-    connection.answering.store(true, Ordering::SeqCst);
-    connection.set_deadline(Instant::now() + Duration::from_secs(24 * 3600));
-    if connections.answering.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-        connections.answering.fetch_sub(1, Ordering::SeqCst);
+    connection.enter(WORKING, Instant::now() + Duration::from_secs(24 * 3600));
+    let Ok(permit) = Arc::clone(&connections.work).try_acquire_owned() else {
         return busy();
-    }
-    connection.holds_answer.store(true, Ordering::SeqCst);
+    };
     let handler = handler.clone();
-    tokio::task::spawn_blocking(move || handler.handle_request(&head))
-        .await
-        .unwrap_or_else(|e| HttpResponse::text(500, format!("the pprof handler failed: {e}\n")))
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        handler.handle_request(&head)
+    })
+    .await
+    .unwrap_or_else(|e| HttpResponse::text(500, format!("the pprof handler failed: {e}\n")))
 }
 
 /// `503` with `Retry-After`.
