@@ -227,12 +227,9 @@ fn print_top(title: &str, profile: &Snapshot, key: impl Fn(&PathProfile) -> u64)
         "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  span path",
         "self cpu", "total cpu", "self busy", "spans", "alloc", "in use"
     );
-    for p in profile
-        .top_by(&key)
-        .into_iter()
-        .filter(|p| p.kind != PathKind::Profiler)
-        .take(8)
-    {
+    // `(tracing-prof)`, the profiler's own work, is listed like any path: its cost is part of
+    // the truth a reader needs.
+    for p in profile.top_by(&key).into_iter().take(8) {
         let (total, _) = profile.cumulative(p);
         println!(
             "  {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}  {}",
