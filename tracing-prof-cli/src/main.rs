@@ -317,7 +317,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 loaded.describe(),
                 top.sample_type,
                 units::format_value(top.total, &top.unit),
-                select::describe(&a.select),
+                select::describe(&a.select, &p),
                 top.render_with(a.locations, a.raw)
             ));
         }
@@ -336,7 +336,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 "{}\n{}{}\n",
                 loaded.describe(),
                 ty.name,
-                select::describe(&a.select)
+                select::describe(&a.select, &p)
             );
             for t in p.tags(Some(&ty.name))? {
                 text.push_str(&t.render(&ty.unit));
@@ -366,7 +366,7 @@ fn run(command: Command) -> Result<(), CliError> {
                 units::format_value(after, &top.unit),
                 if after >= before { "+" } else { "" },
                 units::format_value(after - before, &top.unit),
-                select::describe(&a.select),
+                select::describe(&a.select, &n),
                 top.render(false)
             ));
             if let Some(path) = &a.flamegraph {

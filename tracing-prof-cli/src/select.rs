@@ -77,11 +77,46 @@ pub(crate) fn apply(profile: &Profile, select: &Select) -> Result<Profile, CliEr
     }))
 }
 
-/// `" (only ...)"` naming the filters in effect, for headers.
-pub(crate) fn describe(select: &Select) -> String {
+/// The distinct span paths `--span PATH` matched in `profile`: each sample's span frames as
+/// far as `PATH` goes, by their path names (`run -> app::a::apply` and `run -> app::b::apply`
+/// for `run -> apply`), in order.
+fn matched_paths(profile: &Profile, span: &str) -> Vec<String> {
+    let depth = span.split("->").filter(|p| !p.trim().is_empty()).count();
+    let mut paths: Vec<String> = profile
+        .samples
+        .iter()
+        .map(|s| {
+            let names: Vec<&str> = s.span_frames().take(depth).map(|f| f.span_name()).collect();
+            names.join(tracing_prof_model::PATH_SEPARATOR)
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// `" (only ...)"` naming the filters in effect, for headers; where `--span` matched several
+/// span paths in `selected` (the samples kept), which ones were summed.
+pub(crate) fn describe(select: &Select, selected: &Profile) -> String {
+    /// Paths named at most; more are counted.
+    const NAMED: usize = 5;
     let mut parts = Vec::new();
     if let Some(s) = &select.span {
-        parts.push(format!("under {s}"));
+        let paths = matched_paths(selected, s);
+        if paths.len() > 1 {
+            let mut list: Vec<String> =
+                paths.iter().take(NAMED).map(|p| format!("`{p}`")).collect();
+            if paths.len() > NAMED {
+                list.push(format!("{} more", paths.len() - NAMED));
+            }
+            parts.push(format!(
+                "under {s}: {} span paths summed, {}",
+                paths.len(),
+                list.join(", ")
+            ));
+        } else {
+            parts.push(format!("under {s}"));
+        }
     }
     if let Some(f) = &select.focus {
         parts.push(format!("with a frame matching {f:?}"));

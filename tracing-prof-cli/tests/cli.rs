@@ -129,6 +129,11 @@ fn outputs_match_the_expected_files() {
                 "same_name/cpu.pb.gz",
             ],
         ),
+        // Both under one name: which span paths were summed, said in the header.
+        (
+            "top_same_name_under_both",
+            &["top", "--span", "run -> apply", "same_name/cpu.pb.gz"],
+        ),
         ("top_threads", &["top", "ours/threads.pb.gz"]),
         ("top_go_heap", &["top", "go/heap.pb.gz"]),
         ("top_go_cpu", &["top", "--cum", "go/cpu.pb.gz"]),
