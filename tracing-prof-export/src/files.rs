@@ -149,6 +149,8 @@ pub struct FileExporter {
     written: Vec<PathBuf>,
     /// Microseconds since the epoch of the last file name, to keep names unique.
     last_stamp_us: u64,
+    /// Whether another process writing here was said (once).
+    said_other_writer: bool,
     deltas: bool,
     /// The last exported snapshot, the base of the next delta.
     previous: Option<Snapshot>,
@@ -166,6 +168,7 @@ impl FileExporter {
             run: run_id(),
             written: Vec::new(),
             last_stamp_us: 0,
+            said_other_writer: false,
             deltas: false,
             previous: None,
             flamegraphs: Vec::new(),
@@ -261,6 +264,8 @@ impl FileExporter {
         self.check_owner()?;
         if self.last_stamp_us == 0 {
             self.remove_orphans();
+        } else if !self.said_other_writer {
+            self.notice_other_writer();
         }
         // Make room first: a disk our own files filled must not stop the export that would
         // prune them.
@@ -358,6 +363,30 @@ impl FileExporter {
                 .map_err(|e| io_error("rename a file in", &self.dir)(os_error(e.error)));
         }
         self.write_file(latest, bytes).map(|_| ())
+    }
+
+    /// Says once, on stderr, when another process (another pid or run) has written profiles
+    /// here since our last export: the stable names are then whichever exported last.
+    fn notice_other_writer(&mut self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let since = utc_stamp(self.last_stamp_us);
+        let names = entries.filter_map(|e| e.ok()?.file_name().into_string().ok());
+        if let Some((pid, run)) = other_writer(names, self.pid, &self.run, &since) {
+            self.said_other_writer = true;
+            eprintln!(
+                "tracing-prof: another process (pid {pid}{}) writes profiles into {} too: \
+                 each keeps its own timestamped files, but the stable names (*.latest.pb.gz) \
+                 are whichever exported last; give each process a TRACING_PROF_DIR of its own",
+                if run.is_empty() {
+                    String::new()
+                } else {
+                    format!(", run {run}")
+                },
+                self.dir.display()
+            );
+        }
     }
 
     /// Refuses a directory another local user could swap files in: owned by someone else than
@@ -463,6 +492,26 @@ impl FileExporter {
             }
         }
     }
+}
+
+/// The pid and run of a profile among `names` (`{kind}.{pid}.{stamp}.{run}.pb.gz`, or without
+/// the run as written before runs were named) that is not ours and is stamped after `since`.
+fn other_writer(
+    names: impl Iterator<Item = String>,
+    pid: u32,
+    run: &str,
+    since: &str,
+) -> Option<(String, String)> {
+    names.into_iter().find_map(|name| {
+        let stem = name.strip_suffix(".pb.gz")?;
+        let mut parts = stem.splitn(3, '.');
+        let (_kind, their_pid, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        their_pid.parse::<u32>().ok()?;
+        let stamp = rest.get(..STAMP_LEN)?;
+        let their_run = rest.get(STAMP_LEN..)?.strip_prefix('.').unwrap_or("");
+        let ours = their_pid == pid.to_string() && their_run == run;
+        (!ours && stamp > since).then(|| (their_pid.to_owned(), their_run.to_owned()))
+    })
 }
 
 /// How our temporary files are made: a random name between [`TMP_PREFIX`] and [`TMP_SUFFIX`],
@@ -812,5 +861,38 @@ mod tests {
         let of = |e: &FileExporter| files_named(&dir, |n| n.contains(&format!(".{}.", e.run)));
         assert_eq!((of(&a), of(&b)), (2, 2));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Another process's profile stamped after our last export is another writer; ours, older
+    /// ones, the stable names and other files are not.
+    #[test]
+    fn another_writer_is_known_by_a_newer_profile_not_ours() {
+        let since = "20261127T100000.000000Z";
+        let find =
+            |names: &[&str]| other_writer(names.iter().map(|n| n.to_string()), 7, "abc123", since);
+        assert_eq!(
+            find(&[
+                "heap.7.20261127T100001.000000Z.abc123.pb.gz",
+                "heap.8.20261127T095959.000000Z.zzz999.pb.gz",
+                "heap.latest.pb.gz",
+                "heap.7.20261127T100001.000000Z.abc123.inuse_space.svg",
+                "notes.txt",
+            ]),
+            None
+        );
+        assert_eq!(
+            find(&["heap.1.20261127T100002.000000Z.zzz999.pb.gz"]),
+            Some(("1".into(), "zzz999".into()))
+        );
+        // Same pid, another run (two containers, each PID 1).
+        assert_eq!(
+            find(&["cpu.7.20261127T100002.000000Z.qqq111.pb.gz"]),
+            Some(("7".into(), "qqq111".into()))
+        );
+        // Named before runs were.
+        assert_eq!(
+            find(&["spans.9.20261127T100002.000000Z.pb.gz"]),
+            Some(("9".into(), String::new()))
+        );
     }
 }
