@@ -66,6 +66,7 @@ macro_rules! compared_by_identity {
 }
 
 mod build;
+mod estimate;
 mod folded;
 mod in_flight;
 mod kind;
@@ -82,6 +83,7 @@ pub mod units;
 pub use build::{
     CPU_SAMPLE_TYPES, LIFETIME_SAMPLE_TYPES, MEMORY_SAMPLE_TYPES, PROFILE_LABELS, span_sample_types,
 };
+pub use estimate::Estimate;
 pub use in_flight::{
     InFlight, LISTED_PER_PATH, OpenPath, OpenSpan, ThreadNow, display_path_with_fields,
 };
