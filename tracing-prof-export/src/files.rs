@@ -10,7 +10,7 @@ use tracing_prof_model::{ModelError, ProfileKind, Snapshot};
 
 /// Output directory.
 pub const ENV_DIR: &str = "TRACING_PROF_DIR";
-/// Files kept per kind and process, `0` for all.
+/// Exports of this run whose files are kept, `0` for all.
 pub const ENV_KEEP_FILES: &str = "TRACING_PROF_KEEP_FILES";
 /// Also write each interval's own numbers (`{kind}-delta.*` files): `1`/`0`, `true`/`false`, ...
 pub const ENV_DELTAS: &str = "TRACING_PROF_DELTAS";
@@ -19,7 +19,8 @@ pub const ENV_FLAMEGRAPHS: &str = "TRACING_PROF_FLAMEGRAPHS";
 
 /// Where profiles go: `./profiles`.
 pub const DEFAULT_DIR: &str = "profiles";
-/// Files kept per kind and process; older ones are deleted: 100. `0` keeps everything.
+/// Exports of this run whose files are kept (each export's files of every kind); older ones are
+/// deleted: 100. `0` keeps everything.
 pub const DEFAULT_KEEP_FILES: usize = 100;
 
 /// Kinds written by default: `spans`, `cpu` (when CPU sampling runs), `span_memory`, `heap`,
@@ -151,6 +152,12 @@ pub struct FileExporter {
     last_stamp_us: u64,
     /// Whether another process writing here was said (once).
     said_other_writer: bool,
+    /// The files of this run's exports, oldest first: what pruning deletes, without reading
+    /// the directory (whose listing grows with every process's files).
+    stamps: std::collections::VecDeque<Vec<PathBuf>>,
+    /// A stable name this exporter last pointed at its file, and that file's inode: another
+    /// process writing here replaces it.
+    latest_seen: Option<(PathBuf, u64)>,
     deltas: bool,
     /// The last exported snapshot, the base of the next delta.
     previous: Option<Snapshot>,
@@ -158,7 +165,8 @@ pub struct FileExporter {
 }
 
 impl FileExporter {
-    /// Writes the [`DEFAULT_KINDS`] into `dir`, keeping [`DEFAULT_KEEP_FILES`] of each.
+    /// Writes the [`DEFAULT_KINDS`] into `dir`, keeping the files of the last
+    /// [`DEFAULT_KEEP_FILES`] exports.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         FileExporter {
             dir: dir.into(),
@@ -169,6 +177,8 @@ impl FileExporter {
             written: Vec::new(),
             last_stamp_us: 0,
             said_other_writer: false,
+            stamps: std::collections::VecDeque::new(),
+            latest_seen: None,
             deltas: false,
             previous: None,
             flamegraphs: Vec::new(),
@@ -181,7 +191,7 @@ impl FileExporter {
         self
     }
 
-    /// Files kept per kind; `0` keeps all.
+    /// Exports of this run whose files are kept (each export's files of every kind); `0` keeps all.
     pub fn keep(mut self, n: usize) -> Self {
         self.keep = n;
         self
@@ -264,12 +274,12 @@ impl FileExporter {
         self.check_owner()?;
         if self.last_stamp_us == 0 {
             self.remove_orphans();
-        } else if !self.said_other_writer {
+        } else if !self.said_other_writer && self.latest_replaced() {
             self.notice_other_writer();
         }
         // Make room first: a disk our own files filled must not stop the export that would
         // prune them.
-        self.prune_all(self.keep.saturating_sub(1).max(1));
+        self.prune_to(self.keep.saturating_sub(1).max(1));
         let us = profile
             .time
             .duration_since(UNIX_EPOCH)
@@ -282,14 +292,21 @@ impl FileExporter {
             _ => None,
         };
         let mut written = Vec::new();
-        for &kind in &self.kinds {
+        self.stamps.push_back(Vec::new());
+        self.latest_seen = None;
+        for kind in self.kinds.clone() {
             if !kind.is_available(profile) {
                 continue;
             }
             let name = format!("{}.{}.{stamp}.{}.pb.gz", kind.name(), self.pid, self.run);
             let bytes = profile.profile(kind).encode();
-            written.push(self.write_file(&name, &bytes)?);
-            self.link_latest(&name, &format!("{}.latest.pb.gz", kind.name()), &bytes)?;
+            written.push(self.write_stamped(&name, &bytes)?);
+            let latest = format!("{}.latest.pb.gz", kind.name());
+            self.link_latest(&name, &latest, &bytes)?;
+            if self.latest_seen.is_none() {
+                let path = self.dir.join(latest);
+                self.latest_seen = fs::symlink_metadata(&path).ok().map(|m| (path, m.ino()));
+            }
             if let Some(window) = &window {
                 let name = format!(
                     "{}-delta.{}.{stamp}.{}.pb.gz",
@@ -298,7 +315,7 @@ impl FileExporter {
                     self.run
                 );
                 let bytes = window.profile(kind).encode();
-                written.push(self.write_file(&name, &bytes)?);
+                written.push(self.write_stamped(&name, &bytes)?);
                 self.link_latest(
                     &name,
                     &format!("{}-delta.latest.pb.gz", kind.name()),
@@ -306,7 +323,7 @@ impl FileExporter {
                 )?;
             }
         }
-        for &(kind, sample_type) in &self.flamegraphs {
+        for (kind, sample_type) in self.flamegraphs.clone() {
             if !kind.is_available(profile) {
                 continue;
             }
@@ -326,19 +343,28 @@ impl FileExporter {
                 self.pid,
                 self.run
             );
-            written.push(self.write_file(&name, &svg)?);
+            written.push(self.write_stamped(&name, &svg)?);
             self.link_latest(
                 &name,
                 &format!("{}.latest.{sample_type}.svg", kind.name()),
                 &svg,
             )?;
         }
-        self.prune_all(self.keep);
+        self.prune_to(self.keep);
         if self.deltas {
             self.previous = Some(profile.clone());
         }
         self.written.clone_from(&written);
         Ok(written)
+    }
+
+    /// [`write_file`](Self::write_file), the file kept with this export's for pruning.
+    fn write_stamped(&mut self, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
+        let path = self.write_file(name, bytes)?;
+        if let Some(files) = self.stamps.back_mut() {
+            files.push(path.clone());
+        }
+        Ok(path)
     }
 
     /// Writes `bytes` to `name` in the directory through a temporary file and a rename.
@@ -363,6 +389,14 @@ impl FileExporter {
                 .map_err(|e| io_error("rename a file in", &self.dir)(os_error(e.error)));
         }
         self.write_file(latest, bytes).map(|_| ())
+    }
+
+    /// Whether the stable name this exporter last pointed at its file now holds another file
+    /// (one `stat`: the directory is read only when it does).
+    fn latest_replaced(&self) -> bool {
+        self.latest_seen
+            .as_ref()
+            .is_some_and(|(path, ino)| fs::symlink_metadata(path).is_ok_and(|m| m.ino() != *ino))
     }
 
     /// Says once, on stderr, when another process (another pid or run) has written profiles
@@ -450,44 +484,15 @@ impl FileExporter {
         }
     }
 
-    /// Prunes every kind (and its deltas) down to `keep` stamps.
-    fn prune_all(&self, keep: usize) {
-        for &kind in &self.kinds {
-            self.prune(&format!("{}.{}.", kind.name(), self.pid), keep);
-            self.prune(&format!("{}-delta.{}.", kind.name(), self.pid), keep);
-        }
-    }
-
-    /// Deletes this run's files named `{prefix}{stamp}.{run}...` of all but the newest `keep`
-    /// stamps (a stamp's pprof file and its flame graphs go together); nothing when this
-    /// exporter keeps all files. Another run's files, even of the same pid, are not ours to
-    /// delete. Best effort.
-    fn prune(&self, prefix: &str, keep: usize) {
+    /// Deletes the files of all but this run's newest `keep` exports (a stamp's pprof files and
+    /// flame graphs go together); nothing when this exporter keeps all files. Another run's
+    /// files, even of the same pid, are not ours to delete. Best effort.
+    fn prune_to(&mut self, keep: usize) {
         if self.keep == 0 {
             return;
         }
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        let run = format!(".{}.", self.run);
-        let ours: Vec<(String, PathBuf)> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter_map(|p| {
-                let name = p.file_name()?.to_str()?;
-                let rest = name.strip_prefix(prefix)?;
-                let stamp = rest.get(..STAMP_LEN)?.to_owned();
-                rest[STAMP_LEN..].starts_with(&run).then_some((stamp, p))
-            })
-            .collect();
-        let mut stamps: Vec<&str> = ours.iter().map(|(s, _)| s.as_str()).collect();
-        stamps.sort_unstable(); // fixed-width timestamps sort by time
-        stamps.dedup();
-        if stamps.len() <= keep {
-            return;
-        }
-        let oldest_kept = stamps[stamps.len() - keep].to_owned();
-        for (stamp, path) in &ours {
-            if *stamp < oldest_kept {
+        while self.stamps.len() > keep {
+            for path in self.stamps.pop_front().unwrap_or_default() {
                 let _ = fs::remove_file(path);
             }
         }
