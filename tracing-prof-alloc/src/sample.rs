@@ -86,7 +86,7 @@ static TABLE_FULL: AtomicU64 = AtomicU64::new(0);
 /// left a `#[tokio::main]` worker's first connections unsampled: 0.74x of the exact in-use),
 /// for one call of the cold path per 64 KiB allocated while off (about 10 ns: 0.01 ns per
 /// 64-byte allocation).
-pub(crate) const OFF_RECHECK: i64 = 64 << 10;
+const OFF_RECHECK: i64 = 64 << 10;
 /// Probes before a stack gives up looking for a bucket.
 const MAX_PROBES: usize = 64;
 
@@ -122,9 +122,9 @@ struct SampleTable {
 
 /// Starts heap sampling with a mean of one sample per `rate` bytes allocated (1: every
 /// allocation; 0: off, the default). Process-wide. Threads that allocate pick the new rate up
-/// at their next sample, and at most [`OFF_RECHECK`] (64 KiB) of allocation later when
-/// sampling was off: a thread started before the profiler (a `#[tokio::main]` worker) samples
-/// from its first 64 KiB at most, not from its first 16 MiB as it once did.
+/// at their next sample, and at most 64 KiB of allocation later when sampling was off: a thread
+/// started before the profiler (a `#[tokio::main]` worker) samples from its first 64 KiB at
+/// most, not from its first 16 MiB as it once did.
 ///
 /// Enabling it the first time maps the sample table (a mapping of its own, whose pages become
 /// memory only as stacks fill it: `calloc` may hand back reused memory and clear all 6 MiB);
