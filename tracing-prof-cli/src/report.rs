@@ -104,12 +104,14 @@ pub(crate) fn html(profiles: &[Loaded], limit: usize) -> String {
         let types: Vec<String> = p
             .sample_types
             .iter()
-            .map(|t| {
-                let total = units::format_value(
-                    p.total(p.sample_type_index(&t.name).unwrap_or(0)),
-                    &t.unit,
-                );
-                format!("{} ({} in all)", t.name, total)
+            .enumerate()
+            .map(|(index, t)| {
+                let total = units::format_value(p.total(index), &t.unit);
+                match p.estimate(index) {
+                    // A sampled total says so, as `top` does.
+                    Some(e) => format!("{} ({} in all, {e})", t.name, total),
+                    None => format!("{} ({} in all)", t.name, total),
+                }
             })
             .collect();
         body.push_str(&format!(

@@ -948,6 +948,11 @@ fn report_renders_in_a_browser() {
         4,
         "cpu, heap in-use and allocated, go cpu"
     );
+    // Sampled totals say they are estimates (exact counts would not).
+    assert!(
+        page.contains("inuse_space (") && page.contains("in all, an estimate from"),
+        "the report's sampled totals do not say they are estimates"
+    );
     let Some(browser) = chromium() else { return };
     // The page as the browser built it, scripts run: the tables are there.
     let out = std::process::Command::new(browser)
