@@ -10,7 +10,9 @@
 //!          period_unit, default_sample_type, binary, build_id, comments, digest, duplicate_of)
 //!     -- scope: 'cumulative' or 'window'; end_ns: the instant it describes (time + duration);
 //!     -- duplicate_of: the profile loaded earlier with the same content (a `latest` file)
-//! sample_types(profile_id, idx, name, unit)
+//! sample_types(profile_id, idx, name, unit, sample_points, relative_error)
+//!     -- sample_points, relative_error: NULL for exact counts; for a sampled type, the sample
+//!     -- points its total stands on and one standard error, relative (1/sqrt(points))
 //! frames(id, kind, function, file, line)           -- kind: 'span', 'code' or 'thread'
 //! samples(id, profile_id, span_path, leaf, stack)  -- stack: root;...;leaf, as folded stacks
 //! sample_values(sample_id, sample_type, value)     -- one row per sample and sample type
@@ -46,7 +48,7 @@ pub(crate) struct SqliteError {
 
 /// The schema's version, in `PRAGMA user_version`: a database of another version is not
 /// appended to.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS profiles (
@@ -73,6 +75,8 @@ CREATE TABLE IF NOT EXISTS sample_types (
     idx INTEGER NOT NULL,
     name TEXT NOT NULL,
     unit TEXT NOT NULL,
+    sample_points INTEGER,
+    relative_error REAL,
     PRIMARY KEY (profile_id, idx)
 );
 CREATE TABLE IF NOT EXISTS frames (
@@ -263,10 +267,19 @@ fn insert(tx: &rusqlite::Transaction<'_>, loaded: &Loaded) -> rusqlite::Result<i
     )?;
     let profile_id = tx.last_insert_rowid();
     let mut types = tx.prepare_cached(
-        "INSERT INTO sample_types (profile_id, idx, name, unit) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO sample_types (profile_id, idx, name, unit, sample_points, relative_error) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (i, t) in p.sample_types.iter().enumerate() {
-        types.execute(params![profile_id, i as i64, t.name, t.unit])?;
+        let estimate = p.estimate(i);
+        types.execute(params![
+            profile_id,
+            i as i64,
+            t.name,
+            t.unit,
+            estimate.as_ref().map(|e| e.points as i64),
+            estimate.as_ref().map(|e| e.relative_error),
+        ])?;
     }
     let mut find_frame = tx.prepare_cached(
         "SELECT id FROM frames WHERE kind = ?1 AND function = ?2 AND file IS ?3 AND line IS ?4",

@@ -619,6 +619,20 @@ fn sqlite_export_and_queries() {
         "SELECT f.kind, COUNT(*) FROM frames f GROUP BY 1 ORDER BY 1",
     ]);
     expect("sqlite_queries", &format!("{scopes}\n{go_leaf}\n{frames}"));
+    // Sampled totals carry their sample points and error; exact counts NULL (Go's heap is
+    // sampled, our span_memory exact).
+    let sampled = ok(&[
+        "query",
+        db_s,
+        "SELECT p.kind, t.name, t.sample_points, ROUND(t.relative_error, 3) FROM sample_types t \
+         JOIN profiles p ON p.id = t.profile_id \
+         WHERE (p.source LIKE '%go/heap%' OR p.source LIKE '%span_memory.1%') \
+         AND t.name = 'inuse_space' ORDER BY p.id",
+    ]);
+    let sampled = rows(&sampled);
+    assert_eq!(sampled.len(), 2, "{sampled:?}");
+    assert_eq!(sampled[0][2], "NULL", "span_memory is exact: {sampled:?}");
+    assert_eq!(sampled[1][2], "1843", "Go's heap, as top says: {sampled:?}");
     // Loading the same file again: a duplicate, left out of the views.
     ok(&["sqlite", "-o", db_s, "ours/cpu.pb.gz"]);
     let dup = ok(&[
