@@ -32,7 +32,7 @@ fn own(profiler: &tracing_prof::Profiler) -> MemoryStats {
         .paths
         .iter()
         .find(|p| p.kind == PathKind::Profiler)
-        .map(|p| p.memory.clone())
+        .map(|p| p.memory)
         .unwrap_or_default()
 }
 

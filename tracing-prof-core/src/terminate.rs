@@ -111,9 +111,9 @@ fn set_up() -> Result<(), String> {
     OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: `on_sigterm` has the plain handler signature and does only what the module docs
     // list, all async-signal-safe.
-    if let Err(e) =
-        unsafe { tracing_prof_cpu::disposition::install(libc::SIGTERM, ours(), 0, false) }
-    {
+    let installed =
+        unsafe { tracing_prof_cpu::disposition::install(libc::SIGTERM, ours(), 0, false) };
+    if let Err(e) = installed {
         PIPE.store(-1, Ordering::Relaxed);
         close_both();
         return Err(format!("{e:?}"));
