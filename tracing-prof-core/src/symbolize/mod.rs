@@ -144,8 +144,12 @@ pub(crate) fn lock_for_fork() -> Vec<Box<dyn std::any::Any>> {
 }
 
 /// Resolves `ips` (innermost addresses, looked up as they are, not `ip - 1`) in one batch
-/// without caching them; addresses the cache has are taken from it.
-pub(crate) fn resolve_transient(ips: impl IntoIterator<Item = usize>) -> Transient {
+/// without caching them; addresses the cache has, or `previous` (the last batch's), are taken
+/// from there: a program's hot instructions come back batch after batch.
+pub(crate) fn resolve_transient(
+    ips: impl IntoIterator<Item = usize>,
+    previous: &Transient,
+) -> Transient {
     let wanted: HashSet<usize> = ips.into_iter().map(|ip| ip.wrapping_add(1)).collect();
     let mut out = Transient::with_capacity(wanted.len());
     let missing: Vec<usize> = {
@@ -153,12 +157,17 @@ pub(crate) fn resolve_transient(ips: impl IntoIterator<Item = usize>) -> Transie
         let cached = guard.as_ref();
         wanted
             .into_iter()
-            .filter(|ip| match cached.and_then(|c| c.get(ip)) {
-                Some(f) => {
-                    out.insert(ip.wrapping_sub(1), f.clone());
-                    false
+            .filter(|ip| {
+                match previous
+                    .get(&ip.wrapping_sub(1))
+                    .or_else(|| cached.and_then(|c| c.get(ip)))
+                {
+                    Some(f) => {
+                        out.insert(ip.wrapping_sub(1), f.clone());
+                        false
+                    }
+                    None => true,
                 }
-                None => true,
             })
             .collect()
     };

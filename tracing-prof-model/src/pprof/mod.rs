@@ -87,6 +87,15 @@ impl StringTable {
 
 /// A function's display name, full name, file and (span frames) path name.
 type FunctionKeys = HashMap<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
+/// A frame as the model has it: kind, function, file, line, address, path name.
+type FrameKey = (
+    FrameKind,
+    Arc<str>,
+    Option<Arc<str>>,
+    Option<u32>,
+    Option<u64>,
+    Option<Arc<str>>,
+);
 
 /// Mappings, functions and locations, each made once.
 struct Tables {
@@ -98,6 +107,9 @@ struct Tables {
     /// for stay two, and so do two span callsites of one name in one file.
     functions: FunctionKeys,
     locations: HashMap<(u64, u64, i64, u64), u64>,
+    /// The location of each frame seen: a frame met again (every sample repeats its callers')
+    /// costs a lookup and no allocation; its display name is made once.
+    frames: HashMap<FrameKey, u64>,
     out_functions: Vec<proto::Function>,
     out_locations: Vec<proto::Location>,
 }
@@ -123,6 +135,7 @@ impl Tables {
             spans_mapping: None,
             threads_mapping: None,
             functions: HashMap::new(),
+            frames: HashMap::new(),
             locations: HashMap::new(),
             out_functions: Vec::new(),
             out_locations: Vec::new(),
@@ -153,6 +166,25 @@ impl Tables {
     }
 
     fn location(&mut self, f: &Frame) -> u64 {
+        let key = (
+            f.kind,
+            Arc::clone(&f.function),
+            f.file.clone(),
+            f.line,
+            f.address,
+            f.path_name.clone(),
+        );
+        if let Some(&id) = self.frames.get(&key) {
+            return id;
+        }
+        let id = self.new_location(f);
+        self.frames.insert(key, id);
+        id
+    }
+
+    /// The location of a frame not seen yet (it may still share its function and line with
+    /// one that was).
+    fn new_location(&mut self, f: &Frame) -> u64 {
         let mapping_id = self.mapping(f.kind);
         let name = f.display_name().into_owned();
         let next_fn = self.out_functions.len() as u64 + 1;
