@@ -147,9 +147,14 @@ fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
         .filter(|s| s.label("long_poll").is_some())
     {
         match s.span_path().as_str() {
+            // In the spinning function, or just after it in the span's exit, which is still
+            // inside the long poll (seen once in a full run: `Dispatch::exit` under
+            // `Entered::drop`, the poll's last instructions).
             "request -> spinning_handler" => assert!(
-                s.stack.iter().any(|f| f.function.ends_with("spin_for")),
-                "the spinning function is on the marked stack: {s:?}"
+                s.stack.iter().any(|f| {
+                    f.function.ends_with("spin_for") || f.function.ends_with("Span::do_exit")
+                }),
+                "the spinning function, or the span's exit, is on the marked stack: {s:?}"
             ),
             "request -> blocking_handler" => {}
             other => panic!("a marked sample outside the long polls, in {other}: {s:?}"),
