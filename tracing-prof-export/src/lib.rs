@@ -42,7 +42,7 @@ mod tests {
         // The names: env.rs reads them, each exporter's module names them.
         let mut read: Vec<&str> = [
             include_str!("env.rs"),
-            include_str!("files.rs"),
+            include_str!("files/mod.rs"),
             include_str!("http/mod.rs"),
             include_str!("pyroscope/config.rs"),
             include_str!("otlp/config.rs"),
@@ -58,7 +58,9 @@ mod tests {
         read.retain(|n| *n != "TRACING_PROF_"); // this test's own pattern
         // ... and env.rs is the only module that reads the environment.
         let others = [
-            ("files.rs", include_str!("files.rs")),
+            ("files/mod.rs", include_str!("files/mod.rs")),
+            ("files/safe.rs", include_str!("files/safe.rs")),
+            ("files/names.rs", include_str!("files/names.rs")),
             ("http/mod.rs", include_str!("http/mod.rs")),
             ("http/handler.rs", include_str!("http/handler.rs")),
             ("http/pages.rs", include_str!("http/pages.rs")),

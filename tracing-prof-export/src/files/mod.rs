@@ -1,11 +1,16 @@
 //! Writing profiles to a directory, every interval and at shutdown.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 use tracing_prof_core::{Sink, SinkError};
+
+mod names;
+mod safe;
+
+use names::{other_writer, run_id, utc_stamp};
+use safe::{TMP_PREFIX, TMP_SUFFIX, os_error, tmp_builder, tmp_file, write_all};
 use tracing_prof_model::{ModelError, ProfileKind, Snapshot};
 
 /// Output directory.
@@ -43,15 +48,8 @@ pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
     (ProfileKind::Heap, "alloc_space"),
 ];
 
-/// Temporary files are `{TMP_PREFIX}{random}{TMP_SUFFIX}`, made with `O_CREAT | O_EXCL` (the
-/// `tempfile` crate): a name nobody can guess ahead, never a file or link already there.
-const TMP_PREFIX: &str = ".tracing-prof.";
-const TMP_SUFFIX: &str = ".tmp";
 /// A temporary file this old was left by an interrupted export.
 const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Length of the timestamp in file names: `YYYYMMDDTHHMMSS.uuuuuuZ`.
-const STAMP_LEN: usize = 23;
 
 /// A file export that failed; says what was being done to which path.
 #[derive(thiserror::Error)]
@@ -131,13 +129,13 @@ impl std::fmt::Debug for FileError {
 /// Files are written under a temporary name (`.tracing-prof.{random}.tmp`, created with
 /// `O_EXCL`: never through a link someone planted) and renamed, so a reader never sees half a
 /// file; they keep the mode a plain create gives (`0666` less the umask: readable by a sidecar
-/// that ships them). temporary files an interrupted export left behind (the
-/// process was killed) are deleted by the next exporter once they are ten minutes old. Old
-/// files are pruned *before* each export writes, so a disk filled by our own files makes room
-/// for the new ones. The directory is created if missing; [`check`](Self::check) tries it
-/// up front ([`from_env`](Self::from_env) does), and refuses a directory another local user
-/// could swap files in (see [`FileError::Unsafe`]), as every export does. An I/O error fails
-/// the export (the profiler
+/// that ships them). Temporary files an interrupted export left behind (the process was
+/// killed) are deleted by the next exporter once they are ten minutes old. This run's oldest
+/// files are deleted *before* each export writes (from the exporter's own list: the directory
+/// is not read), so a disk filled by our own files makes room for the new ones. The directory
+/// is created if missing; [`check`](Self::check) tries it up front ([`from_env`](Self::from_env)
+/// does), and refuses a directory another local user could swap files in (see
+/// [`FileError::Unsafe`]), as every export does. An I/O error fails the export (the profiler
 /// reports it once and tries again next interval); it never panics.
 #[derive(Debug, Clone)]
 pub struct FileExporter {
@@ -250,7 +248,7 @@ impl FileExporter {
                 source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
             });
         }
-        self.check_owner()?;
+        safe::check_owner(&self.dir)?;
         // A temporary file, written, renamed and deleted: what an export does.
         let probe = tmp_file(&self.dir)?;
         let path = self.dir.join(format!(
@@ -271,7 +269,7 @@ impl FileExporter {
     /// Encodes and writes every kind of `profile` now; returns the paths written.
     pub fn write(&mut self, profile: &Snapshot) -> Result<Vec<PathBuf>, FileError> {
         fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
-        self.check_owner()?;
+        safe::check_owner(&self.dir)?;
         if self.last_stamp_us == 0 {
             self.remove_orphans();
         } else if !self.said_other_writer && self.latest_replaced() {
@@ -423,43 +421,6 @@ impl FileExporter {
         }
     }
 
-    /// Refuses a directory another local user could swap files in: owned by someone else than
-    /// us or root, or writable by others without the sticky bit. A link to a directory is
-    /// judged by the link's owner too (the sticky `/tmp` protects links, not their targets).
-    fn check_owner(&self) -> Result<(), FileError> {
-        let unsafe_dir = |reason: String| FileError::Unsafe {
-            path: self.dir.clone(),
-            reason,
-        };
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        let owner_ok = |uid: u32| uid == me || uid == 0;
-        let link = fs::symlink_metadata(&self.dir).map_err(io_error("look at", &self.dir))?;
-        if link.file_type().is_symlink() && !owner_ok(link.uid()) {
-            return Err(unsafe_dir(format!(
-                "it is a link owned by user {}, not by us ({me}) or root",
-                link.uid()
-            )));
-        }
-        let dir = fs::metadata(&self.dir).map_err(io_error("look at", &self.dir))?;
-        if !owner_ok(dir.uid()) {
-            return Err(unsafe_dir(format!(
-                "it is owned by user {}, not by us ({me}) or root, who could replace our files \
-                 with links; use a directory of our own",
-                dir.uid()
-            )));
-        }
-        let mode = dir.permissions().mode();
-        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-            return Err(unsafe_dir(format!(
-                "anyone may write in it (mode {:o}) and it has no sticky bit, so any local user \
-                 could replace our files; chmod o-w or +t it, or use a directory of our own",
-                mode & 0o7777
-            )));
-        }
-        Ok(())
-    }
-
     /// Deletes temporary files of ours older than [`ORPHAN_AGE`]: an export never takes that
     /// long, so their writer was killed. Best effort.
     fn remove_orphans(&self) {
@@ -499,95 +460,6 @@ impl FileExporter {
     }
 }
 
-/// The pid and run of a profile among `names` (`{kind}.{pid}.{stamp}.{run}.pb.gz`, or without
-/// the run as written before runs were named) that is not ours and is stamped after `since`.
-fn other_writer(
-    names: impl Iterator<Item = String>,
-    pid: u32,
-    run: &str,
-    since: &str,
-) -> Option<(String, String)> {
-    names.into_iter().find_map(|name| {
-        let stem = name.strip_suffix(".pb.gz")?;
-        let mut parts = stem.splitn(3, '.');
-        let (_kind, their_pid, rest) = (parts.next()?, parts.next()?, parts.next()?);
-        their_pid.parse::<u32>().ok()?;
-        let stamp = rest.get(..STAMP_LEN)?;
-        let their_run = rest.get(STAMP_LEN..)?.strip_prefix('.').unwrap_or("");
-        let ours = their_pid == pid.to_string() && their_run == run;
-        (!ours && stamp > since).then(|| (their_pid.to_owned(), their_run.to_owned()))
-    })
-}
-
-/// How our temporary files are made: a random name between [`TMP_PREFIX`] and [`TMP_SUFFIX`],
-/// created with `O_CREAT | O_EXCL` and the mode of a plain create (`0666` less the umask;
-/// `tempfile`'s own default, `0600`, would keep a sidecar that ships profiles from reading
-/// them).
-fn tmp_builder() -> tempfile::Builder<'static, 'static> {
-    let mut b = tempfile::Builder::new();
-    b.prefix(TMP_PREFIX)
-        .suffix(TMP_SUFFIX)
-        .permissions(fs::Permissions::from_mode(0o666));
-    b
-}
-
-/// A new temporary file in `dir`.
-fn tmp_file(dir: &Path) -> Result<tempfile::NamedTempFile, FileError> {
-    tmp_builder()
-        .tempfile_in(dir)
-        .map_err(|e| io_error("create a file in", dir)(os_error(e)))
-}
-
-/// The OS error without the random path `tempfile` appends (`... at path "..."`), which would
-/// make one cause read differently at every export (the profiler says each distinct message).
-fn os_error(e: std::io::Error) -> std::io::Error {
-    let text = e.to_string();
-    match text.split_once(" at path \"") {
-        Some((cause, _)) => std::io::Error::new(e.kind(), cause),
-        None => e,
-    }
-}
-
-/// Writes `bytes` into `tmp` and renames it to `path` (a link at `path` is replaced, never
-/// followed); on failure the temporary file is deleted.
-fn write_all(
-    mut tmp: tempfile::NamedTempFile,
-    bytes: &[u8],
-    path: &Path,
-    dir: &Path,
-) -> Result<(), FileError> {
-    // Through the file itself: `NamedTempFile`'s own `Write` adds its random path to errors.
-    tmp.as_file_mut()
-        .write_all(bytes)
-        .map_err(|e| io_error("write a file in", dir)(os_error(e)))?;
-    tmp.persist(path)
-        .map(drop)
-        .map_err(|e| io_error("rename a file in", dir)(os_error(e.error)))
-}
-
-/// Six characters, random enough that two processes started at once with one pid (two
-/// containers, each PID 1) do not draw the same: std's per-process random hash keys over the
-/// time and the pid.
-fn run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.write_u32(std::process::id());
-    let mut n = h.finish();
-    (0..6)
-        .map(|_| {
-            let c = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
-            n /= 36;
-            c as char
-        })
-        .collect()
-}
-
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FileError {
     let path = path.to_owned();
     move |source| FileError::Io {
@@ -612,23 +484,10 @@ fn profile_name(s: &Snapshot) -> &str {
     s.binary.as_ref().map_or("tracing-prof", |b| b.name())
 }
 
-/// `YYYYMMDDTHHMMSS.uuuuuuZ` in UTC, from microseconds since the epoch.
-fn utc_stamp(us: u64) -> String {
-    let secs = us / 1_000_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = tracing_prof_model::units::civil_date(days as i64);
-    format!(
-        "{y:04}{m:02}{day:02}T{:02}{:02}{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        us % 1_000_000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::time::{Duration, SystemTime};
 
     /// ENOSPC and EDQUOT, as the OS reports them, are a full disk; a read-only mount or a
