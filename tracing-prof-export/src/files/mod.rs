@@ -296,29 +296,18 @@ impl FileExporter {
             if !kind.is_available(profile) {
                 continue;
             }
-            let name = format!("{}.{}.{stamp}.{}.pb.gz", kind.name(), self.pid, self.run);
             let bytes = profile.profile(kind).encode();
-            written.push(self.write_stamped(&name, &bytes)?);
-            let latest = format!("{}.latest.pb.gz", kind.name());
-            self.link_latest(&name, &latest, &bytes)?;
+            let (path, latest) = self.write_export(kind.name(), &stamp, "pb.gz", &bytes)?;
+            written.push(path);
             if self.latest_seen.is_none() {
-                let path = self.dir.join(latest);
-                self.latest_seen = fs::symlink_metadata(&path).ok().map(|m| (path, m.ino()));
+                self.latest_seen = fs::symlink_metadata(&latest)
+                    .ok()
+                    .map(|m| (latest, m.ino()));
             }
             if let Some(window) = &window {
-                let name = format!(
-                    "{}-delta.{}.{stamp}.{}.pb.gz",
-                    kind.name(),
-                    self.pid,
-                    self.run
-                );
                 let bytes = window.profile(kind).encode();
-                written.push(self.write_stamped(&name, &bytes)?);
-                self.link_latest(
-                    &name,
-                    &format!("{}-delta.latest.pb.gz", kind.name()),
-                    &bytes,
-                )?;
+                let stem = format!("{}-delta", kind.name());
+                written.push(self.write_export(&stem, &stamp, "pb.gz", &bytes)?.0);
             }
         }
         for (kind, sample_type) in self.flamegraphs.clone() {
@@ -335,18 +324,8 @@ impl FileExporter {
                 Err(ModelError::Empty(_)) => continue, // nothing to draw yet
                 Err(source) => return Err(FileError::Flamegraph { kind, source }),
             };
-            let name = format!(
-                "{}.{}.{stamp}.{}.{sample_type}.svg",
-                kind.name(),
-                self.pid,
-                self.run
-            );
-            written.push(self.write_stamped(&name, &svg)?);
-            self.link_latest(
-                &name,
-                &format!("{}.latest.{sample_type}.svg", kind.name()),
-                &svg,
-            )?;
+            let ext = format!("{sample_type}.svg");
+            written.push(self.write_export(kind.name(), &stamp, &ext, &svg)?.0);
         }
         self.prune_to(self.keep);
         if self.deltas {
@@ -356,13 +335,23 @@ impl FileExporter {
         Ok(written)
     }
 
-    /// [`write_file`](Self::write_file), the file kept with this export's for pruning.
-    fn write_stamped(&mut self, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
-        let path = self.write_file(name, bytes)?;
+    /// Writes `bytes` as `{stem}.{pid}.{stamp}.{run}.{ext}`, kept with this export's files for
+    /// pruning, and points the stable name `{stem}.latest.{ext}` at it; returns both paths.
+    fn write_export(
+        &mut self,
+        stem: &str,
+        stamp: &str,
+        ext: &str,
+        bytes: &[u8],
+    ) -> Result<(PathBuf, PathBuf), FileError> {
+        let name = format!("{stem}.{}.{stamp}.{}.{ext}", self.pid, self.run);
+        let path = self.write_file(&name, bytes)?;
         if let Some(files) = self.stamps.back_mut() {
             files.push(path.clone());
         }
-        Ok(path)
+        let latest = format!("{stem}.latest.{ext}");
+        self.link_latest(&name, &latest, bytes)?;
+        Ok((path, self.dir.join(latest)))
     }
 
     /// Writes `bytes` to `name` in the directory through a temporary file and a rename.
