@@ -503,7 +503,8 @@ mod tests {
 
     #[test]
     fn names_stay_unique_and_ordered_within_one_microsecond() {
-        let dir = std::env::temp_dir().join(format!("tracing-prof-names-{}", std::process::id()));
+        let scratch = scratch("names");
+        let dir = scratch.path().to_owned();
         let mut e = FileExporter::new(&dir).keep(0).kinds([ProfileKind::Heap]);
         let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
         let names: Vec<PathBuf> = (0..5).flat_map(|_| e.write(&profile).unwrap()).collect();
@@ -514,7 +515,6 @@ mod tests {
             sorted, names,
             "five exports of one instant: five names, in order"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -538,7 +538,8 @@ mod tests {
 
     #[test]
     fn orphaned_temporary_files_are_deleted_once_old() {
-        let dir = std::env::temp_dir().join(format!("tracing-prof-orphans-{}", std::process::id()));
+        let scratch = scratch("orphans");
+        let dir = scratch.path().to_owned();
         std::fs::create_dir_all(&dir).unwrap();
         let touch = |name: &str, age: Duration| {
             let path = dir.join(name);
@@ -567,12 +568,12 @@ mod tests {
             2,
             "check leaves its probe behind"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_failing_export_never_leaves_more_than_keep_files() {
-        let dir = std::env::temp_dir().join(format!("tracing-prof-room-{}", std::process::id()));
+        let scratch = scratch("room");
+        let dir = scratch.path().to_owned();
         let mut e = FileExporter::new(&dir).keep(3).kinds([ProfileKind::Heap]);
         let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
         let stamps = || {
@@ -593,7 +594,6 @@ mod tests {
             assert!(e.write(&profile).is_err());
             assert_eq!(stamps(), 3);
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Files in `dir` whose name passes `keep`.
@@ -605,12 +605,13 @@ mod tests {
             .count()
     }
 
-    /// A temporary dir of this test's own.
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tracing-prof-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A directory of this test's own, made with an unpredictable name (`/tmp` is shared),
+    /// deleted when dropped.
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("tracing-prof-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     /// Links planted at every name an attacker could guess (the start-up check's probe, the
@@ -619,7 +620,8 @@ mod tests {
     /// file a link pointed to.
     #[test]
     fn planted_links_never_lead_a_write_outside_the_directory() {
-        let root = scratch("links");
+        let scratch = scratch("links");
+        let root = scratch.path().to_owned();
         let (dir, out) = (root.join("p"), root.join("out"));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::create_dir_all(&out).unwrap();
@@ -644,14 +646,14 @@ mod tests {
             latest.is_file(),
             "the planted link was replaced, not followed"
         );
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// Profiles keep the mode a plain create gives (`0666` less the umask), not `tempfile`'s
     /// `0600`: a sidecar running as another user ships them.
     #[test]
     fn profiles_are_as_readable_as_a_plain_create_makes_them() {
-        let dir = scratch("mode");
+        let scratch = scratch("mode");
+        let dir = scratch.path().to_owned();
         let mut e = FileExporter::new(&dir).kinds([ProfileKind::Heap]);
         let written = e
             .write(&Snapshot::new(SystemTime::now(), Duration::ZERO))
@@ -661,14 +663,14 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&written[0]), mode(&plain));
         assert_eq!(mode(&dir.join("heap.latest.pb.gz")), mode(&plain));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A directory any local user could swap files in is refused, with what to do; the sticky
     /// bit (as on `/tmp`) makes it safe; one owned by another user (as root only) is refused.
     #[test]
     fn a_directory_others_control_is_refused() {
-        let dir = scratch("shared");
+        let scratch = scratch("shared");
+        let dir = scratch.path().to_owned();
         let set = |mode: u32| std::fs::set_permissions(&dir, fs::Permissions::from_mode(mode));
         set(0o777).unwrap();
         let e = FileExporter::new(&dir).check().unwrap_err().to_string();
@@ -695,14 +697,14 @@ mod tests {
         } else {
             eprintln!("not root: the other-owner case is not tried here (CI runs as root)");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Two exporters of one pid (two containers, each PID 1, on one volume) keep their own
     /// files: each run prunes only its own, and no name is shared.
     #[test]
     fn two_runs_with_one_pid_never_prune_each_other() {
-        let dir = scratch("runs");
+        let scratch = scratch("runs");
+        let dir = scratch.path().to_owned();
         let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
         let mut a = FileExporter::new(&dir).keep(2).kinds([ProfileKind::Heap]);
         let mut b = FileExporter::new(&dir).keep(2).kinds([ProfileKind::Heap]);
@@ -713,7 +715,6 @@ mod tests {
         }
         let of = |e: &FileExporter| files_named(&dir, |n| n.contains(&format!(".{}.", e.run)));
         assert_eq!((of(&a), of(&b)), (2, 2));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Another process's profile stamped after our last export is another writer; ours, older
