@@ -83,7 +83,8 @@ pub use trace_link::TraceLinks;
 pub use tracing_prof_cpu::CpuSamplerStats;
 
 /// What `tracing-prof-export` needs of this crate beyond the API: reading a variable as the
-/// settings do, and the OpenTelemetry resource's encodings. Public because it lives in another
+/// settings do, and the OpenTelemetry resource's encodings; and the symbolizer, for its
+/// benchmark against other symbolizers. Public because it lives in another
 /// crate; no promise is made about it.
 #[doc(hidden)]
 pub mod __private {
@@ -92,6 +93,7 @@ pub mod __private {
     pub use crate::otel_resource::key_values;
     #[cfg(feature = "otel-proto")]
     pub use crate::otel_resource::resource_message;
+    pub use crate::symbolize::resolve_uncached;
 }
 
 /// Marks the calling thread as one of the profiler's own for the rest of its life: what it

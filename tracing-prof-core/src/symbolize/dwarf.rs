@@ -39,6 +39,31 @@ struct Scope {
     name: Option<String>,
     /// Where it was inlined from (inlined functions only).
     call: Place,
+    /// An inlined function known only by its short name (`{async_fn#0}`, `new`): what a
+    /// `line-tables-only` build carries. Its own code ranges (its ranges less those of the
+    /// functions inlined into it) are kept to find its first line, which then tells it apart
+    /// from every other function of that name (see [`distinct_name`]).
+    short: Option<Short>,
+}
+
+/// The code of an inlined function known only by its short name.
+#[derive(Default)]
+struct Short {
+    ranges: Vec<(u64, u64)>,
+    /// Ranges of the functions inlined into it, removed from `ranges` after the walk.
+    nested: Vec<(u64, u64)>,
+    /// The lowest line of its own code and of the places it inlined others at, and that
+    /// line's file (index in the line program).
+    first: Option<(u32, u64)>,
+}
+
+impl Short {
+    /// Notes a line of its code.
+    fn note(&mut self, at: (u32, u64)) {
+        if self.first.is_none_or(|(l, _)| at.0 < l) {
+            self.first = Some(at);
+        }
+    }
 }
 
 pub(super) fn dwarf_of(module: &Module) -> Option<gimli::Dwarf<R>> {
@@ -122,9 +147,6 @@ fn resolve_unit(
         .header_from_offset(gimli::DebugInfoOffset(unit_offset))?;
     let unit = dwarf.unit(header)?;
     let unit = unit.unit_ref(dwarf);
-    let places = line_places(unit, addrs).unwrap_or_else(|_| vec![Place::default(); addrs.len()]);
-    // The line program's pages back before the walk reads the unit's entries.
-    module.release();
     // Per address, the functions holding it, outermost first.
     let mut chains: Vec<Vec<usize>> = vec![Vec::new(); addrs.len()];
     let mut scopes: Vec<Scope> = Vec::new();
@@ -142,12 +164,24 @@ fn resolve_unit(
         tree.root()?,
         addrs,
         &idx,
-        &mut scopes,
-        &mut chains,
-        &mut files,
+        &mut Walked {
+            scopes: &mut scopes,
+            chains: &mut chains,
+            files: &mut files,
+        },
         &mut others,
+        None,
         0,
     )?;
+    // The entries' pages back before the line program is read.
+    module.release();
+    let places = line_places(unit, addrs, &mut scopes)
+        .unwrap_or_else(|_| vec![Place::default(); addrs.len()]);
+    for scope in &mut scopes {
+        if let (Some(name), Some(short)) = (&scope.name, &scope.short) {
+            scope.name = Some(distinct_name(unit, name, short, &mut files));
+        }
+    }
     Ok(addrs
         .iter()
         .enumerate()
@@ -190,13 +224,31 @@ fn resolve_unit(
         .collect())
 }
 
-/// The line table's place of each of `addrs` (sorted). The program is run once and no row is
-/// kept: each row covers the addresses up to the next row of its sequence.
-fn line_places(unit: gimli::UnitRef<'_, R>, addrs: &[u64]) -> gimli::Result<Vec<Place>> {
+/// The line table's place of each of `addrs` (sorted), and the first line of each function
+/// of `scopes` known by its short name. The program is run once and no row is kept: each row
+/// covers the addresses up to the next row of its sequence.
+fn line_places(
+    unit: gimli::UnitRef<'_, R>,
+    addrs: &[u64],
+    scopes: &mut [Scope],
+) -> gimli::Result<Vec<Place>> {
     let mut out = vec![Place::default(); addrs.len()];
     let Some(program) = unit.line_program.clone() else {
         return Ok(out);
     };
+    // The own code of each function known by its short name: disjoint (a function inlined
+    // into another is cut out of it), sorted.
+    let mut own: Vec<(u64, u64, usize)> = Vec::new();
+    for (k, scope) in scopes.iter_mut().enumerate() {
+        if let Some(short) = &mut scope.short {
+            own.extend(
+                subtract(&short.ranges, &mut short.nested)
+                    .into_iter()
+                    .map(|(b, e)| (b, e, k)),
+            );
+        }
+    }
+    own.sort_unstable();
     let mut found: Vec<Option<(u64, u32)>> = vec![None; addrs.len()];
     let mut rows = program.rows();
     // The previous row of the current sequence: (address, file, line).
@@ -208,6 +260,17 @@ fn line_places(unit: gimli::UnitRef<'_, R>, addrs: &[u64]) -> gimli::Result<Vec<
             let to = addrs.partition_point(|&a| a < address);
             for f in &mut found[from..to] {
                 *f = Some((file, line));
+            }
+            if line > 0 {
+                let mut k = own.partition_point(|o| o.1 <= start);
+                while let Some(&(begin, _, s)) = own.get(k)
+                    && begin < address
+                {
+                    if let Some(short) = &mut scopes[s].short {
+                        short.note((line, file));
+                    }
+                    k += 1;
+                }
             }
         }
         prev = if row.end_sequence() {
@@ -231,6 +294,65 @@ fn line_places(unit: gimli::UnitRef<'_, R>, addrs: &[u64]) -> gimli::Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// `ranges` less `holes` (which it sorts).
+fn subtract(ranges: &[(u64, u64)], holes: &mut [(u64, u64)]) -> Vec<(u64, u64)> {
+    holes.sort_unstable();
+    let mut out = Vec::with_capacity(ranges.len());
+    for &(mut begin, end) in ranges {
+        for &(hb, he) in holes.iter() {
+            if he <= begin || hb >= end {
+                continue;
+            }
+            if hb > begin {
+                out.push((begin, hb));
+            }
+            begin = begin.max(he);
+        }
+        if begin < end {
+            out.push((begin, end));
+        }
+    }
+    out
+}
+
+/// The name of an inlined function known only by its short name, made distinct from every
+/// other function of that name: `{async_fn#0} at myapp/src/orders.rs:42`, the file and first
+/// line of its code. A `line-tables-only` build names two different `async fn`s' bodies both
+/// `{async_fn#0}` and every constructor `new`; pprof's views group by name, so without this
+/// they would be one row. The line is the lowest of the code inlined here, which is the
+/// function's first line or close to it; the same function inlined elsewhere with less of its
+/// code may read another line.
+fn distinct_name(
+    unit: gimli::UnitRef<'_, R>,
+    name: &str,
+    short: &Short,
+    files: &mut HashMap<u64, Option<Arc<str>>>,
+) -> String {
+    let Some((line, file)) = short.first else {
+        return name.to_owned();
+    };
+    let path = files
+        .entry(file)
+        .or_insert_with(|| file_path(unit, unit.line_program.as_ref()?.header(), file))
+        .clone();
+    match path {
+        Some(path) => format!("{name} at {}:{line}", crate_relative(&path)),
+        None => name.to_owned(),
+    }
+}
+
+/// A source path from its crate's directory on (`myapp/src/orders.rs`,
+/// `tokio-1.48.0/src/runtime/park.rs`, `core/src/option.rs`): short, and still telling which
+/// crate. A path without a `src` directory: its file name.
+fn crate_relative(path: &str) -> &str {
+    if let Some(src) = path.rfind("/src/")
+        && let Some(dir) = path[..src].rfind('/')
+    {
+        return &path[dir + 1..];
+    }
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 fn file_path(
@@ -265,8 +387,17 @@ fn file_path(
     }))
 }
 
+/// What a walk of a unit's tree records.
+struct Walked<'a> {
+    scopes: &'a mut Vec<Scope>,
+    /// Per address, the scopes holding it, outermost first.
+    chains: &'a mut [Vec<usize>],
+    files: &'a mut HashMap<u64, Option<Arc<str>>>,
+}
+
 /// Walks the tree below `node`, descending into functions only where they hold some of the
-/// addresses `idx` (indices into `addrs`), and records the chains.
+/// addresses `idx` (indices into `addrs`), and records the chains. `parent` is the scope the
+/// node is inside.
 #[allow(
     clippy::too_many_arguments,
     reason = "a recursive walk threading its accumulators"
@@ -276,10 +407,9 @@ fn walk(
     node: gimli::EntriesTreeNode<'_, '_, R>,
     addrs: &[u64],
     idx: &[usize],
-    scopes: &mut Vec<Scope>,
-    chains: &mut [Vec<usize>],
-    files: &mut HashMap<u64, Option<Arc<str>>>,
+    out: &mut Walked<'_>,
     others: &mut Others<'_>,
+    parent: Option<usize>,
     depth: usize,
 ) -> gimli::Result<()> {
     if depth > 256 || idx.is_empty() {
@@ -288,19 +418,30 @@ fn walk(
     let entry = node.entry();
     others.progress(entry.offset().0);
     let inside: Vec<usize>;
+    let mut parent = parent;
     let idx = match entry.tag() {
         gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
+            let inlined = entry.tag() == gimli::DW_TAG_inlined_subroutine;
             let mut ranges = unit.die_ranges(entry)?;
             let mut held = vec![false; idx.len()];
-            let mut any_range = false;
+            let mut own: Vec<(u64, u64)> = Vec::new();
             while let Some(r) = ranges.next()? {
-                any_range = true;
                 for (k, &i) in idx.iter().enumerate() {
                     held[k] |= r.begin <= addrs[i] && addrs[i] < r.end;
                 }
+                own.push((r.begin, r.end));
             }
-            if !any_range {
+            if own.is_empty() {
                 return Ok(()); // a declaration or an abstract instance: no code here
+            }
+            // Code inlined into a function known by its short name is not that function's own,
+            // but the place it was inlined at is one of its lines (a function whose code is all
+            // inlined calls has no line of its own in the line table).
+            if inlined && let Some(short) = parent.and_then(|p| out.scopes[p].short.as_mut()) {
+                short.nested.extend_from_slice(&own);
+                if let Some(at) = call_index(entry) {
+                    short.note(at);
+                }
             }
             inside = idx
                 .iter()
@@ -310,37 +451,49 @@ fn walk(
             if inside.is_empty() {
                 return Ok(());
             }
-            let call = if entry.tag() == gimli::DW_TAG_inlined_subroutine {
-                call_place(unit, entry, files)
+            let call = if inlined {
+                call_place(unit, entry, out.files)
             } else {
                 Place::default()
             };
-            scopes.push(Scope {
-                name: others.name(unit, entry, 0),
-                call,
+            let name = others.name(unit, entry, 0);
+            let short = (inlined && name.as_ref().is_some_and(|n| !n.qualified)).then(|| Short {
+                ranges: own,
+                ..Short::default()
             });
+            out.scopes.push(Scope {
+                name: name.map(|n| n.text),
+                call,
+                short,
+            });
+            let scope = out.scopes.len() - 1;
             for &i in &inside {
-                chains[i].push(scopes.len() - 1);
+                out.chains[i].push(scope);
             }
+            parent = Some(scope);
             &inside[..]
         }
         _ => idx,
     };
     let mut children = node.children();
     while let Some(child) = children.next()? {
-        walk(
-            unit,
-            child,
-            addrs,
-            idx,
-            scopes,
-            chains,
-            files,
-            others,
-            depth + 1,
-        )?;
+        walk(unit, child, addrs, idx, out, others, parent, depth + 1)?;
     }
     Ok(())
+}
+
+/// Where an inlined function was inlined: (line, file index), the line not 0.
+fn call_index(entry: &gimli::DebuggingInformationEntry<R>) -> Option<(u32, u64)> {
+    let file = match entry.attr_value(gimli::DW_AT_call_file)? {
+        gimli::AttributeValue::FileIndex(i) => i,
+        v => v.udata_value()?,
+    };
+    let line = entry
+        .attr_value(gimli::DW_AT_call_line)
+        .and_then(|v| v.udata_value())
+        .and_then(|l| u32::try_from(l).ok())
+        .filter(|&l| l > 0)?;
+    Some((line, file))
 }
 
 fn call_place(
@@ -370,6 +523,14 @@ fn call_place(
         file,
         line: line.filter(|&l| l > 0),
     }
+}
+
+/// A function's name as its debug information gives it.
+struct Name {
+    text: String,
+    /// From its linkage name: the whole path (`myapp::orders::apply::{{closure}}`). Otherwise
+    /// the short name, all a `line-tables-only` build carries (`{async_fn#0}`).
+    qualified: bool,
 }
 
 /// The units of one module that functions refer to across units (`DW_FORM_ref_addr`, as in
@@ -420,14 +581,17 @@ impl Others<'_> {
         unit: gimli::UnitRef<'_, R>,
         entry: &gimli::DebuggingInformationEntry<R>,
         depth: u32,
-    ) -> Option<String> {
+    ) -> Option<Name> {
         for at in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name] {
             if let Some(v) = entry.attr_value(at)
                 && let Ok(s) = unit.attr_string(v)
             {
-                let name = demangle(s.slice());
+                let text = demangle(s.slice());
                 self.module.release();
-                return Some(name);
+                return Some(Name {
+                    text,
+                    qualified: true,
+                });
             }
         }
         if depth < 8 {
@@ -449,13 +613,16 @@ impl Others<'_> {
         }
         let v = entry.attr_value(gimli::DW_AT_name)?;
         let s = unit.attr_string(v).ok()?;
-        let name = String::from_utf8_lossy(s.slice()).into_owned();
+        let text = String::from_utf8_lossy(s.slice()).into_owned();
         self.module.release();
-        Some(name)
+        Some(Name {
+            text,
+            qualified: false,
+        })
     }
 
     /// The name of the function whose entry is at `offset` in `.debug_info`.
-    fn name_at(&mut self, offset: usize, depth: u32) -> Option<String> {
+    fn name_at(&mut self, offset: usize, depth: u32) -> Option<Name> {
         // A unit parsed in this batch first: finding one anew reads headers forward.
         let parsed = self.units.iter().find_map(|(&start, unit)| {
             (start <= offset && offset < start + unit.header.length_including_self())

@@ -181,6 +181,16 @@ pub(crate) fn resolve_transient(
     out
 }
 
+/// The frames of each of `ips` (return addresses: `ip - 1` is looked up), innermost first,
+/// resolved afresh in one batch, as a first export resolves them (nothing cached is used or
+/// kept): what the symbolizer benchmark compares with other symbolizers.
+pub fn resolve_uncached(ips: &[usize]) -> Vec<Vec<CodeFrame>> {
+    let resolved: HashMap<usize, Arc<[CodeFrame]>> = resolve(ips.to_vec()).into_iter().collect();
+    ips.iter()
+        .map(|ip| resolved.get(ip).map_or_else(Vec::new, |f| f.to_vec()))
+        .collect()
+}
+
 /// Resolves `missing` (return addresses: `ip - 1` is looked up), names interned; an address
 /// outside every module is named by its value.
 fn resolve(missing: Vec<usize>) -> Vec<(usize, Arc<[CodeFrame]>)> {

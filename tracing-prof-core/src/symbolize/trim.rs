@@ -115,6 +115,8 @@ fn is_span_entry(f: &CodeFrame) -> bool {
     let name = &*f.function;
     let file = f.file.as_deref().unwrap_or("");
     let in_tracing = file.contains("/tracing-0.") || file.contains("/tracing/src/");
+    // A short name is told apart by its place (`poll at tracing-0.1.41/src/instrument.rs:319`).
+    let short = name.split_once(" at ").map_or(name, |(n, _)| n);
     name.starts_with("tracing::span::Span::in_scope")
         || name.starts_with("tracing_prof_core::budget::Budget::measure")
         || (name.contains("tracing::instrument::Instrumented<") && name.ends_with("::poll"))
@@ -123,13 +125,13 @@ fn is_span_entry(f: &CodeFrame) -> bool {
             && (name.ends_with("::drop") || name.ends_with("::__drop_inner")))
         || (in_tracing
             && file.ends_with("span.rs")
-            && (name == "in_scope" || name.starts_with("in_scope<")))
+            && (short == "in_scope" || short.starts_with("in_scope<")))
         || (in_tracing
             && file.ends_with("instrument.rs")
-            && (name == "poll"
-                || name.starts_with("poll<")
-                || name == "drop"
-                || name == "__drop_inner"))
+            && (short == "poll"
+                || short.starts_with("poll<")
+                || short == "drop"
+                || short == "__drop_inner"))
 }
 
 /// What to do with the innermost frames of a stack.
@@ -249,24 +251,30 @@ fn is_instrumented_function(f: &CodeFrame, span: &SpanFrame) -> bool {
 /// before the span was entered. Outside spans, drops the runtime's start-up frames.
 fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
     let entry = span.and_then(|_| leaf_first.iter().position(is_span_entry));
-    if let Some(i) = entry {
+    // The function the span was made for, when its own frames are inside the entry point
+    // found: that entry point is an outer span's (the span's own was inlined into its caller,
+    // as optimized code without debug information shows it), and the frames between are the
+    // caller's, which ran before the span was entered.
+    let own = span.and_then(|s| {
+        let i = leaf_first
+            .iter()
+            .take(entry.unwrap_or(usize::MAX))
+            .position(|f| is_instrumented_function(f, s))?;
+        let run = leaf_first[i..]
+            .iter()
+            .take_while(|f| is_instrumented_function(f, s))
+            .count();
+        Some(i + run)
+    });
+    if let Some(end) = own.filter(|&end| entry.is_some_and(|e| end < e)) {
+        leaf_first.truncate(end);
+    } else if let Some(i) = entry {
         leaf_first.truncate(i);
         while leaf_first.len() > 1 && leaf_first.last().is_some_and(is_span_machinery) {
             leaf_first.pop();
         }
-    } else if let Some(i) = span.and_then(|s| {
-        leaf_first
-            .iter()
-            .position(|f| is_instrumented_function(f, s))
-    }) {
+    } else if let Some(end) = own {
         // Its outer frames too (an async fn's body is under the function's own frame).
-        let mut end = i + 1;
-        while leaf_first
-            .get(end)
-            .is_some_and(|f| is_instrumented_function(f, span.expect("a span")))
-        {
-            end += 1;
-        }
         leaf_first.truncate(end);
     } else {
         // Everything from where Rust's runtime starts the program or the thread is start-up.
@@ -441,6 +449,40 @@ mod tests {
         assert_eq!(
             names(&trim(stack, Some(&span()), Leaf::Keep)),
             ["app::parse"]
+        );
+    }
+
+    /// The stack seen in a release build without debug information: the child's
+    /// `Instrumented::poll` was inlined into the caller's body, so the entry point on the
+    /// stack is the caller's span's. The caller's body ran before the child's span was
+    /// entered: the stack is cut above the child's own frame.
+    #[test]
+    fn an_outer_spans_entry_point_does_not_keep_the_callers_frames() {
+        let outer = SpanFrame::new("myapp::compute", "outer", None, None);
+        let stack = vec![
+            f("myapp::compute::burn", ""),
+            f("myapp::compute::outer::{{closure}}", ""),
+            f("myapp::orders::apply::{{closure}}::{{closure}}", ""),
+            f(
+                "<tracing::instrument::Instrumented<T> as core::future::future::Future>::poll",
+                "",
+            ),
+            f("myapp::orders::apply::{{closure}}", ""),
+            f("tokio::runtime::task::raw::poll", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack.clone(), Some(&outer), Leaf::Keep)),
+            ["myapp::compute::outer::{{closure}}", "myapp::compute::burn"]
+        );
+        // The caller's own span: cut at its entry point, as before.
+        let apply = SpanFrame::new("myapp::orders", "apply", None, None);
+        assert_eq!(
+            names(&trim(stack, Some(&apply), Leaf::Keep)),
+            [
+                "myapp::orders::apply::{{closure}}::{{closure}}",
+                "myapp::compute::outer::{{closure}}",
+                "myapp::compute::burn"
+            ]
         );
     }
 
