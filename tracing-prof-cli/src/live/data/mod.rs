@@ -497,6 +497,12 @@ pub(crate) mod tests {
         let cpu = cpu_window.stacks("cpu", "request", 5, |_| true).unwrap();
         let rates: Vec<f64> = cpu.iter().map(|s| s.rate).collect();
         assert_eq!(rates, [5e8, 2.5e8], "query's stack is under request too");
+        let points: Vec<u64> = cpu.iter().map(|s| s.points).collect();
+        assert_eq!(
+            points,
+            [200, 100],
+            "the samples each stands on: 50 and 25 in each frame"
+        );
         assert_eq!(
             cpu[0].frames,
             [

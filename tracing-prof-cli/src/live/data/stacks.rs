@@ -78,6 +78,9 @@ pub(crate) fn in_long_poll(s: &Sample) -> bool {
 pub(crate) struct Stack {
     /// Value per second in the sample type's unit (CPU: cores; memory: bytes).
     pub(crate) rate: f64,
+    /// The sample points the value stands on (value over the sampling period): an estimate's
+    /// relative error is about `1 / sqrt(points)`. 0 where the profile says no period.
+    pub(crate) points: u64,
     /// Code frames, innermost first, with `file:line` where known.
     pub(crate) frames: Vec<String>,
 }
@@ -149,10 +152,12 @@ fn stacks(
             *by_stack.entry(code).or_default() += s.values[k];
         }
     }
+    let period = u64::try_from(p.period).unwrap_or(0);
     let mut out: Vec<Stack> = by_stack
         .into_iter()
         .map(|(frames, v)| Stack {
             rate: v as f64 / secs,
+            points: (v.max(0) as u64).checked_div(period).unwrap_or(0),
             frames,
         })
         .collect();

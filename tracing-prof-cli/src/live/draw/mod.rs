@@ -176,7 +176,15 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
                 Some(s) if s.is_empty() => lines.push(Line::from("  (none in this window)").dim()),
                 Some(stacks) => {
                     for s in stacks {
-                        lines.push(Line::from(format!("  {}", show(s.rate))).bold());
+                        // Sampled: an estimate, and how far off it may be.
+                        let error = match s.points {
+                            0 => String::new(),
+                            n => format!(
+                                "  (estimate from {n} samples, ±{:.0}%)",
+                                100.0 / (n as f64).sqrt()
+                            ),
+                        };
+                        lines.push(Line::from(format!("  {}{error}", show(s.rate))).bold());
                         for fr in s.frames.iter().take(8) {
                             lines.push(Line::from(format!("      {fr}")));
                         }
@@ -193,7 +201,7 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
     let cpu = |r: f64| format!("{} of a core", cores(Some(r / 1e9)));
     let cpu_window = data::Window::of(h, at, ProfileKind::Cpu);
     section(
-        "CPU (sampled), in this span path and below:",
+        "CPU (sampled; exact per span path with TRACING_PROF_CPU_TIME=exact), in this span path and below:",
         cpu_window
             .as_ref()
             .and_then(|w| w.stacks("cpu", path, 5, |_| true)),
@@ -210,7 +218,7 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
         );
     }
     section(
-        "Allocations (sampled), in this span path and below:",
+        "Allocations (sampled; the table's memory columns are exact), in this span path and below:",
         data::Window::of(h, at, ProfileKind::Heap)
             .and_then(|w| w.stacks("alloc_space", path, 5, |_| true)),
         &|r| rate(r),
