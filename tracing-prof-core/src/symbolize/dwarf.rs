@@ -37,6 +37,8 @@ struct Place {
 /// A function or inlined function holding some of the batch's addresses.
 struct Scope {
     name: Option<String>,
+    /// Whether `name` is a path (from a linkage name), not a short name.
+    qualified: bool,
     /// Where it was inlined from (inlined functions only).
     call: Place,
     /// An inlined function known only by its short name (`{async_fn#0}`, `new`): what a
@@ -52,17 +54,31 @@ struct Short {
     ranges: Vec<(u64, u64)>,
     /// Ranges of the functions inlined into it, removed from `ranges` after the walk.
     nested: Vec<(u64, u64)>,
-    /// The lowest line of its own code and of the places it inlined others at, and that
-    /// line's file (index in the line program).
-    first: Option<(u32, u64)>,
+    /// Per file (index in the line program) its lines are in: how many of its rows and
+    /// inlining places, and the lowest line.
+    files: Vec<(u64, u32, u32)>,
 }
 
 impl Short {
-    /// Notes a line of its code.
-    fn note(&mut self, at: (u32, u64)) {
-        if self.first.is_none_or(|(l, _)| at.0 < l) {
-            self.first = Some(at);
+    /// Notes a line of its code: (line, file index).
+    fn note(&mut self, (line, file): (u32, u64)) {
+        match self.files.iter_mut().find(|f| f.0 == file) {
+            Some(f) => {
+                f.1 += 1;
+                f.2 = f.2.min(line);
+            }
+            None => self.files.push((file, 1, line)),
         }
+    }
+
+    /// Its first line, and the file: the file most of its lines are in (optimized code may
+    /// give an instruction of an inlined function its caller's place), and the lowest line
+    /// there.
+    fn first(&self) -> Option<(u32, u64)> {
+        self.files
+            .iter()
+            .max_by_key(|f| (f.1, std::cmp::Reverse(f.0)))
+            .map(|f| (f.2, f.0))
     }
 }
 
@@ -206,7 +222,7 @@ fn resolve_unit(
                     scope
                         .name
                         .clone()
-                        .filter(|n| n.contains("::"))
+                        .filter(|_| scope.qualified)
                         .or_else(|| module.functions.at(a).map(|(_, n)| demangle(n)))
                         .or_else(|| scope.name.clone())
                 } else {
@@ -330,7 +346,7 @@ fn distinct_name(
     short: &Short,
     files: &mut HashMap<u64, Option<Arc<str>>>,
 ) -> String {
-    let Some((line, file)) = short.first else {
+    let Some((line, file)) = short.first() else {
         return name.to_owned();
     };
     let path = files
@@ -462,6 +478,7 @@ fn walk(
                 ..Short::default()
             });
             out.scopes.push(Scope {
+                qualified: name.as_ref().is_some_and(|n| n.qualified),
                 name: name.map(|n| n.text),
                 call,
                 short,
