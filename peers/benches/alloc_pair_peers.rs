@@ -4,12 +4,11 @@
 //!
 //! `cargo bench --manifest-path peers/Cargo.toml`
 
-
-use tracing_prof_test_support::bench::{ab, pairs};
 use pairs::pairs;
 use std::alloc::System;
 use tracing_prof_03::allocator::{AllocationGroup, TrackingAllocator, enter_allocation_group};
 use tracing_prof_alloc::{Tag, TagGuard, TaggingAllocator};
+use tracing_prof_test_support::bench::{ab, pairs};
 
 static OURS: TaggingAllocator<System> = TaggingAllocator::new(System);
 static THEIRS: TrackingAllocator = TrackingAllocator::system();

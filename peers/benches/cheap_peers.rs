@@ -20,10 +20,9 @@
 //! `cargo bench --manifest-path peers/Cargo.toml --bench cheap_peers`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
-
-use tracing_prof_examples::bench::{child, switch};
 use std::time::Instant;
 use tracing_prof::{FileExporter, Profiler};
+use tracing_prof_examples::bench::{child, switch};
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]

@@ -6,12 +6,11 @@
 //!
 //! `cargo bench --manifest-path peers/Cargo.toml --bench workload_peers`
 
-
-use tracing_prof_examples::bench::child;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use tracing_prof_03::allocator::TrackingAllocator;
+use tracing_prof_examples::bench::child;
 use tracing_prof_examples::{App, Workload, run};
 use tracing_subscriber::prelude::*;
 

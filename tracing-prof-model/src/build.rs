@@ -459,10 +459,10 @@ impl Snapshot {
         if kind.is_sampled(self) {
             match self.symbols {
                 Symbols::SymbolTable => out.push(
-                    "tracing-prof: the program has no debug information: code frames are named from its symbol table, without inlined functions, files and lines (set debug = \"line-tables-only\" or more in the Cargo profile you build with)".to_owned(),
+                    "tracing-prof: the program has no debug information: code frames are named from its symbol table, without inlined functions, files and lines (set debug = \"limited\" in the Cargo profile you build with)".to_owned(),
                 ),
                 Symbols::Stripped => out.push(
-                    "tracing-prof: the program is stripped (no symbol table, no debug information): code frames are addresses (build without strip, and with debug = \"line-tables-only\" for files and lines)".to_owned(),
+                    "tracing-prof: the program is stripped (no symbol table, no debug information): code frames are addresses (build without strip, and with debug = \"limited\" for names, files and lines)".to_owned(),
                 ),
                 _ => {}
             }

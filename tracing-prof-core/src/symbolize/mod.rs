@@ -12,8 +12,9 @@
 //! Each module file is mapped read-only once; the pages a batch read are handed back to the
 //! kernel when it is done, so the debug information never stays in memory. Each address is
 //! resolved once per process and its frames cached ([`MAX_CACHED`] addresses at most). No lock
-//! is held while resolving. Build with at least `debug = "line-tables-only"` for file and line
-//! numbers (`"limited"` for qualified names of inlined functions); without any debug
+//! is held while resolving. Build with `debug = "limited"` for file, line and qualified names of
+//! inlined functions; `"line-tables-only"` names inlined functions by their short names, each
+//! told apart by its place (`{async_fn#0} at myapp/src/orders.rs:42`); without any debug
 //! information, names still come from the symbol table.
 //!
 //! Two trims make the stacks read like Go's:
@@ -126,7 +127,7 @@ pub(crate) fn program_symbols() -> Symbols {
     if symbols == Symbols::Stripped {
         SAID.call_once(|| {
             eprintln!(
-                "tracing-prof: {} is stripped (no symbol table, no debug information): code frames in CPU and heap profiles are addresses; build it without strip, and with debug = \"line-tables-only\" or more for files and lines",
+                "tracing-prof: {} is stripped (no symbol table, no debug information): code frames in CPU and heap profiles are addresses; build it without strip, and with debug = \"limited\" for names, files and lines",
                 crate::binary::current().map_or_else(|| "the program".to_owned(), |b| b.name().to_owned())
             );
         });
