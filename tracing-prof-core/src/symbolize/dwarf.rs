@@ -566,15 +566,16 @@ struct Others<'a> {
 ///
 /// Every first touch of a page of the mapping costs up to 64 KiB of resident memory, not 4: the
 /// kernel maps the cached pages around a faulting one as well ("fault-around", 16 pages by
-/// default; `MADV_RANDOM` does not turn it off). So a name, read from `.debug_str` and often
-/// from another unit, costs a window of its own, and names are handed back as soon as they are
-/// read (see [`Others::name`]). Measured on the cheap benchmark's final export, against 256 KiB
-/// and no hand-back after names: peak RSS 9.4 to 8.5 MiB, final export 33.5 to 38.5 ms
-/// (medians of 6 alternated runs; the pages are read again from the page cache); 16 KiB gave
-/// no lower peak, for 46 ms. What this lowers is the process's resident set: the pages stay in
-/// the page cache, shared and clean. Each hand-back that unmaps pages also flushes them from the
-/// TLBs of the CPUs running the process's other threads (an interrupt each): a few hundred a
-/// first export, fewer later, as only new addresses are symbolized.
+/// default; `MADV_RANDOM` does not turn it off). Names, scattered over `.debug_str` and often
+/// another unit's, would each cost a window of their own: they are read with `pread` instead
+/// (see [`Others::string`]). Measured on the cheap benchmark's final export, against 256 KiB
+/// (and names handed back after each, as it was then): peak RSS 9.4 to 8.5 MiB, final export
+/// 33.5 to 38.5 ms (medians of 6 alternated runs; the pages are read again from the page
+/// cache); 16 KiB gave no lower peak, for 46 ms. What this lowers is the process's resident
+/// set: the pages stay in the page cache, shared and clean. Each hand-back that unmaps pages
+/// also flushes them from the TLBs of the CPUs running the process's other threads (an
+/// interrupt each, which the service's threads pay): names read through the mapping had made
+/// about 2,500 hand-backs in the example service's first 25 s.
 const RELEASE_EVERY: usize = 1 << 16;
 
 impl Others<'_> {
@@ -601,12 +602,10 @@ impl Others<'_> {
     ) -> Option<Name> {
         for at in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name] {
             if let Some(v) = entry.attr_value(at)
-                && let Ok(s) = unit.attr_string(v)
+                && let Some(s) = self.string(unit, v)
             {
-                let text = demangle(s.slice());
-                self.module.release();
                 return Some(Name {
-                    text,
+                    text: demangle(&s),
                     qualified: true,
                 });
             }
@@ -629,13 +628,25 @@ impl Others<'_> {
             }
         }
         let v = entry.attr_value(gimli::DW_AT_name)?;
-        let s = unit.attr_string(v).ok()?;
-        let text = String::from_utf8_lossy(s.slice()).into_owned();
-        self.module.release();
+        let text = String::from_utf8_lossy(&self.string(unit, v)?).into_owned();
         Some(Name {
             text,
             qualified: false,
         })
+    }
+
+    /// A string attribute's bytes. One in `.debug_str` (what rustc writes for names) is read
+    /// from the file, not through the mapping ([`Module::string_at`]): a first touch of a page
+    /// maps 64 KiB around it, and names are scattered over the section. Others are read in
+    /// place, and their pages handed back at once (see [`RELEASE_EVERY`]).
+    fn string(&self, unit: gimli::UnitRef<'_, R>, v: gimli::AttributeValue<R>) -> Option<Vec<u8>> {
+        if let gimli::AttributeValue::DebugStrRef(offset) = v {
+            let section = gimli::Section::reader(&self.dwarf.debug_str).slice();
+            return Some(self.module.string_at(section.get(offset.0..)?));
+        }
+        let s = unit.attr_string(v).ok()?.slice().to_vec();
+        self.module.release();
+        Some(s)
     }
 
     /// The name of the function whose entry is at `offset` in `.debug_info`.

@@ -20,10 +20,13 @@ use std::ffi::c_void;
 use std::ops::Range;
 use std::sync::Arc;
 
-/// A read-only, private mapping of a whole file, never unmapped.
+/// A read-only, private mapping of a whole file, never unmapped, and the file, open.
 pub(super) struct Mapping {
     ptr: *mut c_void,
     len: usize,
+    /// For reading strings with `pread` instead of through the mapping (see
+    /// [`Module::string_at`]).
+    file: std::fs::File,
 }
 
 // SAFETY: the mapping is read-only and never unmapped; reading it from any thread is fine.
@@ -38,8 +41,8 @@ impl Mapping {
         if len == 0 {
             return None;
         }
-        // SAFETY: mapping a file we opened for reading, read-only and private; the descriptor
-        // may be closed afterwards (the mapping keeps the file).
+        // SAFETY: mapping a file we opened for reading, read-only and private (the mapping
+        // would keep the file if the descriptor were closed; it is kept for `pread`).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -50,7 +53,39 @@ impl Mapping {
                 0,
             )
         };
-        (ptr != libc::MAP_FAILED).then_some(Mapping { ptr, len })
+        (ptr != libc::MAP_FAILED).then_some(Mapping { ptr, len, file })
+    }
+
+    /// The NUL-terminated string that `at` (a slice of this mapping) starts with, read from
+    /// the file with `pread` (the page cache), not through the mapping: no page of the mapping
+    /// is touched. `None` if `at` is not in this mapping or the file cannot be read there.
+    fn read_cstr(&self, at: &[u8]) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let offset = (at.as_ptr() as usize).checked_sub(self.ptr as usize)?;
+        if offset >= self.len {
+            return None;
+        }
+        let end = at.len().min(MAX_STRING);
+        let mut out: Vec<u8> = Vec::new();
+        let mut chunk = 256;
+        while out.len() < end {
+            let start = out.len();
+            out.resize((start + chunk).min(end), 0);
+            let n = self
+                .file
+                .read_at(&mut out[start..], (offset + start) as u64)
+                .ok()?;
+            out.truncate(start + n);
+            if let Some(nul) = out[start..].iter().position(|&b| b == 0) {
+                out.truncate(start + nul);
+                return Some(out);
+            }
+            if n == 0 {
+                break;
+            }
+            chunk *= 4;
+        }
+        Some(out)
     }
 
     /// The file's bytes, for as long as the process lives (the mapping is never removed).
@@ -73,6 +108,10 @@ impl Mapping {
         unsafe { libc::madvise(self.ptr, self.len, libc::MADV_DONTNEED) };
     }
 }
+
+/// The longest string read from a module's debug information (a mangled name of deeply nested
+/// generics runs to some KiB).
+const MAX_STRING: usize = 1 << 16;
 
 /// One loaded module.
 pub(super) struct Module {
@@ -111,6 +150,19 @@ impl Module {
         } else {
             Symbols::SymbolTable
         }
+    }
+
+    /// The NUL-terminated string `at` (a slice of this module's file, as a DWARF string
+    /// section's) starts with: read with `pread` where the module is a mapped file, so reading
+    /// a name costs no resident memory and no hand-back (each `MADV_DONTNEED` that unmaps pages
+    /// interrupts every CPU running a thread of the process to flush its TLB); read in place
+    /// otherwise (the vDSO, in memory anyway).
+    pub(super) fn string_at(&self, at: &'static [u8]) -> Vec<u8> {
+        if let Some(s) = self.mapping.as_ref().and_then(|m| m.read_cstr(at)) {
+            return s;
+        }
+        let end = at.iter().take(MAX_STRING).position(|&b| b == 0);
+        at[..end.unwrap_or(at.len().min(MAX_STRING))].to_vec()
     }
 
     /// Hands back the file pages read so far.
