@@ -164,13 +164,13 @@ pub fn ratio<T>(runs: &[T], base: &[T], f: &dyn Fn(&T) -> f64) -> f64 {
 pub type Row<'a, T> = (&'a str, &'a str, &'a dyn Fn(&T) -> f64);
 
 /// Prints a markdown table comparing each variant with the first: per row, the median of
-/// each variant and its median per-round ratio to the first; then the final flush's median
-/// per variant but the first.
+/// each variant and its median per-round ratio to the first; then, where given, the final
+/// flush's median per variant but the first.
 pub fn print_table<T>(
     names: &[&str],
     runs: &[Vec<T>],
     rows: &[Row<'_, T>],
-    flush_ms: &dyn Fn(&T) -> f64,
+    flush_ms: Option<&dyn Fn(&T) -> f64>,
 ) {
     let mut head = "| | ".to_owned() + names[0];
     for n in &names[1..] {
@@ -189,6 +189,7 @@ pub fn print_table<T>(
         }
         println!("{line} |");
     }
+    let Some(flush_ms) = flush_ms else { return };
     let mut flush = "| final flush at shutdown |".to_owned();
     for r in &runs[1..] {
         flush += &format!(" | {:.2} ms |", med(r, flush_ms));
@@ -206,6 +207,6 @@ pub fn table(names: &[&str], runs: &[Vec<Run>]) {
             ("CPU time (user+sys)", "s", &|r: &Run| r.cpu_s),
             ("peak RSS", "MiB", &|r: &Run| r.maxrss_mib),
         ],
-        &|r| r.flush_ms,
+        Some(&|r| r.flush_ms),
     );
 }

@@ -231,6 +231,6 @@ fn main() {
             }),
             ("server peak RSS", "MiB", &|r: &Run| r.maxrss_mib),
         ],
-        &|r| r.flush_ms,
+        Some(&|r| r.flush_ms),
     );
 }

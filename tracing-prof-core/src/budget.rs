@@ -202,8 +202,14 @@ fn sites_of(recorder: &SiteRecorder) -> Vec<AllocationSite> {
     // Inside the budget's span: stacks are cut where `Budget::measure` entered it.
     let span = tracing_prof_model::SpanFrame::synthetic("budget");
     for (ips, allocations, bytes) in recorder.sites() {
-        let stack =
-            crate::symbolize::code_stack(ips, Some(&span), crate::symbolize::Leaf::TrimAllocator);
+        let stack = crate::symbolize::code_stack(
+            ips,
+            crate::symbolize::InSpan {
+                span: Some(&span),
+                parent: None,
+            },
+            crate::symbolize::Leaf::TrimAllocator,
+        );
         if let Some(s) = merged.iter_mut().find(|s| s.stack == stack) {
             s.allocations += allocations;
             s.bytes += bytes;

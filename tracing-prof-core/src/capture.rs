@@ -102,10 +102,12 @@ pub(crate) fn code_of(
         vec![CodeFrame::named(TABLE_FULL_FRAME)]
     } else {
         // In a span (one beyond the path cap too): cut where it was entered.
-        let span = frames
-            .last()
-            .filter(|_| matches!(kind, PathKind::Span | PathKind::Overflow));
-        symbolize::code_stack(ips, span, leaf)
+        let spans = if matches!(kind, PathKind::Span | PathKind::Overflow) {
+            symbolize::InSpan::of(frames)
+        } else {
+            symbolize::InSpan::default()
+        };
+        symbolize::code_stack(ips, spans, leaf)
     }
 }
 

@@ -337,20 +337,23 @@ impl Cpu {
                 .flat_map(|(_, _, ips)| ips.iter().skip(1).map(|&ip| ip as usize)),
         );
         // The innermost span of each path: stacks are cut where it was entered.
-        let mut spans: HashMap<u32, Option<SpanFrame>> = HashMap::new();
+        let mut spans: HashMap<u32, (Option<SpanFrame>, Option<SpanFrame>)> = HashMap::new();
         for ((tag, link, ips), n) in raw {
             let code: Box<[u32]> = match ips.split_first() {
                 None => Empty::NothingUnwound.key(),
                 Some((&pc, rest)) => {
                     let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
                     let path = tag & !LONG_POLL;
-                    let span = spans
+                    let (span, parent) = spans
                         .entry(path)
-                        .or_insert_with(|| paths.innermost(Tag::new(path)));
+                        .or_insert_with(|| paths.innermost_two(Tag::new(path)));
                     crate::symbolize::code_stack_from(
                         leaves.get(&(pc as usize)).map(|f| &f[..]),
                         &rest,
-                        span.as_ref(),
+                        crate::symbolize::InSpan {
+                            span: span.as_ref(),
+                            parent: parent.as_ref(),
+                        },
                         crate::symbolize::Leaf::Keep,
                     )
                     .iter()

@@ -263,6 +263,20 @@ impl Paths {
         table.frames.get(&e.callsite).cloned()
     }
 
+    /// [`Self::innermost`] of `tag`'s path, and its parent's span frame (`None` at a root, or
+    /// past the cap).
+    pub(crate) fn innermost_two(&self, tag: Tag) -> (Option<SpanFrame>, Option<SpanFrame>) {
+        let span = self.innermost(tag);
+        let parent = (|| {
+            let i = tag.get().checked_sub(Tag::FIRST_PATH)? as usize;
+            let guard = self.table();
+            let table = guard.as_ref()?;
+            let p = table.entries.get(i)?.parent.checked_sub(Tag::FIRST_PATH)? as usize;
+            table.frames.get(&table.entries.get(p)?.callsite).cloned()
+        })();
+        (span, parent)
+    }
+
     /// Spans that were mapped to [`Tag::OVERFLOW`] because the cap was reached.
     pub(crate) fn overflowed_spans(&self) -> u64 {
         self.overflowed.load(Ordering::Relaxed)

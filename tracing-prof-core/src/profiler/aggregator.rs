@@ -146,11 +146,17 @@ impl Aggregator {
                     size: g.size,
                     span_path: RUNTIME.paths.display(g.tag),
                     refused: g.refused,
-                    stack: crate::symbolize::code_stack(
-                        &g.ips,
-                        RUNTIME.paths.innermost(g.tag).as_ref(),
-                        crate::symbolize::Leaf::TrimAllocator,
-                    ),
+                    stack: {
+                        let (span, parent) = RUNTIME.paths.innermost_two(g.tag);
+                        crate::symbolize::code_stack(
+                            &g.ips,
+                            crate::symbolize::InSpan {
+                                span: span.as_ref(),
+                                parent: parent.as_ref(),
+                            },
+                            crate::symbolize::Leaf::TrimAllocator,
+                        )
+                    },
                 };
                 events.push(Box::new({
                     let r = report.clone();

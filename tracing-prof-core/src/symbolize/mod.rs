@@ -240,11 +240,30 @@ fn unknown(ip: usize) -> CodeFrame {
     CodeFrame::named(&format!("0x{ip:x}"))
 }
 
+/// The spans a sample was taken in, as trimming needs them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct InSpan<'a> {
+    /// The innermost span entered when the sample was taken (a synthetic frame when only that
+    /// one was); `None` outside spans.
+    pub(crate) span: Option<&'a SpanFrame>,
+    /// The span it is in, if any.
+    pub(crate) parent: Option<&'a SpanFrame>,
+}
+
+impl<'a> InSpan<'a> {
+    /// The innermost span of `path` (root first) and its parent.
+    pub(crate) fn of(path: &'a [SpanFrame]) -> Self {
+        InSpan {
+            span: path.last(),
+            parent: path.len().checked_sub(2).and_then(|i| path.get(i)),
+        }
+    }
+}
+
 /// The code stack of `ips` (innermost first, as they were captured), root first and trimmed
-/// as the module docs say. `span`: the innermost span entered when the sample was taken (a
-/// synthetic frame when only that one was, `None` outside spans).
-pub(crate) fn code_stack(ips: &[usize], span: Option<&SpanFrame>, leaf: Leaf) -> Vec<CodeFrame> {
-    code_stack_from(None, ips, span, leaf)
+/// as the module docs say.
+pub(crate) fn code_stack(ips: &[usize], spans: InSpan<'_>, leaf: Leaf) -> Vec<CodeFrame> {
+    code_stack_from(None, ips, spans, leaf)
 }
 
 /// [`code_stack`] of a CPU sample: `first` is the interrupted instruction's frames (from
@@ -252,7 +271,7 @@ pub(crate) fn code_stack(ips: &[usize], span: Option<&SpanFrame>, leaf: Leaf) ->
 pub(crate) fn code_stack_from(
     first: Option<&[CodeFrame]>,
     ips: &[usize],
-    span: Option<&SpanFrame>,
+    spans: InSpan<'_>,
     leaf: Leaf,
 ) -> Vec<CodeFrame> {
     prepare(ips.iter().copied());
@@ -269,7 +288,7 @@ pub(crate) fn code_stack_from(
         }
         v
     };
-    trim::trim(leaf_first, span, leaf)
+    trim::trim(leaf_first, spans.span, spans.parent, leaf)
 }
 
 #[cfg(test)]
@@ -285,7 +304,7 @@ mod tests {
     fn resolves_a_function_with_its_file_and_line() {
         // As a return address: the symbolizer looks up `ip - 1`.
         let ip = probe_target as *const () as usize + 1;
-        let frames = code_stack(&[ip], None, Leaf::Keep);
+        let frames = code_stack(&[ip], InSpan::default(), Leaf::Keep);
         assert!(
             frames.iter().any(|f| f.function.ends_with("probe_target")
                 && f.file
@@ -295,7 +314,10 @@ mod tests {
             "{frames:?}"
         );
         // An address outside every module is named by its value.
-        assert_eq!(&*code_stack(&[0x10], None, Leaf::Keep)[0].function, "0x10");
+        assert_eq!(
+            &*code_stack(&[0x10], InSpan::default(), Leaf::Keep)[0].function,
+            "0x10"
+        );
     }
 
     /// Deep enough to hold inlined frames: the outer ones are `#[inline(always)]`.
@@ -506,7 +528,7 @@ mod vdso_tests {
             eprintln!("SKIPPED: no vDSO clock_gettime here");
             return;
         };
-        let frames = code_stack(&[addr + 8], None, Leaf::Keep);
+        let frames = code_stack(&[addr + 8], InSpan::default(), Leaf::Keep);
         assert!(
             frames.iter().any(|f| f.function.contains("clock_gettime")),
             "{frames:?} at 0x{addr:x}"

@@ -143,16 +143,18 @@ pub(crate) enum Leaf {
     Keep,
 }
 
-/// Trims a leaf-first stack and returns it root first.
+/// Trims a leaf-first stack and returns it root first. `span`: the innermost span the sample
+/// was taken in; `parent`: the span it is in.
 pub(super) fn trim(
     mut leaf_first: Vec<CodeFrame>,
     span: Option<&SpanFrame>,
+    parent: Option<&SpanFrame>,
     leaf: Leaf,
 ) -> Vec<CodeFrame> {
     if leaf == Leaf::TrimAllocator {
         trim_allocator(&mut leaf_first);
     }
-    trim_root(&mut leaf_first, span);
+    trim_root(&mut leaf_first, span, parent);
     leaf_first.reverse();
     leaf_first
 }
@@ -249,12 +251,13 @@ fn is_instrumented_function(f: &CodeFrame, span: &SpanFrame) -> bool {
 /// the stack (`span.enter()`, or a build without debug information that inlined it), cuts
 /// above the function `#[instrument]` made the span for, when it is there: what called it ran
 /// before the span was entered. Outside spans, drops the runtime's start-up frames.
-fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
+fn trim_root(
+    leaf_first: &mut Vec<CodeFrame>,
+    span: Option<&SpanFrame>,
+    parent: Option<&SpanFrame>,
+) {
     let entry = span.and_then(|_| leaf_first.iter().position(is_span_entry));
-    // The function the span was made for, when its own frames are inside the entry point
-    // found: that entry point is an outer span's (the span's own was inlined into its caller,
-    // as optimized code without debug information shows it), and the frames between are the
-    // caller's, which ran before the span was entered.
+    // The frames of the function the span was made for (its outermost, and how far they go).
     let own = span.and_then(|s| {
         let i = leaf_first
             .iter()
@@ -266,7 +269,21 @@ fn trim_root(leaf_first: &mut Vec<CodeFrame>, span: Option<&SpanFrame>) {
             .count();
         Some(i + run)
     });
-    if let Some(end) = own.filter(|&end| entry.is_some_and(|e| end < e)) {
+    // When the parent span's function is between them and the entry point found, that entry
+    // point is the parent's: the span's own was inlined into the parent's code (as optimized
+    // code without debug information shows it), and the parent's frames ran before the span
+    // was entered. (Otherwise what is between is code that ran in the span: the closure given
+    // to `in_scope`, say.)
+    let parents_entry = |end: usize| {
+        let e = entry?;
+        let parent = parent?;
+        (end < e
+            && leaf_first[end..e]
+                .iter()
+                .any(|f| is_instrumented_function(f, parent)))
+        .then_some(end)
+    };
+    if let Some(end) = own.and_then(parents_entry) {
         leaf_first.truncate(end);
     } else if let Some(i) = entry {
         leaf_first.truncate(i);
@@ -341,11 +358,16 @@ mod tests {
         ];
         // The closure given to `in_scope` ran in the span: it stays.
         assert_eq!(
-            names(&trim(stack.clone(), Some(&span()), Leaf::TrimAllocator)),
+            names(&trim(
+                stack.clone(),
+                Some(&span()),
+                None,
+                Leaf::TrimAllocator
+            )),
             ["app::handle::{{closure}}", "app::parse"]
         );
         assert_eq!(
-            names(&trim(stack.clone(), None, Leaf::TrimAllocator)),
+            names(&trim(stack.clone(), None, None, Leaf::TrimAllocator)),
             [
                 "app::main",
                 "app::handle",
@@ -362,12 +384,17 @@ mod tests {
         );
         short[4] = f("{closure#0}", "/src/app/src/main.rs");
         assert_eq!(
-            names(&trim(short.clone(), Some(&span()), Leaf::TrimAllocator)),
+            names(&trim(
+                short.clone(),
+                Some(&span()),
+                None,
+                Leaf::TrimAllocator
+            )),
             ["{closure#0}", "app::parse"]
         );
         // CPU samples keep the leaf frames, whatever they are.
         assert_eq!(
-            names(&trim(short, Some(&span()), Leaf::Keep))[..2],
+            names(&trim(short, Some(&span()), None, Leaf::Keep))[..2],
             ["{closure#0}", "app::parse"]
         );
     }
@@ -404,7 +431,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&span()), Leaf::Keep)),
+            names(&trim(stack, Some(&span()), None, Leaf::Keep)),
             [
                 "mini_redis::cmd::set::Set::apply::{{closure}}::{{closure}}",
                 "mini_redis::connection::Connection::write_frame::{{closure}}",
@@ -429,7 +456,7 @@ mod tests {
             f("mini_redis::cmd::get::Get::apply::{{closure}}", ""),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&span()), Leaf::Keep)),
+            names(&trim(stack, Some(&span()), None, Leaf::Keep)),
             [
                 "core::ptr::drop_in_place<mini_redis::cmd::get::Get::apply::{{closure}}::{{closure}}>"
             ]
@@ -447,7 +474,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&span()), Leaf::Keep)),
+            names(&trim(stack, Some(&span()), None, Leaf::Keep)),
             ["app::parse"]
         );
     }
@@ -470,19 +497,34 @@ mod tests {
             f("myapp::orders::apply::{{closure}}", ""),
             f("tokio::runtime::task::raw::poll", ""),
         ];
+        let apply = SpanFrame::new("myapp::orders", "apply", None, None);
         assert_eq!(
-            names(&trim(stack.clone(), Some(&outer), Leaf::Keep)),
+            names(&trim(stack.clone(), Some(&outer), Some(&apply), Leaf::Keep)),
             ["myapp::compute::outer::{{closure}}", "myapp::compute::burn"]
         );
         // The caller's own span: cut at its entry point, as before.
-        let apply = SpanFrame::new("myapp::orders", "apply", None, None);
         assert_eq!(
-            names(&trim(stack, Some(&apply), Leaf::Keep)),
+            names(&trim(stack.clone(), Some(&apply), None, Leaf::Keep)),
             [
                 "myapp::orders::apply::{{closure}}::{{closure}}",
                 "myapp::compute::outer::{{closure}}",
                 "myapp::compute::burn"
             ]
+        );
+        // A span entered with `in_scope` around a function named like it (the example's
+        // `info_span!("render").in_scope(|| render(..))`): the closure between them ran in the
+        // span and stays. Without the parent's function between, the entry point is the span's.
+        let render = SpanFrame::new("app", "render", None, None);
+        let request = SpanFrame::new("app", "request", None, None);
+        let stack = vec![
+            f("app::render", ""),
+            f("app::handle::{{closure}}::{{closure}}", ""),
+            f("tracing::span::Span::in_scope", ""),
+            f("app::handle::{{closure}}", ""),
+        ];
+        assert_eq!(
+            names(&trim(stack, Some(&render), Some(&request), Leaf::Keep)),
+            ["app::handle::{{closure}}::{{closure}}", "app::render"]
         );
     }
 
@@ -503,7 +545,7 @@ mod tests {
             f("app::main", ""),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&handler), Leaf::Keep)),
+            names(&trim(stack, Some(&handler), None, Leaf::Keep)),
             ["app::handler::{{closure}}::{{closure}}", "app::build_table"]
         );
         let stack = vec![
@@ -512,13 +554,13 @@ mod tests {
             f("app::main", ""),
         ];
         assert_eq!(
-            names(&trim(stack.clone(), Some(&handler), Leaf::Keep)),
+            names(&trim(stack.clone(), Some(&handler), None, Leaf::Keep)),
             ["app::handler", "app::build_table"]
         );
         // A span named otherwise keeps the whole stack (less the runtime's roots).
         let other = SpanFrame::new("app", "request", None, None);
         assert_eq!(
-            names(&trim(stack, Some(&other), Leaf::Keep)),
+            names(&trim(stack, Some(&other), None, Leaf::Keep)),
             ["app::main", "app::handler", "app::build_table"]
         );
         // A function of a module below the span's is another function: the stack stays.
@@ -529,7 +571,7 @@ mod tests {
             f("app::main", ""),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&parse), Leaf::Keep)),
+            names(&trim(stack, Some(&parse), None, Leaf::Keep)),
             ["app::main", "app::handler", "app::json::parse"]
         );
         // v0 names its closures `{closure#0}`.
@@ -539,7 +581,7 @@ mod tests {
             f("tokio::runtime::runtime::Runtime::block_on", ""),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&handler), Leaf::Keep)),
+            names(&trim(stack, Some(&handler), None, Leaf::Keep)),
             ["app::handler::{closure#0}::{closure#0}", "app::build_table"]
         );
         // A method: the span is named after it, targeted at its module.
@@ -550,7 +592,7 @@ mod tests {
             f("mini_redis::server::Handler::run::{{closure}}", ""),
         ];
         assert_eq!(
-            names(&trim(stack, Some(&apply), Leaf::Keep)),
+            names(&trim(stack, Some(&apply), None, Leaf::Keep)),
             ["mini_redis::cmd::set::Set::apply::{{closure}}", "send"]
         );
     }
