@@ -42,26 +42,32 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Distinct CPU stacks kept (per span path and code stack): 16384.
 pub const MAX_CPU_STACKS: usize = 16_384;
 
+/// The store's maps: hashed with foldhash, not SipHash. Their keys are this process's own
+/// addresses and frames, hashed at every drain and compaction on the aggregator's thread
+/// (SipHash over the frames' names was a sixth of that thread's time under an HTTP service's
+/// load).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Store {
     /// Weighted samples per (tag, trace link, code addresses innermost first) since the last
     /// compaction.
-    raw: HashMap<(u32, TraceLink, Box<[u64]>), u64>,
+    raw: FastMap<(u32, TraceLink, Box<[u64]>), u64>,
     /// The id of each (tag, symbolized code stack, root first, as indices into `frames`):
     /// what `raw` becomes when it is compacted. Keyed by function and line, not by
     /// instruction, so it stops growing once the program's hot stacks have been seen. Three
     /// one-entry stacks of [`Empty`] ids stand for samples without code frames: those that
     /// found it full, those with nothing unwound, those whose every frame was trimmed.
-    resolved: HashMap<(u32, Box<[u32]>), u32>,
+    resolved: FastMap<(u32, Box<[u32]>), u32>,
     /// Weighted samples per stack id.
     counts: Vec<u64>,
     /// The part of a stack's samples taken in one trace span's work, per (stack id, link).
     /// Bounded: see [`MAX_LINKED`].
-    linked: HashMap<(u32, TraceLink), Linked>,
+    linked: FastMap<(u32, TraceLink), Linked>,
     /// Every distinct frame of the stacks in `resolved`, once: a stack costs 4 bytes a frame
     /// (40 as `CodeFrame`s: the example service's store grew 0.5 MiB a minute that way).
     frames: Vec<CodeFrame>,
-    frame_ids: HashMap<CodeFrame, u32>,
+    frame_ids: FastMap<CodeFrame, u32>,
     /// Samples that arrived while `resolved` was full.
     overflowed: u64,
     /// The last batch's interrupted instructions, resolved: the next batch takes those it

@@ -666,7 +666,10 @@ impl Others<'_> {
                 .debug_info
                 .header_from_offset(gimli::DebugInfoOffset(start))
                 .ok()?;
-            let unit = self.dwarf.unit(header).ok()?;
+            let mut unit = self.dwarf.unit(header).ok()?;
+            // Kept while the walk goes on, for names only: not its line program's header
+            // (thousands of file entries in a big unit).
+            unit.line_program = None;
             self.units.insert(start, Arc::new(unit));
         }
         // A handle of its own: the recursion may add units to the map.

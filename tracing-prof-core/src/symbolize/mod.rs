@@ -45,11 +45,14 @@ use tracing_prof_model::{CodeFrame, SpanFrame, Symbols};
 pub(crate) const MAX_CACHED: usize = 1 << 17;
 
 /// Resolved frames per return address, innermost (inlined) first.
-static CACHE: Mutex<Option<HashMap<usize, Arc<[CodeFrame]>>>> = Mutex::new(None);
+static CACHE: Mutex<Option<Frames>> = Mutex::new(None);
+
+/// Frames per address (foldhash: the profiler's own keys, hashed at every batch).
+type Frames = HashMap<usize, Arc<[CodeFrame]>, foldhash::fast::RandomState>;
 /// The loaded modules, as last read.
 static MODULES: Mutex<Vec<Arc<elf::Module>>> = Mutex::new(Vec::new());
 
-fn cache() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Arc<[CodeFrame]>>>> {
+fn cache() -> std::sync::MutexGuard<'static, Option<Frames>> {
     CACHE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -71,13 +74,15 @@ fn modules_for(addrs: &[usize]) -> Vec<Arc<elf::Module>> {
 /// Frames resolved outside the cache: the interrupted instructions of CPU samples, which are
 /// any instruction of a hot function (a cache of them would grow with every run), looked up
 /// once per batch and dropped with it.
-pub(crate) type Transient = HashMap<usize, Arc<[CodeFrame]>>;
+pub(crate) type Transient = Frames;
 
 /// Names and files shared by every frame that has them: one allocation per distinct string,
 /// however many addresses resolve to it.
-static NAMES: Mutex<Option<HashSet<Arc<str>>>> = Mutex::new(None);
+static NAMES: Mutex<Option<Names>> = Mutex::new(None);
 
-fn intern(names: &mut HashSet<Arc<str>>, s: &Arc<str>) -> Arc<str> {
+type Names = HashSet<Arc<str>, foldhash::fast::RandomState>;
+
+fn intern(names: &mut Names, s: &Arc<str>) -> Arc<str> {
     if let Some(shared) = names.get(&**s) {
         return shared.clone();
     }
@@ -103,7 +108,7 @@ pub(crate) fn prepare(ips: impl IntoIterator<Item = usize>) {
     let resolved = resolve(missing);
     let full = {
         let mut guard = cache();
-        let c = guard.get_or_insert_with(HashMap::new);
+        let c = guard.get_or_insert_with(Frames::default);
         let full = c.len() + resolved.len() > MAX_CACHED;
         if full {
             c.clear();
@@ -152,7 +157,7 @@ pub(crate) fn resolve_transient(
     previous: &Transient,
 ) -> Transient {
     let wanted: HashSet<usize> = ips.into_iter().map(|ip| ip.wrapping_add(1)).collect();
-    let mut out = Transient::with_capacity(wanted.len());
+    let mut out = Transient::with_capacity_and_hasher(wanted.len(), Default::default());
     let missing: Vec<usize> = {
         let guard = cache();
         let cached = guard.as_ref();
@@ -199,7 +204,7 @@ fn resolve(missing: Vec<usize>) -> Vec<(usize, Arc<[CodeFrame]>)> {
     let mut resolved: Vec<(usize, Arc<[CodeFrame]>)> = Vec::with_capacity(missing.len());
     let mut found: HashSet<usize> = HashSet::with_capacity(missing.len());
     let mut names_guard = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    let names = names_guard.get_or_insert_with(HashSet::new);
+    let names = names_guard.get_or_insert_with(Names::default);
     for m in &modules {
         let mut svmas: Vec<(u64, usize)> = missing
             .iter()
