@@ -102,14 +102,18 @@ pub(super) fn dwarf_of(module: &Module) -> Option<gimli::Dwarf<R>> {
 }
 
 /// Resolves `addrs` (module addresses, sorted) of `module`: frames innermost first per address.
-pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFrame>> {
+pub(super) fn resolve(
+    module: &Module,
+    addrs: &[u64],
+    names: &mut super::Names,
+) -> HashMap<u64, Vec<CodeFrame>> {
     let mut out: HashMap<u64, Vec<CodeFrame>> = HashMap::with_capacity(addrs.len());
     let mut by_unit: HashMap<usize, Vec<u64>> = HashMap::new();
     for &a in addrs {
         match module.units.of(a) {
             Some(u) => by_unit.entry(u).or_default().push(a),
             None => {
-                out.insert(a, vec![symbol_frame(module, a, Place::default())]);
+                out.insert(a, vec![symbol_frame(module, a, Place::default(), names)]);
             }
         }
     }
@@ -121,7 +125,7 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
     for (unit_offset, addrs) in by_unit {
         let frames = dwarf
             .as_ref()
-            .and_then(|d| resolve_unit(module, d, unit_offset, &addrs).ok());
+            .and_then(|d| resolve_unit(module, d, unit_offset, &addrs, names).ok());
         // Hand the unit's pages back before the next: the resident debug information is one
         // unit's at most, not the batch's (a re-read is a page-cache hit).
         module.release();
@@ -129,7 +133,7 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
             let f = frames
                 .as_ref()
                 .and_then(|f| f.get(i).cloned())
-                .unwrap_or_else(|| vec![symbol_frame(module, a, Place::default())]);
+                .unwrap_or_else(|| vec![symbol_frame(module, a, Place::default(), names)]);
             out.insert(a, f);
         }
     }
@@ -137,7 +141,7 @@ pub(super) fn resolve(module: &Module, addrs: &[u64]) -> HashMap<u64, Vec<CodeFr
 }
 
 /// The symbol table's function at `a`, at `place`; `module+0xADDR` where it has none.
-fn symbol_frame(module: &Module, a: u64, place: Place) -> CodeFrame {
+fn symbol_frame(module: &Module, a: u64, place: Place, names: &mut super::Names) -> CodeFrame {
     let function = match module.functions.at(a) {
         Some((_, name)) => demangle(name),
         // Code of a module without a symbol for it (a stripped library's own functions):
@@ -145,7 +149,7 @@ fn symbol_frame(module: &Module, a: u64, place: Place) -> CodeFrame {
         None => format!("{}+0x{a:x}", module.file_name),
     };
     CodeFrame {
-        function: Arc::from(function),
+        function: super::intern_str(names, &function),
         file: place.file,
         line: place.line,
     }
@@ -157,6 +161,7 @@ fn resolve_unit(
     dwarf: &gimli::Dwarf<R>,
     unit_offset: usize,
     addrs: &[u64],
+    names: &mut super::Names,
 ) -> gimli::Result<Vec<Vec<CodeFrame>>> {
     let header = dwarf
         .debug_info
@@ -204,7 +209,7 @@ fn resolve_unit(
         .map(|(i, &a)| {
             let chain = &chains[i];
             if chain.is_empty() {
-                return vec![symbol_frame(module, a, places[i].clone())];
+                return vec![symbol_frame(module, a, places[i].clone(), names)];
             }
             // Innermost first: the deepest scope at the line table's place, each outer one at
             // the place the scope inside it was inlined from.
@@ -229,7 +234,7 @@ fn resolve_unit(
                     scope.name.clone()
                 };
                 frames.push(CodeFrame {
-                    function: Arc::from(name.unwrap_or_else(|| "?".to_owned())),
+                    function: super::intern_str(names, name.as_deref().unwrap_or("?")),
                     file: place.file.clone(),
                     line: place.line,
                 });

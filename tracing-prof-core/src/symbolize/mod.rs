@@ -80,7 +80,19 @@ pub(crate) type Transient = Frames;
 /// however many addresses resolve to it.
 static NAMES: Mutex<Option<Names>> = Mutex::new(None);
 
-type Names = HashSet<Arc<str>, foldhash::fast::RandomState>;
+pub(super) type Names = HashSet<Arc<str>, foldhash::fast::RandomState>;
+
+/// `s` as the one shared copy of it: a name is allocated once however many frames have it
+/// (the first compaction of a busy service's CPU samples resolves tens of thousands of frames,
+/// and each had its own copy until the batch ended: megabytes that the allocator then kept).
+pub(super) fn intern_str(names: &mut Names, s: &str) -> Arc<str> {
+    if let Some(shared) = names.get(s) {
+        return shared.clone();
+    }
+    let shared: Arc<str> = Arc::from(s);
+    names.insert(shared.clone());
+    shared
+}
 
 fn intern(names: &mut Names, s: &Arc<str>) -> Arc<str> {
     if let Some(shared) = names.get(&**s) {
@@ -216,7 +228,7 @@ fn resolve(missing: Vec<usize>) -> Vec<(usize, Arc<[CodeFrame]>)> {
         }
         svmas.sort_unstable();
         let addrs: Vec<u64> = svmas.iter().map(|s| s.0).collect();
-        let frames = dwarf::resolve(m, &addrs);
+        let frames = dwarf::resolve(m, &addrs, names);
         m.release();
         for (svma, ip) in svmas {
             if let Some(f) = frames.get(&svma) {
@@ -482,7 +494,7 @@ mod alias_tests {
         });
         let object = m.object.as_ref().expect("the program's file");
         m.functions.rename(svma, unix.as_bytes(), object);
-        let frames = dwarf::resolve(m, &[svma + 1]);
+        let frames = dwarf::resolve(m, &[svma + 1], &mut Names::default());
         assert_eq!(
             frames[&(svma + 1)].first().map(|f| &*f.function),
             Some(TCP_WRITE),
