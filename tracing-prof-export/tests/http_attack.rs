@@ -200,6 +200,7 @@ fn slow_idle_and_dripping_connections_never_keep_a_normal_request_out() {
             }
             tokio::time::sleep(Duration::from_secs(2)).await; // all connected, and dripping
         });
+        let mut times = Vec::new();
         for probe in 0..5 {
             let (status, body, took) =
                 get(addr, "/debug/pprof/heap").unwrap_or_else(|e| panic!("{attack:?}: {e}"));
@@ -207,10 +208,14 @@ fn slow_idle_and_dripping_connections_never_keep_a_normal_request_out() {
                 status.contains("200"),
                 "{attack:?}, probe {probe}: {status}"
             );
+            // Within 1 s, but for one probe in a run: on CI's two busy cores the kernel may drop
+            // one SYN while the listener drains a burst of 2000 connections, and the client
+            // sends it again after 1 s (seen once in a full run: 1.02 s).
             assert!(
-                took < Duration::from_secs(1),
+                took < Duration::from_secs(3),
                 "{attack:?}, probe {probe}: answered in {took:?}"
             );
+            times.push(took);
             if go && probe == 0 {
                 let file = std::env::temp_dir()
                     .join(format!("tracing-prof-attack-{}.pb.gz", std::process::id()));
@@ -221,6 +226,11 @@ fn slow_idle_and_dripping_connections_never_keep_a_normal_request_out() {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+        times.sort();
+        assert!(
+            times[3] < Duration::from_secs(1),
+            "{attack:?}: more than one of 5 probes took over 1 s: {times:?}"
+        );
         // The listener and its runtime, and at most one thread per answer at once.
         let threads = server_threads();
         assert!(
