@@ -2,14 +2,15 @@
 //! command it prints to "look further" names one whole profile (a `.latest.pb.gz` file, never
 //! a glob over cumulative files, never an SVG), and each of them runs.
 
+use crate::running;
 use tracing_prof_test_support as common;
-mod running;
 
 use running::example;
 use std::process::Command;
 
 #[test]
 fn the_commands_it_prints_open_whole_profiles() {
+    let _serial = crate::serial();
     let dir = std::env::temp_dir().join(format!("tracing-prof-service-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(example())
@@ -83,6 +84,7 @@ fn the_commands_it_prints_open_whole_profiles() {
 /// said on stderr, with the setting it resembles, and the service runs.
 #[test]
 fn errors_and_misspelled_settings_read_as_sentences() {
+    let _serial = crate::serial();
     let out = Command::new(example())
         .env("SERVICE_REQUESTS", "100")
         .env("TRACING_PROF_INTERVAL", "bogus")

@@ -12,8 +12,8 @@
 //! also `otlp.rs`, with its variables as written), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
 //! `cli.rs` runs it as written).
 
+use crate::running;
 use tracing_prof_test_support as common;
-mod running;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -123,15 +123,16 @@ fn get(url: &str) -> (String, String) {
 
 #[test]
 fn every_command_of_the_readme_runs() {
+    let _serial = crate::serial();
     let commands = readme_commands();
     assert!(commands.len() > 40, "{commands:?}");
     // The example, with the label field the README slices by, serving /debug/pprof.
-    let (_service, base) = running::start(60, &[("TRACING_PROF_LABEL_FIELDS", "route")]);
+    let (service, base) = running::start(60, &[("TRACING_PROF_LABEL_FIELDS", "route")]);
     let addr = base
         .trim_start_matches("http://")
         .trim_end_matches("/debug/pprof")
         .to_owned();
-    let dir = std::env::temp_dir().join(format!("tracing-prof-http-{}", std::process::id()));
+    let dir = service.dir().to_owned();
     // Two exports (every 2 s) for the commands that compare captures.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::fs::read_dir(&dir).map_or(0, |d| {

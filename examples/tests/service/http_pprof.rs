@@ -1,8 +1,8 @@
 //! The real `go tool pprof` fetches `/debug/pprof/heap`, `/allocs`, `/spans` and a `-seconds 2`
 //! window from the running example service over HTTP, and finds the expected top span paths.
 
+use crate::running;
 use tracing_prof_test_support as common;
-mod running;
 
 use running::Service;
 use std::io::{Read, Write};
@@ -89,6 +89,7 @@ fn try_get(base: &str, path: &str, headers: &str) -> std::io::Result<(String, St
 
 #[test]
 fn go_tool_pprof_reads_the_live_endpoint() {
+    let _serial = crate::serial();
     let have_go = common::have_go();
     let (_service, base) = start(None);
     std::thread::sleep(Duration::from_secs(2)); // let it handle some requests
@@ -160,6 +161,7 @@ fn go_tool_pprof_reads_the_live_endpoint() {
 
 #[test]
 fn a_token_protects_the_endpoint() {
+    let _serial = crate::serial();
     let (_service, base) = start(Some("s3cret"));
     let (status, body) = get(&base, "/debug/pprof/heap", "");
     assert!(status.contains("401"), "{status}");
@@ -184,6 +186,7 @@ fn a_token_protects_the_endpoint() {
 
 #[test]
 fn slow_and_oversized_clients_are_cut_off() {
+    let _serial = crate::serial();
     let (_service, base) = start(None);
     let host = base
         .trim_start_matches("http://")
@@ -256,6 +259,7 @@ fn slow_and_oversized_clients_are_cut_off() {
 
 #[test]
 fn concurrent_windows_are_bounded() {
+    let _serial = crate::serial();
     let (_service, base) = start(None);
     // Three windows at once: two run (MAX_WINDOWS), the third is told when to come back.
     let answers: Vec<(String, String)> = std::thread::scope(|s| {

@@ -33,8 +33,17 @@ pub fn cli() -> PathBuf {
     path
 }
 
-/// A running example, killed when dropped.
-pub struct Service(pub Child);
+/// A running example, killed when dropped, and its profile folder (a new one for each
+/// service, removed with it: the tests share one process, so a folder named after it would
+/// hold earlier services' files).
+pub struct Service(pub Child, pub tempfile::TempDir);
+
+impl Service {
+    /// Where it writes its profiles (`TRACING_PROF_DIR`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.1.path()
+    }
+}
 
 impl Drop for Service {
     fn drop(&mut self) {
@@ -46,11 +55,14 @@ impl Drop for Service {
 /// Starts the example serving `/debug/pprof` on a free port for `seconds`, with `env` set;
 /// returns it and its base URL (`http://127.0.0.1:PORT/debug/pprof`).
 pub fn start(seconds: u64, env: &[(&str, &str)]) -> (Service, String) {
-    let dir = std::env::temp_dir().join(format!("tracing-prof-http-{}", std::process::id()));
+    let dir = tempfile::Builder::new()
+        .prefix("tracing-prof-http-")
+        .tempdir()
+        .expect("a profile folder");
     let mut cmd = Command::new(example());
     cmd.env("TRACING_PROF_HTTP_ADDR", "127.0.0.1:0")
         .env("SERVICE_DURATION_SECS", seconds.to_string())
-        .env("TRACING_PROF_DIR", &dir)
+        .env("TRACING_PROF_DIR", dir.path())
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -65,5 +77,5 @@ pub fn start(seconds: u64, env: &[(&str, &str)]) -> (Service, String) {
         .strip_prefix("serving ")
         .unwrap_or_else(|| panic!("unexpected: {line}"))
         .to_owned();
-    (Service(child), base.trim_end_matches('/').to_owned())
+    (Service(child, dir), base.trim_end_matches('/').to_owned())
 }

@@ -29,6 +29,7 @@ fn example_service() -> std::path::PathBuf {
 /// requests is counted once.
 #[test]
 fn the_example_service_passes_through_both_apis() {
+    let _serial = crate::serial();
     let example = example_service();
     for api in ["push", "ingest"] {
         let server = Mock::start(OK);
@@ -86,6 +87,7 @@ fn the_example_service_passes_through_both_apis() {
 /// id; `span_id` and `trace_id` never become series labels.
 #[test]
 fn span_profiles_reach_pyroscope_by_span_id() {
+    let _serial = crate::serial();
     let example = example_service();
     let server = Mock::start(OK);
     let dir = std::env::temp_dir().join(format!("tracing-prof-pyro-otel-{}", std::process::id()));

@@ -4,7 +4,7 @@
 //! terminal restored, and what was recorded with `-o` replays. Then what `live` says, without
 //! a terminal, to a wrong token and to a server that is not ours.
 
-mod running;
+use crate::running;
 
 use std::path::Path;
 use std::process::Command;
@@ -102,6 +102,7 @@ fn first_row(screen: &str) -> &str {
 
 #[test]
 fn live_in_a_terminal_against_the_running_example() {
+    let _serial = crate::serial();
     if !have_tmux() {
         return;
     }
@@ -199,6 +200,7 @@ fn live_in_a_terminal_against_the_running_example() {
 
 #[test]
 fn live_says_what_is_wrong_before_taking_the_terminal() {
+    let _serial = crate::serial();
     let (_service, base) = running::start(30, &[("TRACING_PROF_HTTP_TOKEN", "t0ken")]);
     let live = |source: &str, token: Option<&str>| {
         let mut cmd = Command::new(running::cli());

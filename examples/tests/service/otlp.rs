@@ -7,7 +7,7 @@
 //! service counted. Added for the test: fewer requests, a short interval, a directory of its
 //! own, and one resource attribute.
 
-mod running;
+use crate::running;
 
 use std::collections::BTreeMap;
 use tracing_prof_test_support::otlp_receiver::OtlpReceiver;
@@ -34,6 +34,7 @@ fn readme_variables() -> Vec<(String, String)> {
 
 #[test]
 fn the_service_sends_otlp_profiles_with_span_links() {
+    let _serial = crate::serial();
     let receiver = OtlpReceiver::start();
     let dir = std::env::temp_dir().join(format!("tracing-prof-otlp-{}", std::process::id()));
     let mut service = std::process::Command::new(running::example());
