@@ -155,7 +155,7 @@ impl Clone for Key {
 }
 impl Drop for Key {
     fn drop(&mut self) {
-        if self.0 % 5 == 0 {
+        if self.0.is_multiple_of(5) {
             grab()
         }
     }
@@ -319,7 +319,7 @@ fn workload() {
         generic_work(1u8),
         generic_work("x"),
         generic_work(vec![1u16]),
-        generic_work(&tree.len()),
+        generic_work(tree.len()),
     );
     let mut v: Vec<Key> = Counter(30)
         .chain(Counter(5))
@@ -342,7 +342,7 @@ fn workload() {
             grab();
             x.0 * 2
         })
-        .fold(0, |a, b| a + b);
+        .sum::<u32>();
     let total: u32 = Counter(10)
         .flat_map(|k| Counter(k.0 % 4))
         .map(|k| k.0)
@@ -621,6 +621,8 @@ fn run(which: &str, out_path: &str) {
 
 // ---- comparison ----
 type Row = (String, Vec<(String, String)>); // kind, [(name, file:line)]
+/// A comparison: what it compares, and the value of a row it compares.
+type Check = (&'static str, fn(&Row) -> String);
 fn load(path: &str) -> BTreeMap<String, Row> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -672,7 +674,7 @@ fn compare(paths: &[String]) {
             keys.len(),
             outs.iter().all(|o| o.len() == outs[0].len())
         );
-        let checks: [(&str, fn(&Row) -> String); 5] = [
+        let checks: [Check; 5] = [
             ("innermost name (exact)", |r| {
                 r.1.first().map_or(String::new(), |f| f.0.clone())
             }),
