@@ -60,17 +60,22 @@ fn invalid(msg: impl Into<String>) -> DecodeError {
     DecodeError::Invalid(msg.into())
 }
 
+/// The encoder's lookup tables: foldhash, not SipHash (every frame of every sample is looked
+/// up; SipHash over names and files was a measurable part of the profiler's own thread). Only
+/// looked up, never iterated: the output's order is the order things were first met.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Strings interned into `string_table`, whose slot 0 is always `""`.
 struct StringTable {
     strings: Vec<String>,
-    index: HashMap<String, i64>,
+    index: Map<String, i64>,
 }
 
 impl StringTable {
     fn new() -> Self {
         StringTable {
             strings: vec![String::new()],
-            index: HashMap::from([(String::new(), 0)]),
+            index: Map::from_iter([(String::new(), 0)]),
         }
     }
 
@@ -86,7 +91,7 @@ impl StringTable {
 }
 
 /// A function's display name, full name, file and (span frames) path name.
-type FunctionKeys = HashMap<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
+type FunctionKeys = Map<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
 /// A frame as the model has it: kind, function, file, line, address, path name.
 type FrameKey = (
     FrameKind,
@@ -106,10 +111,10 @@ struct Tables {
     /// By display name, full name, file and path name: two functions one short name stands
     /// for stay two, and so do two span callsites of one name in one file.
     functions: FunctionKeys,
-    locations: HashMap<(u64, u64, i64, u64), u64>,
+    locations: Map<(u64, u64, i64, u64), u64>,
     /// The location of each frame seen: a frame met again (every sample repeats its callers')
     /// costs a lookup and no allocation; its display name is made once.
-    frames: HashMap<FrameKey, u64>,
+    frames: Map<FrameKey, u64>,
     out_functions: Vec<proto::Function>,
     out_locations: Vec<proto::Location>,
 }
@@ -134,9 +139,9 @@ impl Tables {
             mappings: vec![main],
             spans_mapping: None,
             threads_mapping: None,
-            functions: HashMap::new(),
-            frames: HashMap::new(),
-            locations: HashMap::new(),
+            functions: Map::default(),
+            frames: Map::default(),
+            locations: Map::default(),
             out_functions: Vec::new(),
             out_locations: Vec::new(),
         }
