@@ -6,6 +6,35 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
+/// This process's user and system time so far (`getrusage`).
+pub fn cpu_time() -> (std::time::Duration, std::time::Duration) {
+    use std::time::Duration;
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// The global subscriber of an unprofiled variant: a registry with the span layer alone
+/// (`layer_only`), or with a no-op layer (a registry with no layer at all never frees a closed
+/// span: see BENCHMARKS.md's method).
+pub fn init_unprofiled(layer_only: bool) {
+    use tracing_subscriber::prelude::*;
+    if layer_only {
+        tracing_subscriber::registry()
+            .with(tracing_prof::ProfileLayer::new())
+            .init();
+    } else {
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::layer::Identity::new())
+            .init();
+    }
+}
+
 /// The value of environment variable `name`, read without allocating (usable from a global
 /// allocator before its first allocation returns); empty when unset.
 pub fn env_bytes(name: &'static std::ffi::CStr) -> &'static [u8] {

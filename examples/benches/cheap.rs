@@ -74,10 +74,8 @@ impl Clock for Frozen {
 
 fn child(mode: &str) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-cheap-{}", std::process::id()));
-    let guard = if mode == "off" || mode == "alloc-only" {
-        tracing_subscriber::registry()
-            .with(tracing_subscriber::layer::Identity::new())
-            .init();
+    let guard = if mode == "off" || mode == "alloc-only" || mode == "off-layer-only" {
+        child::init_unprofiled(mode == "off-layer-only");
         None
     } else if mode == "off-layer-no-clock" {
         tracing_subscriber::registry()
@@ -92,11 +90,6 @@ fn child(mode: &str) {
                 || SystemClock::default().now_ns(),
                 |tag| set_current_tag(Tag::new(tag)).get(),
             ))
-            .init();
-        None
-    } else if mode == "off-layer-only" {
-        tracing_subscriber::registry()
-            .with(tracing_prof::ProfileLayer::new())
             .init();
         None
     } else {

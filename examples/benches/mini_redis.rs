@@ -39,33 +39,13 @@ const MODES: [&str; 3] = ["off", "default", "off-layer-only"];
 const CONNECTIONS: usize = 4;
 const VALUE: usize = 100;
 
-/// This process's user and system time so far.
-fn cpu_time() -> (Duration, Duration) {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF and a valid, writable rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    (tv(ru.ru_utime), tv(ru.ru_stime))
-}
-
 /// The server: prints its address, serves until its stdin closes, then prints its CPU time up
 /// to then and how long the final flush took.
 fn server(mode: &str) {
     let dir = std::env::temp_dir().join(format!("tracing-prof-mini-redis-{}", std::process::id()));
     let guard = match mode {
-        "off" => {
-            tracing_subscriber::registry()
-                .with(tracing_subscriber::layer::Identity::new())
-                .init();
-            None
-        }
-        "off-layer-only" => {
-            tracing_subscriber::registry()
-                .with(tracing_prof::ProfileLayer::new())
-                .init();
+        "off" | "off-layer-only" => {
+            child::init_unprofiled(mode == "off-layer-only");
             None
         }
         "default" => {
@@ -83,7 +63,7 @@ fn server(mode: &str) {
     std::thread::spawn(move || {
         let mut sink = Vec::new();
         let _ = std::io::stdin().read_to_end(&mut sink);
-        let _ = stop_tx.send(cpu_time());
+        let _ = stop_tx.send(child::cpu_time());
     });
     let cpu = rt.block_on(async {
         let mut cpu = (Duration::ZERO, Duration::ZERO);

@@ -141,12 +141,8 @@ async fn list_orders(State(s): State<Arc<Stores>>, Query(q): Query<ByUser>) -> J
 
 /// The server's CPU time so far: `user_ns sys_ns`.
 async fn cpu() -> String {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF and a valid, writable rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    format!("{} {}", ns(ru.ru_utime), ns(ru.ru_stime))
+    let (user, sys) = child::cpu_time();
+    format!("{} {}", user.as_nanos(), sys.as_nanos())
 }
 
 fn stores() -> Arc<Stores> {
@@ -191,16 +187,8 @@ fn server(mode: &str) {
             _ => {}
         }
         let guard = match mode {
-            "off" | "alloc-only" => {
-                tracing_subscriber::registry()
-                    .with(tracing_subscriber::layer::Identity::new())
-                    .init();
-                None
-            }
-            "off-layer-only" => {
-                tracing_subscriber::registry()
-                    .with(tracing_prof::ProfileLayer::new())
-                    .init();
+            "off" | "alloc-only" | "off-layer-only" => {
+                child::init_unprofiled(mode == "off-layer-only");
                 None
             }
             _ => {

@@ -61,9 +61,7 @@ fn child(on: bool, sample_rate: u64) {
         tracing_subscriber::registry().with(layer).init();
         Some(guard)
     } else {
-        tracing_subscriber::registry()
-            .with(tracing_subscriber::layer::Identity::new())
-            .init();
+        child::init_unprofiled(false);
         None
     };
     let start = Instant::now();

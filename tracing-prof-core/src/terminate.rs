@@ -109,9 +109,9 @@ fn set_up() -> Result<(), String> {
     PIPE.store(write, Ordering::Relaxed);
     // SAFETY: getpid cannot fail.
     OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    // SAFETY: `on_sigterm` has the plain handler signature and does only what the module docs
-    // list, all async-signal-safe.
     let installed =
+        // SAFETY: `on_sigterm` has the plain handler signature and does only what the module
+        // docs list, all async-signal-safe.
         unsafe { tracing_prof_cpu::disposition::install(libc::SIGTERM, ours(), 0, false) };
     if let Err(e) = installed {
         PIPE.store(-1, Ordering::Relaxed);

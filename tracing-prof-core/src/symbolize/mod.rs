@@ -235,7 +235,8 @@ fn resolve(missing: Vec<usize>) -> Vec<(usize, Arc<[CodeFrame]>)> {
                 let shared: Vec<CodeFrame> = f
                     .iter()
                     .map(|f| CodeFrame {
-                        function: intern(names, &f.function),
+                        // Interned as it was resolved (`intern_str`).
+                        function: f.function.clone(),
                         file: f.file.as_ref().map(|file| intern(names, file)),
                         line: f.line,
                     })
