@@ -65,7 +65,7 @@ fn server(dir: &str) {
                 ProfileKind::Spans,
             ] {
                 let path = format!("{dir}/{}.pb.gz", kind.name());
-                std::fs::write(path, snapshot.profile(kind).encode()).unwrap();
+                std::fs::write(path, snapshot.encode(kind)).unwrap();
             }
             println!("written");
             std::io::stdout().flush().unwrap();

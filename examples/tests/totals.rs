@@ -111,7 +111,7 @@ fn exported_totals_equal_what_the_program_requested() {
     let dir = std::env::temp_dir().join(format!("tracing-prof-totals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("heap.pb.gz");
-    std::fs::write(&file, profile.profile(ProfileKind::Heap).encode()).unwrap();
+    std::fs::write(&file, profile.encode(ProfileKind::Heap)).unwrap();
     let (go_objects, go_bytes) = (
         pprof_total(&file, "alloc_objects"),
         pprof_total(&file, "alloc_space"),

@@ -97,7 +97,7 @@ fn main() {
     let snapshot = guard.profiler().snapshot();
     std::fs::write(
         std::path::Path::new(&dir).join("heap.pb.gz"),
-        snapshot.profile(ProfileKind::Heap).encode(),
+        snapshot.encode(ProfileKind::Heap),
     )
     .expect("write the heap profile");
     drop(guard);

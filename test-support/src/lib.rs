@@ -291,6 +291,6 @@ pub fn write_profile(
     let dir = std::env::temp_dir().join(format!("tracing-prof-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.pb.gz"));
-    std::fs::write(&path, profile.profile(kind).encode()).unwrap();
+    std::fs::write(&path, profile.encode(kind)).unwrap();
     path
 }

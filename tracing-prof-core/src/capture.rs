@@ -5,6 +5,7 @@ use crate::runtime::RUNTIME;
 use crate::span_path::{PathIndex, path_of};
 use crate::symbolize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tracing_prof_alloc::__private::StackTotals;
 use tracing_prof_alloc::__private::TagTotals;
@@ -117,15 +118,16 @@ fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile>
     // Every new address in one batch: each compilation unit is read once.
     symbolize::prepare(buckets.iter().flat_map(|b| b.ips.iter().copied()));
     let mut merged: Vec<StackProfile> = Vec::new();
-    let mut index: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), usize> = HashMap::new();
+    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>);
+    let mut index: HashMap<Key, usize> = HashMap::new();
     // Estimates are summed unrounded, then rounded once.
     let mut estimates: Vec<[f64; 2]> = Vec::new();
     for b in buckets {
         let (kind, frames) = path_of(by_tag, b.tag);
-        let code = code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator);
+        let code = code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator).into();
         let key = (kind, frames.to_vec(), code);
         let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
-            merged.push(StackProfile::new(*kind, frames.clone(), code.clone()));
+            merged.push(StackProfile::new(*kind, frames.clone(), Arc::clone(code)));
             estimates.push([0.0; 2]);
             merged.len() - 1
         });

@@ -470,7 +470,7 @@ impl Cpu {
             let i = *index
                 .entry(key)
                 .or_insert_with_key(|(kind, frames, code, long_poll)| {
-                    let mut stack = CpuStack::new(*kind, frames.clone(), code.to_vec());
+                    let mut stack = CpuStack::new(*kind, frames.clone(), Arc::clone(code));
                     stack.long_poll = *long_poll;
                     merged.push(stack);
                     merged.len() - 1

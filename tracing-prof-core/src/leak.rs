@@ -76,7 +76,7 @@ impl LeakDetector {
             .stacks
             .iter()
             .filter(|s| s.kind != PathKind::Profiler)
-            .map(|s| (s.kind, &s.frames, s.code.as_slice(), s.memory.inuse_bytes));
+            .map(|s| (s.kind, &s.frames, &s.code[..], s.memory.inuse_bytes));
         for (kind, frames, code, inuse) in paths.chain(stacks) {
             let key = (kind, frames.clone(), code.to_vec());
             seen.insert(key.clone());

@@ -163,6 +163,16 @@ pub struct Label {
 }
 
 impl Label {
+    /// The label, borrowed.
+    pub(crate) fn borrowed(&self) -> crate::build::LabelRef<'_> {
+        match &self.value {
+            LabelValue::Str(v) => crate::build::LabelRef::Str(&self.key, v),
+            LabelValue::Num { value, unit } => {
+                crate::build::LabelRef::Num(&self.key, *value, unit.as_deref())
+            }
+        }
+    }
+
     /// A string label.
     pub fn str(key: impl Into<String>, value: impl Into<String>) -> Self {
         Label {

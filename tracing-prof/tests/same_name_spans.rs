@@ -120,7 +120,7 @@ fn same_name_callsites_are_two_paths_everywhere() {
         ProfileKind::Spans,
         ProfileKind::SpanMemory,
     ] {
-        let bytes = snapshot.profile(kind).encode();
+        let bytes = snapshot.encode(kind);
         if let Some(dir) = &dir {
             let path = std::path::Path::new(dir).join(format!("{}.pb.gz", kind.name()));
             std::fs::write(path, &bytes).unwrap();

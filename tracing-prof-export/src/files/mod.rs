@@ -296,7 +296,7 @@ impl FileExporter {
             if !kind.is_available(profile) {
                 continue;
             }
-            let bytes = profile.profile(kind).encode();
+            let bytes = profile.encode(kind);
             let (path, latest) = self.write_export(kind.name(), &stamp, "pb.gz", &bytes)?;
             written.push(path);
             if self.latest_seen.is_none() {
@@ -305,7 +305,7 @@ impl FileExporter {
                     .map(|m| (latest, m.ino()));
             }
             if let Some(window) = &window {
-                let bytes = window.profile(kind).encode();
+                let bytes = window.encode(kind);
                 let stem = format!("{}-delta", kind.name());
                 written.push(self.write_export(&stem, &stamp, "pb.gz", &bytes)?.0);
             }

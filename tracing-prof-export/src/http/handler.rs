@@ -224,7 +224,7 @@ impl PprofHandler {
         if debug {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
-        HttpResponse::pprof(kind.name(), profile.profile(kind).encode())
+        HttpResponse::pprof(kind.name(), profile.encode(kind))
     }
 
     /// Why CPU sampling is not running, in words; `None` while it runs.

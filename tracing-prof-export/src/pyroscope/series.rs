@@ -95,7 +95,7 @@ mod tests {
         let mut w = cpu_window(100);
         // Stack 99 has 100 samples; give 20 000 spans one sample each on a stack of its own.
         let mut s = w.cpu_stacks[0].clone();
-        s.code = vec![tracing_prof_model::CodeFrame::named("linked")];
+        s.code = [tracing_prof_model::CodeFrame::named("linked")].into();
         s.samples = 20_000;
         s.cpu_ns = 20_000 * 10_000_000;
         s.links = (1..=20_000)

@@ -17,7 +17,11 @@
 //! input: every problem is a [`DecodeError`].
 
 pub mod proto;
+mod stream;
 
+pub(crate) use stream::Encoder;
+
+use crate::build::LabelRef;
 use crate::profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 use crate::snapshot::Binary;
 use std::collections::HashMap;
@@ -92,15 +96,18 @@ impl StringTable {
 
 /// A function's display name, full name, file and (span frames) path name.
 type FunctionKeys = Map<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
-/// A frame as the model has it: kind, function, file, line, address, path name.
-type FrameKey = (
-    FrameKind,
-    Arc<str>,
-    Option<Arc<str>>,
-    Option<u32>,
-    Option<u64>,
-    Option<Arc<str>>,
-);
+
+/// A frame met before in this encoding, by where its strings live: kind, the addresses of its
+/// names and file (0 for none), line, address. Every frame looked up during one encoding is
+/// borrowed from data that outlives it, so an address stands for one string throughout; a
+/// frame met again under other copies of equal strings only misses this cache, and
+/// [`Tables::new_location`] finds its location by content.
+pub(crate) type FrameKey = (FrameKind, [usize; 4], u32, u64);
+
+/// The address of a string, for a [`FrameKey`].
+pub(crate) fn addr(s: Option<&Arc<str>>) -> usize {
+    s.map_or(0, |s| Arc::as_ptr(s).cast::<u8>() as usize)
+}
 
 /// Mappings, functions and locations, each made once.
 struct Tables {
@@ -113,7 +120,7 @@ struct Tables {
     functions: FunctionKeys,
     locations: Map<(u64, u64, i64, u64), u64>,
     /// The location of each frame seen: a frame met again (every sample repeats its callers')
-    /// costs a lookup and no allocation; its display name is made once.
+    /// costs a lookup of a few words and no allocation; its display name is made once.
     frames: Map<FrameKey, u64>,
     out_functions: Vec<proto::Function>,
     out_locations: Vec<proto::Location>,
@@ -170,21 +177,30 @@ impl Tables {
         id
     }
 
-    fn location(&mut self, f: &Frame) -> u64 {
-        let key = (
-            f.kind,
-            Arc::clone(&f.function),
-            f.file.clone(),
-            f.line,
-            f.address,
-            f.path_name.clone(),
-        );
+    /// The location of the frame `key` stands for, made by `frame` the first time.
+    fn location(&mut self, key: FrameKey, frame: impl FnOnce() -> Frame) -> u64 {
         if let Some(&id) = self.frames.get(&key) {
             return id;
         }
-        let id = self.new_location(f);
+        let id = self.new_location(&frame());
         self.frames.insert(key, id);
         id
+    }
+
+    /// The location of a frame of a [`Profile`], which outlives the encoding.
+    fn frame_location(&mut self, f: &Frame) -> u64 {
+        let key = (
+            f.kind,
+            [
+                addr(Some(&f.function)),
+                addr(f.file.as_ref()),
+                addr(f.path_name.as_ref()),
+                0,
+            ],
+            f.line.unwrap_or(0),
+            f.address.unwrap_or(0),
+        );
+        self.location(key, || f.clone())
     }
 
     /// The location of a frame not seen yet (it may still share its function and line with
@@ -251,66 +267,94 @@ fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
+/// The sample types of `header`, their strings interned first as in every profile we write.
+fn sample_types(t: &mut Tables, header: &Profile) -> Vec<proto::ValueType> {
+    header
+        .sample_types
+        .iter()
+        .map(|v| value_type(&mut t.strings, v))
+        .collect()
+}
+
+fn value_type(s: &mut StringTable, v: &SampleType) -> proto::ValueType {
+    proto::ValueType {
+        r#type: s.get(&v.name),
+        unit: s.get(&v.unit),
+    }
+}
+
+/// A sample's labels.
+fn labels<'a>(
+    t: &mut Tables,
+    labels: impl Iterator<Item = LabelRef<'a>>,
+    out: &mut Vec<proto::Label>,
+) {
+    out.extend(labels.map(|l| match l {
+        LabelRef::Str(key, value) => proto::Label {
+            key: t.strings.get(key),
+            str: t.strings.get(value),
+            ..Default::default()
+        },
+        LabelRef::Num(key, num, unit) => proto::Label {
+            key: t.strings.get(key),
+            num,
+            num_unit: unit.map_or(0, |u| t.strings.get(u)),
+            ..Default::default()
+        },
+    }));
+}
+
+/// Everything of `header` but its sample types and samples, and the tables the samples
+/// filled, into `out`.
+fn finish(mut t: Tables, header: &Profile, out: &mut proto::Profile) {
+    out.period_type = header
+        .period_type
+        .as_ref()
+        .map(|v| value_type(&mut t.strings, v));
+    out.period = header.period;
+    out.time_nanos = header
+        .time
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, nanos);
+    out.duration_nanos = header.duration.map_or(0, nanos);
+    out.comment = header.comments.iter().map(|c| t.strings.get(c)).collect();
+    out.default_sample_type = header
+        .default_sample_type
+        .as_deref()
+        .map_or(0, |d| t.strings.get(d));
+    out.drop_frames = header
+        .drop_frames
+        .as_deref()
+        .map_or(0, |d| t.strings.get(d));
+    out.keep_frames = header
+        .keep_frames
+        .as_deref()
+        .map_or(0, |d| t.strings.get(d));
+    out.mapping = t.mappings;
+    out.function = t.out_functions;
+    out.location = t.out_locations;
+    out.string_table = t.strings.strings;
+}
+
 impl Profile {
     /// The pprof message (not yet serialized).
     pub fn to_proto(&self) -> proto::Profile {
         let mut t = Tables::new(self.binary.as_ref());
-        let mut out = proto::Profile::default();
-        let value_type = |s: &mut StringTable, v: &SampleType| proto::ValueType {
-            r#type: s.get(&v.name),
-            unit: s.get(&v.unit),
+        let mut out = proto::Profile {
+            sample_type: sample_types(&mut t, self),
+            ..Default::default()
         };
-        out.sample_type = self
-            .sample_types
-            .iter()
-            .map(|v| value_type(&mut t.strings, v))
-            .collect();
         for s in &self.samples {
-            let location_id = s.stack.iter().rev().map(|f| t.location(f)).collect();
-            let label = s
-                .labels
-                .iter()
-                .map(|l| match &l.value {
-                    LabelValue::Str(v) => proto::Label {
-                        key: t.strings.get(&l.key),
-                        str: t.strings.get(v),
-                        ..Default::default()
-                    },
-                    LabelValue::Num { value, unit } => proto::Label {
-                        key: t.strings.get(&l.key),
-                        num: *value,
-                        num_unit: unit.as_deref().map_or(0, |u| t.strings.get(u)),
-                        ..Default::default()
-                    },
-                })
-                .collect();
+            let location_id = s.stack.iter().rev().map(|f| t.frame_location(f)).collect();
+            let mut label = Vec::with_capacity(s.labels.len());
+            labels(&mut t, s.labels.iter().map(Label::borrowed), &mut label);
             out.sample.push(proto::Sample {
                 location_id,
                 value: s.values.clone(),
                 label,
             });
         }
-        out.period_type = self
-            .period_type
-            .as_ref()
-            .map(|v| value_type(&mut t.strings, v));
-        out.period = self.period;
-        out.time_nanos = self
-            .time
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, nanos);
-        out.duration_nanos = self.duration.map_or(0, nanos);
-        out.comment = self.comments.iter().map(|c| t.strings.get(c)).collect();
-        out.default_sample_type = self
-            .default_sample_type
-            .as_deref()
-            .map_or(0, |d| t.strings.get(d));
-        out.drop_frames = self.drop_frames.as_deref().map_or(0, |d| t.strings.get(d));
-        out.keep_frames = self.keep_frames.as_deref().map_or(0, |d| t.strings.get(d));
-        out.mapping = t.mappings;
-        out.function = t.out_functions;
-        out.location = t.out_locations;
-        out.string_table = t.strings.strings;
+        finish(t, self, &mut out);
         out
     }
 

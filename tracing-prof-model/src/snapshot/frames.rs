@@ -154,8 +154,17 @@ impl CodeFrame {
 
 /// The path names of `frames` (see [`SpanFrame::path_name`]), root first, joined by ` -> `.
 pub fn display_path(frames: &[SpanFrame]) -> String {
-    let names: Vec<&str> = frames.iter().map(|f| &*f.path_name).collect();
-    names.join(PATH_SEPARATOR)
+    // One allocation: a profile makes one of these per sampled stack.
+    let len = frames.iter().map(|f| f.path_name.len()).sum::<usize>()
+        + PATH_SEPARATOR.len() * frames.len().saturating_sub(1);
+    let mut out = String::with_capacity(len);
+    for (i, f) in frames.iter().enumerate() {
+        if i > 0 {
+            out.push_str(PATH_SEPARATOR);
+        }
+        out.push_str(&f.path_name);
+    }
+    out
 }
 
 /// The label values of `frames`' spans in braces after a space (` {route=/users}`); empty

@@ -301,13 +301,13 @@ impl Snapshot {
         let before: HashMap<Key<'_>, &StackProfile> = base
             .stacks
             .iter()
-            .map(|s| ((s.kind, s.frames.as_slice(), s.code.as_slice()), s))
+            .map(|s| ((s.kind, s.frames.as_slice(), &s.code[..]), s))
             .collect();
         self.stacks
             .iter()
             .filter_map(|s| {
                 let mut out = s.clone();
-                if let Some(b) = before.get(&(s.kind, s.frames.as_slice(), s.code.as_slice())) {
+                if let Some(b) = before.get(&(s.kind, s.frames.as_slice(), &s.code[..])) {
                     out.samples = s.samples.saturating_sub(b.samples);
                     out.sampled_bytes = s.sampled_bytes.saturating_sub(b.sampled_bytes);
                     out.memory = s.memory.since(&b.memory);
@@ -322,7 +322,7 @@ impl Snapshot {
     fn cpu_stacks_since(&self, base: &Snapshot) -> Vec<CpuStack> {
         type Key<'a> = (PathKind, &'a [SpanFrame], &'a [CodeFrame], bool);
         fn key(s: &CpuStack) -> Key<'_> {
-            (s.kind, s.frames.as_slice(), s.code.as_slice(), s.long_poll)
+            (s.kind, s.frames.as_slice(), &s.code[..], s.long_poll)
         }
         let before: HashMap<Key<'_>, &CpuStack> =
             base.cpu_stacks.iter().map(|s| (key(s), s)).collect();
@@ -431,9 +431,9 @@ impl Snapshot {
 
     /// Whether `stack` is among the suspected leaks as a stack of its own.
     pub fn is_suspected_stack_leak(&self, stack: &StackProfile) -> bool {
-        self.suspected_leaks
-            .iter()
-            .any(|l| l.kind == stack.kind && l.frames == stack.frames && l.code == stack.code)
+        self.suspected_leaks.iter().any(|l| {
+            l.kind == stack.kind && l.frames == stack.frames && l.code[..] == stack.code[..]
+        })
     }
 
     /// Memory summed over every path except the profiler's own.

@@ -7,6 +7,7 @@ use super::LIFETIME_BUCKETS;
 use super::LIFETIME_BUCKET_NAMES;
 use super::frames::{CodeFrame, SpanFrame, display_path};
 use super::paths::{MemoryStats, PathKind};
+use std::sync::Arc;
 
 /// Frees of sampled allocations by lifetime, estimated like [`StackProfile::memory`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,8 +66,9 @@ pub struct StackProfile {
     pub kind: PathKind,
     /// The span path, root first.
     pub frames: Vec<SpanFrame>,
-    /// The code stack under it, root first, ending at the function that allocated.
-    pub code: Vec<CodeFrame>,
+    /// The code stack under it, root first, ending at the function that allocated; shared
+    /// with the profiler's store, which keeps it from one snapshot to the next.
+    pub code: Arc<[CodeFrame]>,
     /// Allocations sampled.
     pub samples: u64,
     /// Their bytes.
@@ -79,11 +81,11 @@ pub struct StackProfile {
 
 impl StackProfile {
     /// A stack with no samples yet.
-    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: Vec<CodeFrame>) -> Self {
+    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<Arc<[CodeFrame]>>) -> Self {
         StackProfile {
             kind,
             frames,
-            code,
+            code: code.into(),
             samples: 0,
             sampled_bytes: 0,
             memory: MemoryStats::default(),
@@ -111,8 +113,9 @@ pub struct CpuStack {
     pub kind: PathKind,
     /// The span path that was the innermost entered span when the samples were taken.
     pub frames: Vec<SpanFrame>,
-    /// The code stack under it, root first, ending at the function that was running.
-    pub code: Vec<CodeFrame>,
+    /// The code stack under it, root first, ending at the function that was running; shared
+    /// with the profiler's store, which keeps it from one snapshot to the next.
+    pub code: Arc<[CodeFrame]>,
     /// Samples (a timer expiry that the thread could not take in time counts again).
     pub samples: u64,
     /// CPU time they stand for: `samples` times the sampling period.
@@ -129,11 +132,11 @@ pub struct CpuStack {
 
 impl CpuStack {
     /// A stack with no samples yet, not in a long poll.
-    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: Vec<CodeFrame>) -> Self {
+    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<Arc<[CodeFrame]>>) -> Self {
         CpuStack {
             kind,
             frames,
-            code,
+            code: code.into(),
             samples: 0,
             cpu_ns: 0,
             long_poll: false,

@@ -18,12 +18,16 @@
 //! snapshot have no duration (their counters run since the process started), and their time
 //! is when they were collected, as Go's heap profiles have it.
 
+mod sink;
+
 use crate::kind::ProfileKind;
-use crate::profile::{Frame, FrameKind, Label, Profile, Sample, SampleType};
+use crate::pprof::Encoder;
+use crate::profile::{Frame, FrameKind, Label, Profile, SampleType};
 use crate::snapshot::{
     ALL_TRIMMED_FRAME, CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats,
     NOTHING_UNWOUND_FRAME, PathProfile, Snapshot, SpanFrame, Symbols, TABLE_FULL_FRAME,
 };
+pub(crate) use sink::{LabelRef, Samples, Stack};
 
 /// Sample types of the memory kinds, in Go's order and with Go's names.
 pub const MEMORY_SAMPLE_TYPES: [(&str, &str); 4] = [
@@ -54,7 +58,7 @@ fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn memory_values(m: &MemoryStats) -> Vec<i64> {
+fn memory_values(m: &MemoryStats) -> [i64; 4] {
     [
         m.alloc_objects,
         m.alloc_bytes,
@@ -62,7 +66,6 @@ fn memory_values(m: &MemoryStats) -> Vec<i64> {
         m.inuse_bytes,
     ]
     .map(int)
-    .to_vec()
 }
 
 /// The frame of a span callsite.
@@ -80,35 +83,33 @@ pub(crate) fn code_frame(f: &CodeFrame) -> Frame {
     Frame::new(FrameKind::Code, f.function.clone(), f.file.clone(), f.line)
 }
 
-fn stack(frames: &[SpanFrame], code: &[CodeFrame]) -> Vec<Frame> {
-    frames
-        .iter()
-        .map(span_frame)
-        .chain(code.iter().map(code_frame))
-        .collect()
-}
-
-fn leak_labels(suspected: bool) -> Vec<Label> {
-    if suspected {
-        vec![Label::str("leak", "suspected")]
-    } else {
-        Vec::new()
-    }
-}
-
 /// The field labels of a span path (see [`SpanFrame::fields`]): one per field name, the
 /// innermost span's value where several spans of the path set the same field.
 pub(crate) fn field_labels(frames: &[SpanFrame]) -> Vec<Label> {
-    let mut out: Vec<Label> = Vec::new();
+    field_label_refs(frames)
+        .into_iter()
+        .map(LabelRef::owned)
+        .collect()
+}
+
+/// [`field_labels`], borrowed from the frames.
+fn field_label_refs(frames: &[SpanFrame]) -> Vec<LabelRef<'_>> {
+    let mut out: Vec<LabelRef<'_>> = Vec::new();
     for f in frames.iter().rev() {
         for (k, v) in &f.fields {
-            if !out.iter().any(|l| l.key == **k) {
-                out.push(Label::str(&**k, &**v));
+            if !out
+                .iter()
+                .any(|l| matches!(l, LabelRef::Str(key, _) if *key == &**k))
+            {
+                out.push(LabelRef::Str(k, v));
             }
         }
     }
     out
 }
+
+/// The label of a suspected leak.
+const LEAK: LabelRef<'static> = LabelRef::Str("leak", "suspected");
 
 /// The label keys the profiles set themselves: a span field of one of these names cannot be a
 /// label (it would stand beside ours, or be read as ours: `span_id` and `trace_id` as a trace
@@ -127,13 +128,6 @@ pub const PROFILE_LABELS: [&str; 12] = [
     "tid",
     "service.name",
 ];
-
-/// The labels of a sample whose path is `frames`: its field labels, then `rest`.
-fn labels_of(frames: &[SpanFrame], rest: Vec<Label>) -> Vec<Label> {
-    let mut labels = field_labels(frames);
-    labels.extend(rest);
-    labels
-}
 
 impl ProfileKind {
     /// Whether this kind shows sampled code stacks for `snapshot` (else exact span paths).
@@ -191,17 +185,48 @@ fn span_values(p: &PathProfile, cpu: CpuSource) -> Vec<i64> {
 impl Snapshot {
     /// The `kind` profile of this snapshot; see the module docs for what each kind holds.
     pub fn profile(&self, kind: ProfileKind) -> Profile {
+        let mut out = self.header(kind);
+        self.samples(kind, &mut out);
+        out
+    }
+
+    /// The `kind` profile of this snapshot as a gzip'd pprof file: what
+    /// `self.profile(kind).encode()` gives (the same message once decoded, its fields in
+    /// another order), written sample by sample as the snapshot holds them. No [`Profile`] is
+    /// built: an export costs the compressed output, one entry per distinct frame and string,
+    /// and no allocation per sample but its labels, where `profile(kind)` holds every sample's
+    /// frames twice over.
+    pub fn encode(&self, kind: ProfileKind) -> Vec<u8> {
+        let header = self.header(kind);
+        let mut out = Encoder::new(&header);
+        self.samples(kind, &mut out);
+        out.finish(&header)
+    }
+
+    /// Everything of the `kind` profile but its samples.
+    fn header(&self, kind: ProfileKind) -> Profile {
         let sampled = kind.is_sampled(self);
-        let mut out = match kind {
-            ProfileKind::Spans => self.span_profile(),
-            ProfileKind::Cpu => self.cpu_profile(),
-            ProfileKind::Threads => self.thread_profile(),
-            ProfileKind::Lifetimes => self.lifetime_profile(),
-            ProfileKind::Heap | ProfileKind::Allocs if sampled => self.heap_profile(),
-            ProfileKind::Heap | ProfileKind::Allocs | ProfileKind::SpanMemory => {
-                self.memory_path_profile()
-            }
+        let (sample_types, period_type, period) = match kind {
+            ProfileKind::Spans => (span_sample_types(self.cpu), ("spans", "count"), 1),
+            ProfileKind::Cpu => (
+                types(&CPU_SAMPLE_TYPES),
+                ("cpu", "nanoseconds"),
+                self.cpu_period_ns().max(1),
+            ),
+            ProfileKind::Lifetimes => (types(&LIFETIME_SAMPLE_TYPES), ("space", "bytes"), 1),
+            ProfileKind::Heap | ProfileKind::Allocs if sampled => (
+                types(&MEMORY_SAMPLE_TYPES),
+                ("space", "bytes"),
+                self.sample_rate.max(1),
+            ),
+            ProfileKind::Heap
+            | ProfileKind::Allocs
+            | ProfileKind::SpanMemory
+            | ProfileKind::Threads => (types(&MEMORY_SAMPLE_TYPES), ("space", "bytes"), 1),
         };
+        let mut out = Profile::new(sample_types);
+        out.period_type = Some(SampleType::new(period_type.0, period_type.1));
+        out.period = int(period);
         out.default_sample_type = Some(
             match kind {
                 ProfileKind::Spans if self.cpu.is_measured() => "cpu",
@@ -228,177 +253,155 @@ impl Snapshot {
         out
     }
 
-    fn span_profile(&self) -> Profile {
-        let mut out = Profile::new(span_sample_types(self.cpu));
-        out.period_type = Some(SampleType::new("spans", "count"));
+    /// The `kind` profile's samples, into `out`.
+    fn samples(&self, kind: ProfileKind, out: &mut impl Samples) {
+        match kind {
+            ProfileKind::Spans => self.span_samples(out),
+            ProfileKind::Cpu => self.cpu_samples(out),
+            ProfileKind::Threads => self.thread_samples(out),
+            ProfileKind::Lifetimes => self.lifetime_samples(out),
+            ProfileKind::Heap | ProfileKind::Allocs if kind.is_sampled(self) => {
+                self.heap_samples(out)
+            }
+            ProfileKind::Heap | ProfileKind::Allocs | ProfileKind::SpanMemory => {
+                self.memory_path_samples(out)
+            }
+        }
+    }
+
+    fn span_samples(&self, out: &mut impl Samples) {
         for path in &self.paths {
             let values = span_values(path, self.cpu);
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
-            let mut labels = leak_labels(self.is_suspected_leak(path));
-            if path.time.long_polls > 0 {
-                labels.push(Label::num("long_polls", int(path.time.long_polls), None));
+            let mut labels = field_label_refs(&path.frames);
+            if self.is_suspected_leak(path) {
+                labels.push(LEAK);
             }
-            out.samples.push(Sample {
-                stack: stack(&path.frames, &[]),
-                values,
-                labels: labels_of(&path.frames, labels),
-            });
+            if path.time.long_polls > 0 {
+                labels.push(LabelRef::Num("long_polls", int(path.time.long_polls), None));
+            }
+            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
         }
         // The intervals' lengths: per path, a sample for each length bucket, with only
         // `intervals`, labelled `interval=<10ms` and so on (`-sample_index=intervals -tags`).
-        let n = out.sample_types.len();
+        let n = span_sample_types(self.cpu).len();
+        let mut values = vec![0; n];
         for path in &self.paths {
             for (count, name) in path.time.intervals.iter().zip(LIFETIME_BUCKET_NAMES) {
                 if *count == 0 {
                     continue;
                 }
-                let mut values = vec![0; n];
                 values[n - 1] = int(*count);
-                out.samples.push(Sample {
-                    stack: stack(&path.frames, &[]),
-                    values,
-                    labels: labels_of(&path.frames, vec![Label::str("interval", name)]),
-                });
+                let mut labels = field_label_refs(&path.frames);
+                labels.push(LabelRef::Str("interval", name));
+                out.push(Stack::Path(&path.frames, &[]), &values, &labels);
             }
         }
-        out
     }
 
-    fn cpu_profile(&self) -> Profile {
-        let mut out = Profile::new(types(&CPU_SAMPLE_TYPES));
-        out.period_type = Some(SampleType::new("cpu", "nanoseconds"));
-        out.period = int(self.cpu_period_ns().max(1));
+    fn cpu_samples(&self, out: &mut impl Samples) {
         for s in &self.cpu_stacks {
             if s.samples == 0 {
                 continue;
             }
-            let mut labels = vec![Label::str(
-                "span_path",
-                crate::snapshot::display_path(&s.frames),
-            )];
+            let span_path = crate::snapshot::display_path(&s.frames);
+            let mut labels = field_label_refs(&s.frames);
+            labels.push(LabelRef::Str("span_path", &span_path));
             if s.long_poll {
-                labels.push(Label::str("long_poll", "true"));
+                labels.push(LabelRef::Str("long_poll", "true"));
             }
-            let labels = labels_of(&s.frames, labels);
-            let frames = stack(&s.frames, &s.code);
+            let stack = Stack::Path(&s.frames, &s.code);
             // CPU time of `n` of the stack's samples (each sample's share of `cpu_ns`).
             let cpu =
                 |n: u64| (u128::from(s.cpu_ns) * u128::from(n) / u128::from(s.samples)) as u64;
             // Samples linked to a trace span on samples of their own, labelled as Pyroscope's
             // span profiles and Grafana's "profiles for this span" expect.
             for l in &s.links {
-                let mut labels = labels.clone();
-                labels.push(Label::str("span_id", l.link.span_id_hex()));
-                labels.push(Label::str("trace_id", l.link.trace_id_hex()));
-                out.samples.push(Sample {
-                    stack: frames.clone(),
-                    values: vec![int(l.samples), int(cpu(l.samples))],
-                    labels,
-                });
+                let (span_id, trace_id) = (l.link.span_id_hex(), l.link.trace_id_hex());
+                let mut linked = labels.clone();
+                linked.push(LabelRef::Str("span_id", &span_id));
+                linked.push(LabelRef::Str("trace_id", &trace_id));
+                out.push(stack, &[int(l.samples), int(cpu(l.samples))], &linked);
             }
             let rest = s.unlinked_samples();
             if rest > 0 {
                 let linked_cpu: u64 = s.links.iter().map(|l| cpu(l.samples)).sum();
-                out.samples.push(Sample {
-                    stack: frames,
-                    values: vec![int(rest), int(s.cpu_ns.saturating_sub(linked_cpu))],
-                    labels,
-                });
+                let values = [int(rest), int(s.cpu_ns.saturating_sub(linked_cpu))];
+                out.push(stack, &values, &labels);
             }
         }
-        out
     }
 
     /// One sample per span path, exact memory counters.
-    fn memory_path_profile(&self) -> Profile {
-        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
-        out.period_type = Some(SampleType::new("space", "bytes"));
+    fn memory_path_samples(&self, out: &mut impl Samples) {
         for path in &self.paths {
             let values = memory_values(&path.memory);
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
-            out.samples.push(Sample {
-                stack: stack(&path.frames, &[]),
-                values,
-                labels: labels_of(&path.frames, leak_labels(self.is_suspected_leak(path))),
-            });
+            let mut labels = field_label_refs(&path.frames);
+            if self.is_suspected_leak(path) {
+                labels.push(LEAK);
+            }
+            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
         }
-        out
     }
 
     /// Go's heap profile: one sample per sampled code stack under its span path.
-    fn heap_profile(&self) -> Profile {
-        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
-        out.period_type = Some(SampleType::new("space", "bytes"));
-        out.period = int(self.sample_rate.max(1));
+    fn heap_samples(&self, out: &mut impl Samples) {
         for s in &self.stacks {
             let values = memory_values(&s.memory);
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
-            let suspected =
-                self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames);
-            let mut labels = vec![Label::num("bytes", int(s.mean_size()), Some("bytes"))];
-            labels.extend(leak_labels(suspected));
-            out.samples.push(Sample {
-                stack: stack(&s.frames, &s.code),
-                values,
-                labels: labels_of(&s.frames, labels),
-            });
+            let mut labels = field_label_refs(&s.frames);
+            labels.push(LabelRef::Num("bytes", int(s.mean_size()), Some("bytes")));
+            if self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames) {
+                labels.push(LEAK);
+            }
+            out.push(Stack::Path(&s.frames, &s.code), &values, &labels);
         }
-        out
     }
 
     /// Frees of sampled allocations per stack and lifetime bucket; temporaries in a sample of
     /// their own per stack (label `lifetime=temporary`), so that each sample type sums right;
     /// and per span path what outlived its span.
-    fn lifetime_profile(&self) -> Profile {
-        let mut out = Profile::new(types(&LIFETIME_SAMPLE_TYPES));
-        out.period_type = Some(SampleType::new("space", "bytes"));
+    fn lifetime_samples(&self, out: &mut impl Samples) {
         for s in &self.stacks {
             let l = &s.lifetimes;
             if l.freed() == 0 {
                 continue;
             }
-            let frames = stack(&s.frames, &s.code);
+            let stack = Stack::Path(&s.frames, &s.code);
+            let fields = field_label_refs(&s.frames);
             for (k, name) in LIFETIME_BUCKET_NAMES.iter().enumerate() {
                 if l.freed_objects[k] == 0 && l.freed_bytes[k] == 0 {
                     continue;
                 }
-                out.samples.push(Sample {
-                    stack: frames.clone(),
-                    values: vec![int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0, 0, 0],
-                    labels: labels_of(&s.frames, vec![Label::str("lifetime", *name)]),
-                });
+                let mut labels = fields.clone();
+                labels.push(LabelRef::Str("lifetime", name));
+                let values = [int(l.freed_objects[k]), int(l.freed_bytes[k]), 0, 0, 0, 0];
+                out.push(stack, &values, &labels);
             }
             // No `lifetime` label on the temporary and outlived samples: their sample types
             // say what they are, and a label with a zero value would be listed by
             // `go tool pprof -tags` under every other sample type.
             if l.temporary_objects > 0 {
-                out.samples.push(Sample {
-                    stack: frames,
-                    values: vec![0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0],
-                    labels: field_labels(&s.frames),
-                });
+                let values = [0, 0, int(l.temporary_objects), int(l.temporary_bytes), 0, 0];
+                out.push(stack, &values, &fields);
             }
         }
         for path in self.paths.iter().filter(|p| p.outlived.0 > 0) {
-            out.samples.push(Sample {
-                stack: stack(&path.frames, &[]),
-                values: vec![0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)],
-                labels: field_labels(&path.frames),
-            });
+            let values = [0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)];
+            let labels = field_label_refs(&path.frames);
+            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
         }
-        out
     }
 
     /// One sample per thread, its name as the only frame.
-    fn thread_profile(&self) -> Profile {
-        let mut out = Profile::new(types(&MEMORY_SAMPLE_TYPES));
-        out.period_type = Some(SampleType::new("space", "bytes"));
+    fn thread_samples(&self, out: &mut impl Samples) {
         for t in &self.threads {
             let values = memory_values(&t.memory);
             if values.iter().all(|&v| v == 0) {
@@ -411,17 +414,12 @@ impl Snapshot {
             } else {
                 format!("thread {} [{}, exited]", t.name, t.index)
             };
-            let i64_tid = int(t.tid);
-            out.samples.push(Sample {
-                stack: vec![Frame::new(FrameKind::Thread, function, None, None)],
-                values,
-                labels: vec![
-                    Label::str("thread", t.name.clone()),
-                    Label::num("tid", i64_tid, None),
-                ],
-            });
+            let labels = [
+                LabelRef::Str("thread", &t.name),
+                LabelRef::Num("tid", int(t.tid), None),
+            ];
+            out.push(Stack::Thread(&function), &values, &labels);
         }
-        out
     }
 
     fn comments(&self, kind: ProfileKind) -> Vec<String> {
@@ -528,3 +526,6 @@ impl Snapshot {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;
