@@ -189,6 +189,7 @@ fn resolve_unit(
             scopes: &mut scopes,
             chains: &mut chains,
             files: &mut files,
+            ranges: Vec::new(),
         },
         &mut others,
         None,
@@ -414,6 +415,10 @@ struct Walked<'a> {
     /// Per address, the scopes holding it, outermost first.
     chains: &'a mut [Vec<usize>],
     files: &'a mut HashMap<u64, Option<Arc<str>>>,
+    /// The ranges of the function being looked at: one buffer for the whole walk, which looks
+    /// at every function of the unit and keeps few (a buffer per function was most of the
+    /// profiler's own allocations on an axum service).
+    ranges: Vec<(u64, u64)>,
 }
 
 /// Walks the tree below `node`, descending into functions only where they hold some of the
@@ -444,14 +449,11 @@ fn walk(
         gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
             let inlined = entry.tag() == gimli::DW_TAG_inlined_subroutine;
             let mut ranges = unit.die_ranges(entry)?;
-            let mut held = vec![false; idx.len()];
-            let mut own: Vec<(u64, u64)> = Vec::new();
+            out.ranges.clear();
             while let Some(r) = ranges.next()? {
-                for (k, &i) in idx.iter().enumerate() {
-                    held[k] |= r.begin <= addrs[i] && addrs[i] < r.end;
-                }
-                own.push((r.begin, r.end));
+                out.ranges.push((r.begin, r.end));
             }
+            let own = &out.ranges[..];
             if own.is_empty() {
                 return Ok(()); // a declaration or an abstract instance: no code here
             }
@@ -459,15 +461,16 @@ fn walk(
             // but the place it was inlined at is one of its lines (a function whose code is all
             // inlined calls has no line of its own in the line table).
             if inlined && let Some(short) = parent.and_then(|p| out.scopes[p].short.as_mut()) {
-                short.nested.extend_from_slice(&own);
+                short.nested.extend_from_slice(own);
                 if let Some(at) = call_index(entry) {
                     short.note(at);
                 }
             }
+            // Allocates only for a function that holds some of the addresses.
             inside = idx
                 .iter()
-                .zip(&held)
-                .filter_map(|(&i, &h)| h.then_some(i))
+                .copied()
+                .filter(|&i| own.iter().any(|&(b, e)| b <= addrs[i] && addrs[i] < e))
                 .collect();
             if inside.is_empty() {
                 return Ok(());
@@ -479,7 +482,7 @@ fn walk(
             };
             let name = others.name(unit, entry, 0);
             let short = (inlined && name.as_ref().is_some_and(|n| !n.qualified)).then(|| Short {
-                ranges: own,
+                ranges: out.ranges.clone(),
                 ..Short::default()
             });
             out.scopes.push(Scope {

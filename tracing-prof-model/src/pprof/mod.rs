@@ -25,6 +25,7 @@ use crate::build::LabelRef;
 use crate::profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 use crate::snapshot::Binary;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -69,33 +70,43 @@ fn invalid(msg: impl Into<String>) -> DecodeError {
 /// looked up, never iterated: the output's order is the order things were first met.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-/// Strings interned into `string_table`, whose slot 0 is always `""`.
+/// Strings interned into `string_table`, whose slot 0 is always `""`. Each is stored once: the
+/// index finds a string's slot by hashing the string in it.
 struct StringTable {
     strings: Vec<String>,
-    index: Map<String, i64>,
+    index: hashbrown::HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl StringTable {
     fn new() -> Self {
-        StringTable {
-            strings: vec![String::new()],
-            index: Map::from_iter([(String::new(), 0)]),
-        }
+        let mut t = StringTable {
+            strings: Vec::new(),
+            index: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+        };
+        t.get("");
+        t
     }
 
     fn get(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
+        let hash = self.hasher.hash_one(s);
+        let strings = &self.strings;
+        if let Some(&i) = self.index.find(hash, |&i| strings[i] == s) {
+            return i as i64;
         }
-        let i = self.strings.len() as i64;
+        let i = self.strings.len();
         self.strings.push(s.to_owned());
-        self.index.insert(s.to_owned(), i);
-        i
+        let (strings, hasher) = (&self.strings, &self.hasher);
+        self.index
+            .insert_unique(hash, i, |&i| hasher.hash_one(&*strings[i]));
+        i as i64
     }
 }
 
-/// A function's display name, full name, file and (span frames) path name.
-type FunctionKeys = Map<(String, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
+/// A function's display name (its index in the string table), full name, file and (span
+/// frames) path name.
+type FunctionKeys = Map<(i64, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64>;
 
 /// A frame met before in this encoding, by where its strings live: kind, the addresses of its
 /// names and file (0 for none), line, address. Every frame looked up during one encoding is
@@ -207,10 +218,11 @@ impl Tables {
     /// one that was).
     fn new_location(&mut self, f: &Frame) -> u64 {
         let mapping_id = self.mapping(f.kind);
-        let name = f.display_name().into_owned();
+        let name = f.display_name();
+        let name_index = self.strings.get(&name);
         let next_fn = self.out_functions.len() as u64 + 1;
         let key = (
-            name.clone(),
+            name_index,
             f.function.clone(),
             f.file.clone(),
             f.path_name.clone(),
@@ -218,7 +230,6 @@ impl Tables {
         let function_id = match self.functions.get(&key) {
             Some(&id) => id,
             None => {
-                let name_index = self.strings.get(&name);
                 // The full name as the system name; pprof shortens a name that equals its
                 // system name as if it were C++ (see `crate::names`), so a name with brackets
                 // that needs no shortening goes without one.
