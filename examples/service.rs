@@ -14,14 +14,15 @@
 //! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead.
 //! `SERVICE_OTEL=1` adds `tracing-opentelemetry` (spans go to an exporter that counts them), so
 //! that CPU samples carry the span ids of their requests (`span_id` labels; see the README's
-//! OpenTelemetry section).
+//! OpenTelemetry section). OTLP and OpenTelemetry need the example's `otel` feature
+//! (`cargo run --release --example service --features otel`): without it the first command
+//! builds only what the rest needs.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tikv_jemallocator::Jemalloc;
 use tracing_prof::export::HttpServer;
-use tracing_prof::export::otlp::{OtlpConfig, OtlpExporter};
 use tracing_prof::model::{PathKind, PathProfile, Snapshot};
 use tracing_prof::{FileExporter, Profiler, PyroscopeConfig, PyroscopeExporter, TaggingAllocator};
 use tracing_prof_examples::{App, Workload, run};
@@ -55,20 +56,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Some(config) = PyroscopeConfig::from_env()? {
         builder = builder.sink(PyroscopeExporter::start(config)?);
     }
-    if let Some(config) = OtlpConfig::from_env()? {
-        builder = builder.sink(OtlpExporter::start(config)?);
-    }
+    let otel = otel::Otel::from_env()?;
+    builder = otel.sink(builder)?;
     let (layer, guard) = builder.build()?;
-    let otel = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");
-    let spans = otel.then(otel::SpanCounter::default);
-    let provider = spans.clone().map(otel::provider);
-    let otel_layer = provider.as_ref().map(|p| {
-        use opentelemetry::trace::TracerProvider as _;
-        tracing_opentelemetry::layer().with_tracer(p.tracer("service"))
-    });
     tracing_subscriber::registry()
         .with(layer)
-        .with(otel_layer)
+        .with(otel.layer())
         .init();
     let profiler = guard.profiler().clone();
     let http = HttpServer::from_env(&profiler)?;
@@ -150,10 +143,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
 
     print_cpu(&profile, &profiler.stats().cpu);
-    if let (Some(spans), Some(provider)) = (&spans, provider) {
-        let _ = provider.shutdown();
-        otel::print_links(&profile, spans);
-    }
+    otel.finish(&profile);
     print_stacks(&profile);
     print_threads(&profile);
 
@@ -397,13 +387,57 @@ fn latest(dir: &Path, kind: &str) -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// `SERVICE_OTEL=1`: OpenTelemetry spans, and what the CPU samples say of them.
+/// OTLP profiles (`OTEL_EXPORTER_OTLP_ENDPOINT`) and, with `SERVICE_OTEL=1`, OpenTelemetry
+/// spans and what the CPU samples say of them.
+#[cfg(feature = "otel")]
 mod otel {
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
     use std::collections::HashSet;
     use std::sync::{Arc, Mutex};
+    use tracing_prof::export::otlp::{OtlpConfig, OtlpExporter};
     use tracing_prof::model::Snapshot;
+
+    /// The spans' exporter and provider, when `SERVICE_OTEL=1`.
+    pub(crate) struct Otel(Option<(SpanCounter, SdkTracerProvider)>);
+
+    impl Otel {
+        pub(crate) fn from_env() -> Result<Otel, String> {
+            let on = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");
+            Ok(Otel(on.then(|| {
+                let spans = SpanCounter::default();
+                (spans.clone(), provider(spans))
+            })))
+        }
+
+        /// Adds the OTLP exporter when the environment asks for one.
+        pub(crate) fn sink(
+            &self,
+            builder: tracing_prof::ProfilerBuilder,
+        ) -> Result<tracing_prof::ProfilerBuilder, Box<dyn std::error::Error>> {
+            Ok(match OtlpConfig::from_env()? {
+                Some(config) => builder.sink(OtlpExporter::start(config)?),
+                None => builder,
+            })
+        }
+
+        pub(crate) fn layer<S>(&self) -> Option<impl tracing_subscriber::Layer<S> + use<S>>
+        where
+            S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+        {
+            use opentelemetry::trace::TracerProvider as _;
+            self.0
+                .as_ref()
+                .map(|(_, p)| tracing_opentelemetry::layer().with_tracer(p.tracer("service")))
+        }
+
+        pub(crate) fn finish(self, profile: &Snapshot) {
+            if let Some((spans, provider)) = self.0 {
+                let _ = provider.shutdown();
+                print_links(profile, &spans);
+            }
+        }
+    }
 
     /// Counts the spans exported, and keeps the ids of the local roots that carry
     /// `pyroscope.profile.id` (what a tracing backend would store and Grafana link).
@@ -453,5 +487,47 @@ mod otel {
             roots.len(),
             ids.len()
         );
+    }
+}
+
+/// Built without the `otel` feature: asking for OTLP or OpenTelemetry says how to get them.
+#[cfg(not(feature = "otel"))]
+mod otel {
+    use tracing_prof::model::Snapshot;
+
+    pub(crate) struct Otel;
+
+    impl Otel {
+        pub(crate) fn from_env() -> Result<Otel, String> {
+            let asked = [
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+            ]
+            .into_iter()
+            .find(|v| std::env::var_os(v).is_some())
+            .or(std::env::var("SERVICE_OTEL")
+                .is_ok_and(|v| v == "1")
+                .then_some("SERVICE_OTEL"));
+            match asked {
+                Some(var) => Err(format!(
+                    "{var} is set, but this example was built without OTLP and OpenTelemetry: \
+                     cargo run --release --example service --features otel"
+                )),
+                None => Ok(Otel),
+            }
+        }
+
+        pub(crate) fn sink(
+            &self,
+            builder: tracing_prof::ProfilerBuilder,
+        ) -> Result<tracing_prof::ProfilerBuilder, Box<dyn std::error::Error>> {
+            Ok(builder)
+        }
+
+        pub(crate) fn layer(&self) -> Option<tracing_subscriber::layer::Identity> {
+            None
+        }
+
+        pub(crate) fn finish(self, _: &Snapshot) {}
     }
 }

@@ -6,7 +6,7 @@
 //! every allocation number. And the rules themselves refuse what Pyroscope refuses.
 //!
 //! The example service pushing through both APIs, as a user runs it, is tested in
-//! `examples/tests/pyroscope.rs`.
+//! `as-user/tests/pyroscope.rs`.
 
 use std::time::{Duration, SystemTime};
 use tracing_prof_alloc::TaggingAllocator;

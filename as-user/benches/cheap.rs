@@ -28,7 +28,7 @@
 //! - `floor-layer`: the same floor with the tagging allocator (as `alloc-only`), the least a
 //!   profiler that times spans and charges memory to them costs.
 //!
-//! `cargo bench -p tracing-prof-examples --bench cheap`
+//! `cargo bench -p tracing-prof-as-user --bench cheap`
 //! (`TRACING_PROF_BENCH_ROUNDS`, `TRACING_PROF_BENCH_REQUESTS` to change the run).
 
 use std::sync::atomic::{AtomicU64, Ordering};

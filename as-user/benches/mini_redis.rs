@@ -19,7 +19,7 @@
 //!   defaults (heap sampling at 512 KiB, CPU sampling at 100 Hz, files every 10 s and at exit);
 //! - `off-layer-only`: the span layer alone, with plain jemalloc and no profiler.
 //!
-//! `TRACING_PROF_BENCH_ROUNDS=9 cargo bench -p tracing-prof-examples --bench mini_redis`
+//! `TRACING_PROF_BENCH_ROUNDS=9 cargo bench -p tracing-prof-as-user --bench mini_redis`
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;

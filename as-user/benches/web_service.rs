@@ -21,7 +21,7 @@
 //! - `alloc-only`: the tagging allocator and nothing else (the header's cost);
 //! - `off-layer-only`: the span layer alone, plain jemalloc.
 //!
-//! `TRACING_PROF_BENCH_ROUNDS=5 cargo bench -p tracing-prof-examples --bench web_service`
+//! `TRACING_PROF_BENCH_ROUNDS=5 cargo bench -p tracing-prof-as-user --bench web_service`
 //! (`-- default off` runs only those variants). Needs `wrk`.
 
 use axum::extract::{Path, Query, State};

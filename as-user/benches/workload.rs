@@ -13,7 +13,7 @@
 //! Each run is a child process, so that its peak RSS can be read; the variants rotate over the
 //! rounds. Reports wall time, CPU time, peak RSS, their ratios to off, and the final flush time.
 //!
-//! `cargo bench -p tracing-prof-examples --bench workload`
+//! `cargo bench -p tracing-prof-as-user --bench workload`
 
 use std::time::{Duration, Instant};
 use tracing_prof::{FileExporter, Profiler};

@@ -5,7 +5,7 @@
 //! itself is on the sender's thread either way), files to a temporary directory. Prints the
 //! median, minimum and maximum per exporter, and the OTLP request's size.
 //!
-//! `cargo bench -p tracing-prof-examples --bench export_cost`
+//! `cargo bench -p tracing-prof-as-user --bench export_cost`
 
 use std::time::{Duration, Instant};
 use tracing_prof::export::otlp::{OtlpConfig, OtlpExporter};

@@ -11,7 +11,7 @@
 //! path), less what reading them costs. Three warm-up exports, then `TRACING_PROF_BENCH_ROUNDS`
 //! rounds of ten exports each; prints each round and the median.
 //!
-//! `cargo bench -p tracing-prof-examples --bench own_work`
+//! `cargo bench -p tracing-prof-as-user --bench own_work`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
