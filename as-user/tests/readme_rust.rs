@@ -109,10 +109,7 @@ async fn main_loop(guard: tracing_prof::ProfilerGuard) {
 
 #[test]
 fn every_rust_block_of_the_readme_is_here_verbatim() {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
+    let readme = tracing_prof_test_support::documentation();
     let here = include_str!("readme_rust.rs");
     let mut blocks = 0;
     for block in readme.split("```rust\n").skip(1) {
@@ -123,5 +120,84 @@ fn every_rust_block_of_the_readme_is_here_verbatim() {
         );
         blocks += 1;
     }
-    assert_eq!(blocks, 6);
+    assert_eq!(blocks, 7);
+}
+
+/// The `[dependencies]` lines of the documentation's `toml` blocks: `(crate, rest of the line)`.
+fn dependency_lines(docs: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for block in docs.split("```toml\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let mut in_dependencies = false;
+        for line in block.lines() {
+            let line = line.split('#').next().unwrap().trim();
+            if line.starts_with('[') {
+                in_dependencies = line == "[dependencies]";
+            } else if in_dependencies && let Some((name, rest)) = line.split_once('=') {
+                out.push((name.trim().to_owned(), rest.trim().to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// None of our crates is published (the crate named tracing-prof on crates.io is another
+/// project's), so no dependency line of the documentation may give one of them a version; and
+/// the OpenTelemetry crates it names are of the versions the workspace builds with.
+#[test]
+fn the_documentations_dependency_lines_are_ones_that_work() {
+    let docs = tracing_prof_test_support::documentation();
+    let workspace = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"),
+    )
+    .unwrap();
+    let lines = dependency_lines(&docs);
+    assert!(
+        lines.iter().filter(|(n, _)| n == "tracing-prof").count() >= 2,
+        "{lines:?}"
+    );
+    let mut otel = 0;
+    for (name, rest) in &lines {
+        if name.starts_with("tracing-prof") {
+            assert!(
+                rest.contains("path = ") && !rest.contains("version"),
+                "{name} = {rest}: our crates are not on crates.io"
+            );
+        }
+        if [
+            "opentelemetry",
+            "opentelemetry_sdk",
+            "tracing-opentelemetry",
+        ]
+        .contains(&name.as_str())
+        {
+            let version = rest.trim_matches('"');
+            let ours = workspace
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} = ")))
+                .unwrap_or_else(|| panic!("{name} in the workspace's dependencies"));
+            assert!(
+                ours.contains(&format!("version = \"{version}\"")),
+                "{name} = {rest} in the docs, {ours} in the workspace"
+            );
+            otel += 1;
+        }
+    }
+    assert_eq!(otel, 3, "{lines:?}");
+    // And in prose: `tracing-prof = { version = "0.1", ... }` in a sentence misled as much.
+    for (at, _) in docs.match_indices("tracing-prof") {
+        let rest = &docs[at..];
+        let name_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(rest.len());
+        let Some(value) = rest[name_end..].strip_prefix(" = ") else {
+            continue;
+        };
+        let value = &value[..value.find(['\n', '`']).unwrap_or(value.len())];
+        assert!(
+            !value.contains("version") && !value.starts_with('"'),
+            "{}: our crates are not on crates.io",
+            &rest[..name_end + 3 + value.len()]
+        );
+    }
 }

@@ -294,3 +294,23 @@ pub fn write_profile(
     std::fs::write(&path, profile.encode(kind)).unwrap();
     path
 }
+
+/// The user documentation as one text: `README.md`, then each page of `docs/` in name order,
+/// each page after a line `<!-- docs/NAME.md -->`. The tests that run what the documentation
+/// shows read this, so a block moved from one page to another is still checked.
+pub fn documentation() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let mut out = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    for page in pages {
+        let name = page.file_name().expect("a file name").to_string_lossy();
+        out.push_str(&format!("\n<!-- docs/{name} -->\n"));
+        out.push_str(&std::fs::read_to_string(&page).expect("a docs/ page"));
+    }
+    out
+}

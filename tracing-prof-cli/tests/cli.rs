@@ -334,9 +334,7 @@ fn flame_graphs_are_written_with_titles_and_units() {
 
 /// The SQL statements of the README's "Query with SQL", as written there.
 fn readme_queries() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+    let readme = tracing_prof_test_support::documentation();
     let section = &readme[readme.find("**Query with SQL.**").unwrap()..];
     let block = &section[section.find("```sql\n").unwrap() + 7..];
     let block = &block[..block.find("```").unwrap()];

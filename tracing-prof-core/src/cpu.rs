@@ -26,7 +26,7 @@ use tracing_prof_model::{
 #[non_exhaustive]
 pub enum CpuTime {
     /// From the CPU stack samples (the default): no cost on span enter and exit; an estimate
-    /// per span path, whose error shrinks with the time measured (see the README).
+    /// per span path, whose error shrinks with the time measured (see `docs/cpu.md`).
     #[default]
     Sampled,
     /// A per-thread CPU clock read on every enter and exit ([`CpuClock`](crate::CpuClock)): exact per interval,

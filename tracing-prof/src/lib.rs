@@ -52,8 +52,15 @@
 //! - `tracing_prof::export` (crate `tracing-prof-export`): files, `/debug/pprof`, Pyroscope,
 //!   OTLP profiles (feature `otlp`).
 //!
-//! See the README for the profile kinds, the environment variables, the overhead and the
-//! limitations.
+//! The guide, one page per topic, is in the repository's `docs/`: the profile kinds
+//! ([profiles](https://github.com/tracing-prof/tracing-prof/blob/main/docs/profiles.md)), the
+//! environment variables
+//! ([configuration](https://github.com/tracing-prof/tracing-prof/blob/main/docs/configuration.md)),
+//! [running it in production](https://github.com/tracing-prof/tracing-prof/blob/main/docs/production.md),
+//! the [overhead](https://github.com/tracing-prof/tracing-prof/blob/main/docs/overhead.md) and
+//! the [limitations](https://github.com/tracing-prof/tracing-prof/blob/main/docs/limitations.md);
+//! [its index](https://github.com/tracing-prof/tracing-prof/blob/main/docs/README.md) lists
+//! every page.
 
 #[doc(inline)]
 pub use tracing_prof_alloc as alloc;

@@ -14,15 +14,16 @@ use tracing_prof_test_support::otlp_receiver::OtlpReceiver;
 
 /// The variables of the README's command that runs the example with OTLP profiles.
 fn readme_variables() -> Vec<(String, String)> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let readme = tracing_prof_test_support::documentation();
     let line = readme
         .lines()
         .find(|l| {
             l.contains("OTEL_EXPORTER_OTLP_ENDPOINT=")
-                && l.ends_with("cargo run --release --example service")
+                && l.ends_with("cargo run --release --example service --features otel")
         })
         .expect("the README's OTLP command");
+    // A `$ ` line of a `text` block, or a line of an `sh` block.
+    let line = line.strip_prefix("$ ").unwrap_or(line);
     line.split_whitespace()
         .take_while(|w| *w != "cargo")
         .map(|w| {

@@ -22,9 +22,7 @@ use std::process::Command;
 /// The README's command lines: each line of its `sh` blocks, and each `$ ` line of its `text`
 /// blocks, less its trailing comment.
 fn readme_commands() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+    let readme = common::documentation();
     let mut out = Vec::new();
     let mut lang: Option<&str> = None;
     for line in readme.lines() {

@@ -218,7 +218,7 @@ impl Profiler {
         g.iter().cloned().collect()
     }
 
-    /// Span paths whose in-use memory grew over the last captures without falling (see the leak detection in the README),
+    /// Span paths whose in-use memory grew over the last captures without falling (see `docs/memory.md`, "Suspected leaks"),
     /// as of the aggregator's last capture.
     pub fn suspected_leaks(&self) -> Vec<SuspectedLeak> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
