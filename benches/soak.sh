@@ -2,7 +2,7 @@
 # The example service serving requests for MINUTES (default 60) at nice 19; once a minute, the
 # `(tracing-prof)` path's in-use bytes from the latest span_memory file and the process's
 # VmRSS / VmHWM in KiB (the example leaks on purpose, so RSS grows regardless):
-#   cargo build --release --example service -p tracing-prof-cli && benches/soak.sh [minutes]
+#   cargo build --release --example service && cargo build --release -p tracing-prof-cli && benches/soak.sh [minutes]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 minutes="${1:-60}"
