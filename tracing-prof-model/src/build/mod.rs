@@ -108,6 +108,20 @@ fn field_label_refs(frames: &[SpanFrame]) -> Vec<LabelRef<'_>> {
     out
 }
 
+/// The field labels of `frames`, then `ours`: borrowed as they are when the spans have no
+/// field labels (the common case, and no allocation per sampled stack).
+fn with_fields<'a>(
+    frames: &'a [SpanFrame],
+    ours: &'a [LabelRef<'a>],
+) -> std::borrow::Cow<'a, [LabelRef<'a>]> {
+    let mut fields = field_label_refs(frames);
+    if fields.is_empty() {
+        return ours.into();
+    }
+    fields.extend_from_slice(ours);
+    fields.into()
+}
+
 /// The label of a suspected leak.
 const LEAK: LabelRef<'static> = LabelRef::Str("leak", "suspected");
 
@@ -307,11 +321,11 @@ impl Snapshot {
                 continue;
             }
             let span_path = crate::snapshot::display_path(&s.frames);
-            let mut labels = field_label_refs(&s.frames);
-            labels.push(LabelRef::Str("span_path", &span_path));
-            if s.long_poll {
-                labels.push(LabelRef::Str("long_poll", "true"));
-            }
+            let ours = [
+                LabelRef::Str("span_path", &span_path),
+                LabelRef::Str("long_poll", "true"),
+            ];
+            let labels = with_fields(&s.frames, &ours[..if s.long_poll { 2 } else { 1 }]);
             let stack = Stack::Path(&s.frames, &s.code);
             // CPU time of `n` of the stack's samples (each sample's share of `cpu_ns`).
             let cpu =
@@ -320,7 +334,7 @@ impl Snapshot {
             // span profiles and Grafana's "profiles for this span" expect.
             for l in &s.links {
                 let (span_id, trace_id) = (l.link.span_id_hex(), l.link.trace_id_hex());
-                let mut linked = labels.clone();
+                let mut linked = labels.to_vec();
                 linked.push(LabelRef::Str("span_id", &span_id));
                 linked.push(LabelRef::Str("trace_id", &trace_id));
                 out.push(stack, &[int(l.samples), int(cpu(l.samples))], &linked);
@@ -356,11 +370,13 @@ impl Snapshot {
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
-            let mut labels = field_label_refs(&s.frames);
-            labels.push(LabelRef::Num("bytes", int(s.mean_size()), Some("bytes")));
-            if self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames) {
-                labels.push(LEAK);
-            }
+            let ours = [
+                LabelRef::Num("bytes", int(s.mean_size()), Some("bytes")),
+                LEAK,
+            ];
+            let suspected =
+                self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames);
+            let labels = with_fields(&s.frames, &ours[..if suspected { 2 } else { 1 }]);
             out.push(Stack::Path(&s.frames, &s.code), &values, &labels);
         }
     }
