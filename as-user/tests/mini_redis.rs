@@ -242,10 +242,12 @@ fn mini_redis_under_load_reads_as_its_source_says() {
                 / total as f64
         };
         // Every stack starts with the handler's own body, but for the instrumentation's own
-        // cost (the span's exit as the instrumented future's poll returns) and the drop of
-        // the body's state when it is done.
+        // cost (the span's exit as the instrumented future's poll returns, a sample taken
+        // inside tracing's entry into the span, every frame of it trimmed) and the drop of the
+        // body's state when it is done.
         let machinery = |k: &[String]| {
             k[2] == "core::ptr::drop_in_place"
+                || k[2] == tracing_prof::model::ALL_TRIMMED_FRAME
                 || k[2].starts_with("<tracing_prof_core::layer::ProfileLayer")
                 || k.iter()
                     .any(|f| f.starts_with("<tracing::span::Entered") || f.contains("Span::do_"))
