@@ -13,24 +13,13 @@ use tracing_prof_test_support::pyroscope_server::{
 
 const REQUEST: &str = "tracing_prof_examples::request [span]";
 
-/// The example service's binary, which `cargo test` builds beside the test binaries.
-fn example_service() -> std::path::PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples")
-        .join("service")
-}
-
 /// The example service, configured by Pyroscope's own variables, pushing through each API with
 /// basic auth, a tenant and tags: every request passes every check, and every one of its
 /// requests is counted once.
 #[test]
 fn the_example_service_passes_through_both_apis() {
     let _serial = crate::serial();
-    let example = example_service();
+    let example = crate::running::example();
     for api in ["push", "ingest"] {
         let server = Mock::start(OK);
         let dir =
@@ -88,7 +77,7 @@ fn the_example_service_passes_through_both_apis() {
 #[test]
 fn span_profiles_reach_pyroscope_by_span_id() {
     let _serial = crate::serial();
-    let example = example_service();
+    let example = crate::running::example();
     let server = Mock::start(OK);
     let dir = std::env::temp_dir().join(format!("tracing-prof-pyro-otel-{}", std::process::id()));
     let out = std::process::Command::new(&example)
