@@ -36,11 +36,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Ok(n) = std::env::var("SERVICE_REQUESTS") {
         workload.requests = n
             .parse()
-            .map_err(|_| format!("SERVICE_REQUESTS={n:?} is not a number"))?;
+            .map_err(|_| Message(format!("SERVICE_REQUESTS={n:?} is not a number")))?;
     }
     let duration = match std::env::var("SERVICE_DURATION_SECS") {
         Ok(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
-            format!("SERVICE_DURATION_SECS={s:?} is not a number")
+            Message(format!("SERVICE_DURATION_SECS={s:?} is not a number"))
         })?)),
         Err(_) => None,
     };
@@ -387,6 +387,24 @@ fn latest(dir: &Path, kind: &str) -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// An error of the example's own settings, shown as the sentence it is: `main` returning a
+/// `Box<dyn Error>` prints its `Debug`, which for a `String` would be quoted and escaped.
+struct Message(String);
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for Message {}
+
 /// OTLP profiles (`OTEL_EXPORTER_OTLP_ENDPOINT`) and, with `SERVICE_OTEL=1`, OpenTelemetry
 /// spans and what the CPU samples say of them.
 #[cfg(feature = "otel")]
@@ -402,7 +420,7 @@ mod otel {
     pub(crate) struct Otel(Option<(SpanCounter, SdkTracerProvider)>);
 
     impl Otel {
-        pub(crate) fn from_env() -> Result<Otel, String> {
+        pub(crate) fn from_env() -> Result<Otel, super::Message> {
             let on = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");
             Ok(Otel(on.then(|| {
                 let spans = SpanCounter::default();
@@ -498,7 +516,7 @@ mod otel {
     pub(crate) struct Otel;
 
     impl Otel {
-        pub(crate) fn from_env() -> Result<Otel, String> {
+        pub(crate) fn from_env() -> Result<Otel, super::Message> {
             let asked = [
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
                 "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
@@ -509,10 +527,10 @@ mod otel {
                 .is_ok_and(|v| v == "1")
                 .then_some("SERVICE_OTEL"));
             match asked {
-                Some(var) => Err(format!(
+                Some(var) => Err(super::Message(format!(
                     "{var} is set, but this example was built without OTLP and OpenTelemetry: \
                      cargo run --release --example service --features otel"
-                )),
+                ))),
                 None => Ok(Otel),
             }
         }
