@@ -12,34 +12,16 @@ use crate::running;
 use std::collections::BTreeMap;
 use tracing_prof_test_support::otlp_receiver::OtlpReceiver;
 
-/// The variables of the README's command that runs the example with OTLP profiles.
-fn readme_variables() -> Vec<(String, String)> {
-    let readme = tracing_prof_test_support::documentation();
-    let line = readme
-        .lines()
-        .find(|l| {
-            l.contains("OTEL_EXPORTER_OTLP_ENDPOINT=")
-                && l.ends_with("cargo run --release --example service --features otel")
-        })
-        .expect("the README's OTLP command");
-    // A `$ ` line of a `text` block, or a line of an `sh` block.
-    let line = line.strip_prefix("$ ").unwrap_or(line);
-    line.split_whitespace()
-        .take_while(|w| *w != "cargo")
-        .map(|w| {
-            let (k, v) = w.split_once('=').expect("VAR=value");
-            (k.to_owned(), v.to_owned())
-        })
-        .collect()
-}
-
 #[test]
 fn the_service_sends_otlp_profiles_with_span_links() {
     let _serial = crate::serial();
     let receiver = OtlpReceiver::start();
     let dir = std::env::temp_dir().join(format!("tracing-prof-otlp-{}", std::process::id()));
     let mut service = std::process::Command::new(running::example());
-    let variables = readme_variables();
+    let variables = running::readme_variables(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "cargo run --release --example service --features otel",
+    );
     assert!(
         variables
             .iter()

@@ -13,9 +13,9 @@ use tracing_prof_test_support::pyroscope_server::{
 
 const REQUEST: &str = "tracing_prof_examples::request [span]";
 
-/// The example service, configured by Pyroscope's own variables, pushing through each API with
-/// basic auth, a tenant and tags: every request passes every check, and every one of its
-/// requests is counted once.
+/// The example service, configured by Pyroscope's own variables (the README's command's, the
+/// address the mock's, then the rest), pushing through each API with basic auth, a tenant and
+/// tags: every request passes every check, and every one of its requests is counted once.
 #[test]
 fn the_example_service_passes_through_both_apis() {
     let _serial = crate::serial();
@@ -24,11 +24,24 @@ fn the_example_service_passes_through_both_apis() {
         let server = Mock::start(OK);
         let dir =
             std::env::temp_dir().join(format!("tracing-prof-pyro-{api}-{}", std::process::id()));
-        let out = std::process::Command::new(&example)
+        let mut service = std::process::Command::new(&example);
+        for (k, v) in crate::running::readme_variables(
+            "PYROSCOPE_SERVER_ADDRESS",
+            "cargo run --release --example service",
+        ) {
+            service.env(
+                &k,
+                if k == "PYROSCOPE_SERVER_ADDRESS" {
+                    server.url()
+                } else {
+                    v
+                },
+            );
+        }
+        let out = service
             .env("SERVICE_REQUESTS", "3000")
             .env("TRACING_PROF_DIR", &dir)
             .env("TRACING_PROF_INTERVAL", "300ms")
-            .env("PYROSCOPE_SERVER_ADDRESS", server.url())
             .env("PYROSCOPE_APPLICATION_NAME", "checkout")
             .env("PYROSCOPE_BASIC_AUTH_USER", "123456")
             .env("PYROSCOPE_BASIC_AUTH_PASSWORD", "glc_secret")

@@ -9,7 +9,7 @@
 //! `curl` is a plain GET. Left to
 //! other tests: `-http` (a browser: the CLI's report test), `live` (`live.rs`), `cargo`
 //! commands (CI runs them: the test command, `.ci/run`'s install of the CLI; the OTLP one
-//! also `otlp.rs`, with its variables as written), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
+//! also `otlp.rs` and the Pyroscope one `pyroscope.rs`, with their variables as written), `./my-service` (an illustration), the SQL (`tracing-prof-cli`'s
 //! `cli.rs` runs it as written).
 
 use crate::running;

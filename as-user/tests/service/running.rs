@@ -33,6 +33,25 @@ pub fn cli() -> PathBuf {
     path
 }
 
+/// The variables of the documentation's command line that sets `variable` and ends with
+/// `command`: what a test runs the example with, as the reader would.
+pub fn readme_variables(variable: &str, command: &str) -> Vec<(String, String)> {
+    let docs = tracing_prof_test_support::documentation();
+    let line = docs
+        .lines()
+        .find(|l| l.contains(&format!("{variable}=")) && l.ends_with(command))
+        .unwrap_or_else(|| panic!("the documentation's command with {variable}"));
+    // A `$ ` line of a `text` block, or a line of an `sh` block.
+    let line = line.strip_prefix("$ ").unwrap_or(line);
+    line.split_whitespace()
+        .take_while(|w| *w != "cargo")
+        .map(|w| {
+            let (k, v) = w.split_once('=').expect("VAR=value");
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
 /// A running example, killed when dropped, and its profile folder (a new one for each
 /// service, removed with it: the tests share one process, so a folder named after it would
 /// hold earlier services' files).
