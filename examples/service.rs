@@ -393,7 +393,7 @@ struct Message(String);
 
 impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        std::fmt::Display::fmt(self, f)
     }
 }
 

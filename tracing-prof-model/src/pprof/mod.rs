@@ -113,10 +113,10 @@ type FunctionKeys = Map<(i64, Arc<str>, Option<Arc<str>>, Option<Arc<str>>), u64
 /// borrowed from data that outlives it, so an address stands for one string throughout; a
 /// frame met again under other copies of equal strings only misses this cache, and
 /// [`Tables::new_location`] finds its location by content.
-pub(crate) type FrameKey = (FrameKind, [usize; 4], u32, u64);
+type FrameKey = (FrameKind, [usize; 4], u32, u64);
 
 /// The address of a string, for a [`FrameKey`].
-pub(crate) fn addr(s: Option<&Arc<str>>) -> usize {
+fn addr(s: Option<&Arc<str>>) -> usize {
     s.map_or(0, |s| Arc::as_ptr(s).cast::<u8>() as usize)
 }
 
