@@ -12,8 +12,9 @@ use tracing_subscriber::prelude::*;
 #[global_allocator]
 static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
+/// The captures in the profile directory `dir` named `{prefix}*{suffix}`, oldest first.
 fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("captures"))
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {

@@ -23,6 +23,8 @@ pub(crate) enum InputError {
     TooLarge { name: String },
     #[error("cannot fetch {name}: {message}")]
     Fetch { name: String, message: String },
+    #[error("{name} is a directory with no .pb.gz profile in it")]
+    NoProfiles { name: String },
     #[error("{name}: {source}")]
     Decode {
         name: String,
@@ -182,6 +184,45 @@ pub(crate) fn with_scheme(given: &str) -> String {
     } else {
         format!("http://{given}")
     }
+}
+
+/// Reads and decodes every input, in order; a directory stands for the `*.pb.gz` files
+/// directly in it, by name (a profile directory's top level: the newest profile of each kind;
+/// its `captures/`: every capture, oldest first). Other files in it, such as the exporter's
+/// `README.txt`, are skipped.
+pub(crate) fn load_all(sources: &[String]) -> Result<Vec<Loaded>, InputError> {
+    let mut loaded = Vec::new();
+    for source in sources {
+        let is_dir =
+            source != "-" && !is_url(source) && std::fs::metadata(source).is_ok_and(|m| m.is_dir());
+        if !is_dir {
+            loaded.push(load(source)?);
+            continue;
+        }
+        let io = |e| InputError::Io {
+            name: source.clone(),
+            source: e,
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(source).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let name = entry.file_name();
+            let is_profile = name.to_str().is_some_and(|n| n.ends_with(".pb.gz"));
+            if is_profile && entry.path().is_file() {
+                files.push(entry.path());
+            }
+        }
+        if files.is_empty() {
+            return Err(InputError::NoProfiles {
+                name: source.clone(),
+            });
+        }
+        files.sort();
+        for file in files {
+            loaded.push(load(&file.to_string_lossy())?);
+        }
+    }
+    Ok(loaded)
 }
 
 /// Reads and decodes one input: a path, `-` (standard input) or a URL (`http(s)://`, or

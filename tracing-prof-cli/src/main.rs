@@ -5,13 +5,15 @@
 //! tracing-prof top profiles/cpu.latest.pb.gz                    # hottest functions, span frames marked [span]
 //! tracing-prof top --by span -t inuse_space profiles/span_memory.latest.pb.gz
 //! tracing-prof diff before/heap.latest.pb.gz after/heap.latest.pb.gz --flamegraph grew.svg
-//! tracing-prof leaks profiles/heap.1234.*.pb.gz                 # what kept growing
-//! tracing-prof report profiles/*.latest.pb.gz -o report.html    # one self-contained page
-//! tracing-prof sqlite profiles/*.pb.gz -o profiles.db && tracing-prof query profiles.db "SELECT ..."
+//! tracing-prof leaks profiles/captures/heap.*.pb.gz             # what kept growing
+//! tracing-prof report profiles -o report.html                   # one self-contained page
+//! tracing-prof sqlite profiles/captures -o profiles.db && tracing-prof query profiles.db "SELECT ..."
 //! ```
 //!
 //! Every command reads files (gzip'd or not), `-` for standard input, or an `http(s)://` URL
-//! of a running `/debug/pprof` endpoint. Bad input is an error message and exit status 1, never
+//! of a running `/debug/pprof` endpoint; `report` and `sqlite` also take a directory,
+//! for the `*.pb.gz` files in it (a profile directory: the newest of each kind; its
+//! `captures/`: every capture). Bad input is an error message and exit status 1, never
 //! a panic; usage errors exit with 2.
 
 mod input;
@@ -180,7 +182,7 @@ struct FlamegraphArgs {
 #[derive(Debug, Args)]
 struct LeaksArgs {
     /// Cumulative profiles of one process, oldest first (tracing-prof's timestamped names sort
-    /// by time: `profiles/heap.PID.*.pb.gz`).
+    /// by time: `profiles/captures/heap.*.pb.gz`).
     #[arg(num_args = 2.., required = true)]
     inputs: Vec<String>,
     /// The sample type (default: `inuse_space`).
@@ -204,7 +206,8 @@ struct LeaksArgs {
 
 #[derive(Debug, Args)]
 struct ReportArgs {
-    /// Profiles to show, each with its flame graph and tables.
+    /// Profiles to show, each with its flame graph and tables; a directory stands for the
+    /// `*.pb.gz` files in it.
     #[arg(required = true)]
     inputs: Vec<String>,
     /// Where to write the page.
@@ -217,7 +220,7 @@ struct ReportArgs {
 
 #[derive(Debug, Args)]
 struct SqliteArgs {
-    /// Profiles to load.
+    /// Profiles to load; a directory stands for the `*.pb.gz` files in it.
     #[arg(required = true)]
     inputs: Vec<String>,
     /// The database (created if missing; profiles are appended).
@@ -415,11 +418,7 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Leaks(a) => {
-            let loaded = a
-                .inputs
-                .iter()
-                .map(|i| input::load(i))
-                .collect::<Result<Vec<_>, _>>()?;
+            let loaded = input::load_all(&a.inputs)?;
             let loaded = in_time_order(loaded);
             let given = loaded.len();
             let loaded = last_process(loaded);
@@ -436,11 +435,7 @@ fn run(command: Command) -> Result<(), CliError> {
             print(&leaks(&loaded, &profiles, &a)?);
         }
         Command::Report(a) => {
-            let loaded = a
-                .inputs
-                .iter()
-                .map(|i| input::load(i))
-                .collect::<Result<Vec<_>, _>>()?;
+            let loaded = input::load_all(&a.inputs)?;
             let html = report::html(&loaded, a.limit);
             write_file(&a.output, html.as_bytes())?;
             eprintln!("wrote {}", a.output.display());
@@ -448,11 +443,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Sqlite(a) => {
             // Every input read before the database is touched: a bad file leaves nothing
             // behind, and the rest go in in one transaction.
-            let loaded = a
-                .inputs
-                .iter()
-                .map(|i| input::load(i))
-                .collect::<Result<Vec<_>, _>>()?;
+            let loaded = input::load_all(&a.inputs)?;
             let existed = a.output.exists();
             let ids = sqlite::Db::open(&a.output).and_then(|mut db| db.add_all(&loaded));
             let ids = match ids {

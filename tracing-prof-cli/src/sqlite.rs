@@ -169,7 +169,11 @@ impl Db {
         })
     }
 
-    /// Adds `profiles` in one transaction: all of them or none; returns their ids.
+    /// Adds `profiles` in one transaction: all of them or none; returns their ids, in the
+    /// order given. Our timestamped captures go in before other names, so that of two names of
+    /// one file (`profiles/heap.latest.pb.gz` and the capture in `profiles/captures/` it links
+    /// to) the capture, whose name says its process, is the one kept and the other its
+    /// duplicate, whatever order they were given in.
     pub(crate) fn add_all(&mut self, profiles: &[Loaded]) -> Result<Vec<i64>, SqliteError> {
         let path = self.path.clone();
         let err = |source| SqliteError {
@@ -177,11 +181,12 @@ impl Db {
             source,
         };
         let tx = self.conn.transaction().map_err(err)?;
-        let ids = profiles
-            .iter()
-            .map(|loaded| insert(&tx, loaded))
-            .collect::<rusqlite::Result<Vec<i64>>>()
-            .map_err(err)?;
+        let mut order: Vec<usize> = (0..profiles.len()).collect();
+        order.sort_by_key(|&i| profiles[i].process().is_none());
+        let mut ids = vec![0; profiles.len()];
+        for i in order {
+            ids[i] = insert(&tx, &profiles[i]).map_err(err)?;
+        }
         tx.commit().map_err(err)?;
         Ok(ids)
     }

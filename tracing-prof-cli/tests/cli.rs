@@ -500,14 +500,26 @@ fn the_readme_sql_answers_what_go_tool_pprof_says() {
         std::env::temp_dir().join(format!("tracing-prof-cli-readme-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&db);
     let db_s = db.to_str().unwrap();
-    let mut files: Vec<String> = std::fs::read_dir(fixture("run"))
+    // The directory as the service left it (README.txt, latest names, captures/), given as
+    // directories: their *.pb.gz files are read, the index is not.
+    assert!(std::path::Path::new(&fixture("run/README.txt")).is_file());
+    ok(&[
+        "sqlite",
+        "-o",
+        db_s,
+        &fixture("run"),
+        &fixture("run/captures"),
+    ]);
+    let files: Vec<String> = std::fs::read_dir(fixture("run/captures"))
         .unwrap()
-        .map(|e| format!("run/{}", e.unwrap().file_name().to_string_lossy()))
+        .map(|e| format!("run/captures/{}", e.unwrap().file_name().to_string_lossy()))
         .collect();
-    files.sort();
-    let mut args = vec!["sqlite", "-o", db_s];
-    args.extend(files.iter().map(String::as_str));
-    ok(&args);
+    let loaded = rows(&ok(&["query", db_s, "SELECT COUNT(*) FROM profiles"]));
+    assert_eq!(
+        loaded[0][0],
+        (files.len() + 12).to_string(),
+        "captures and latest names"
+    );
     let queries = readme_queries();
     assert_eq!(queries.len(), 3, "{queries:?}");
     let answers: Vec<Vec<Vec<String>>> = queries
@@ -542,7 +554,7 @@ fn the_readme_sql_answers_what_go_tool_pprof_says() {
     // The leak over time: each span_memory capture's in-use bytes of the path, in order.
     let mut captures: Vec<&String> = files
         .iter()
-        .filter(|f| f.starts_with("run/span_memory.") && !f.contains("latest"))
+        .filter(|f| f.starts_with("run/captures/span_memory."))
         .collect();
     captures.sort(); // the names sort by time
     let expected: Vec<i64> = captures
@@ -714,6 +726,16 @@ fn bad_input_is_a_clear_error_never_a_panic() {
     }
     let (success, _, stderr) = run(&["top", dir.join("missing").to_str().unwrap()]);
     assert!(!success && stderr.contains("No such file"), "{stderr}");
+    // A directory without profiles (the cases above end in no .pb.gz), for the commands that
+    // take directories; one that takes a single profile says it is a directory.
+    let d = dir.to_str().unwrap();
+    let (success, _, stderr) = run(&["report", d]);
+    assert!(
+        !success && stderr.contains("is a directory with no .pb.gz profile in it"),
+        "{stderr}"
+    );
+    let (success, _, stderr) = run(&["top", d]);
+    assert!(!success && stderr.contains("Is a directory"), "{stderr}");
     let (success, _, stderr) = run(&["top", "-t", "nope", "ours/heap.pb.gz"]);
     assert!(
         !success && stderr.contains("no sample type \"nope\"") && stderr.contains("inuse_space"),

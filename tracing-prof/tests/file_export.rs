@@ -16,8 +16,9 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
     tracing_prof::TaggingAllocator::new(std::alloc::System);
 
+/// The captures of `kind` in the profile directory `dir`, oldest first.
 fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("captures"))
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     v.retain(|p| {

@@ -144,7 +144,7 @@ fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
 
     // The pprof file says so, for go tool pprof users.
     if common::have_go() {
-        let newest = std::fs::read_dir(&dir)
+        let newest = std::fs::read_dir(dir.join("captures"))
             .unwrap()
             .filter_map(|e| e.ok().map(|e| e.path()))
             .max()

@@ -12,9 +12,9 @@ use tracing_subscriber::prelude::*;
 #[global_allocator]
 static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
-/// The newest modification time among the directory's files, and how many there are.
+/// The newest modification time among the directory's captures, and how many there are.
 fn files(dir: &Path) -> (usize, Option<SystemTime>) {
-    let entries: Vec<_> = std::fs::read_dir(dir)
+    let entries: Vec<_> = std::fs::read_dir(dir.join("captures"))
         .map(|d| d.flatten().collect())
         .unwrap_or_default();
     let newest = entries

@@ -84,27 +84,34 @@ fn expand(arg: &str, dir: &Path) -> Vec<String> {
     // newest.
     if let Some(name) = arg.strip_prefix("before/") {
         let kind = name.split('.').next().unwrap();
-        return expand(&format!("profiles/{kind}.*.pb.gz"), dir)[..1].to_vec();
+        return expand(&format!("profiles/captures/{kind}.*.pb.gz"), dir)[..1].to_vec();
     }
     if let Some(name) = arg.strip_prefix("after/") {
         return expand(&format!("profiles/{name}"), dir);
     }
+    if arg == "profiles" || arg == "profiles/" {
+        return vec![dir.to_string_lossy().into_owned()];
+    }
     let Some(rest) = arg.strip_prefix("profiles/") else {
         return vec![arg.to_owned()];
     };
+    let (sub, rest) = match rest.rsplit_once('/') {
+        Some((sub, rest)) => (dir.join(sub), rest),
+        None => (dir.to_owned(), rest),
+    };
     if let Some((head, tail)) = rest.split_once('*') {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
+        let mut names: Vec<String> = std::fs::read_dir(&sub)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(head) && n.ends_with(tail) && !n.contains("latest"))
+            .filter(|n| n.starts_with(head) && n.ends_with(tail))
             .collect();
         names.sort();
         return names
             .into_iter()
-            .map(|n| dir.join(n).to_string_lossy().into_owned())
+            .map(|n| sub.join(n).to_string_lossy().into_owned())
             .collect();
     }
-    vec![dir.join(rest).to_string_lossy().into_owned()]
+    vec![sub.join(rest).to_string_lossy().into_owned()]
 }
 
 /// A plain GET: the status line and the body.
@@ -133,7 +140,7 @@ fn every_command_of_the_readme_runs() {
     let dir = service.dir().to_owned();
     // Two exports (every 2 s) for the commands that compare captures.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::fs::read_dir(&dir).map_or(0, |d| {
+    while std::fs::read_dir(dir.join("captures")).map_or(0, |d| {
         d.filter(|e| {
             e.as_ref()
                 .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("span_memory."))
@@ -186,7 +193,7 @@ fn every_command_of_the_readme_runs() {
         }
         // -base OLD.pb.gz NEW.pb.gz: the first and the newest span_memory capture.
         if let Some(i) = w.iter().position(|a| a == "OLD.pb.gz") {
-            let captures = expand("profiles/span_memory.*.pb.gz", &dir);
+            let captures = expand("profiles/captures/span_memory.*.pb.gz", &dir);
             w[i] = captures[0].clone();
             w[i + 1] = captures[captures.len() - 1].clone();
         }

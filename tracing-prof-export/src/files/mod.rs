@@ -7,6 +7,7 @@ use std::time::UNIX_EPOCH;
 use tracing_prof_core::{Sink, SinkError};
 
 mod error;
+mod index;
 mod names;
 mod safe;
 
@@ -52,27 +53,45 @@ pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
     (ProfileKind::Heap, "alloc_space"),
 ];
 
+/// The subfolder of the profile directory that holds each export's timestamped files.
+pub const CAPTURES_DIR: &str = "captures";
+/// The file in the profile directory that says what each file is and what opens it (the
+/// CLI, given a directory, reads only its `*.pb.gz` files).
+pub const INDEX_FILE: &str = "README.txt";
+
 /// A temporary file this old was left by an interrupted export.
 const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// A [`Sink`] that writes one gzip'd pprof file per kind, named
-/// `{kind}.{pid}.{UTC timestamp}.{run}.pb.gz`, e.g.
-/// `heap.4242.20261122T120205.123456Z.k3x9q2.pb.gz`. Timestamps have microseconds and strictly
-/// increase per exporter, so two exports never share a name and names sort by time; `run` is
-/// six random characters drawn when the exporter is made, so that two processes with one pid
-/// (two containers, each PID 1, sharing a volume) neither overwrite nor prune each other's
-/// files. Each exporter prunes only its own run's files.
+/// A [`Sink`] that writes one gzip'd pprof file per kind and export. The directory reads at
+/// a glance:
 ///
-/// The newest file of each kind is also at a **stable name**, `{kind}.latest.pb.gz` (and
-/// `{kind}-delta.latest.pb.gz`, `{kind}.latest.{sample_type}.svg`): a hard link to it, replaced
-/// by a rename on each export, so `go tool pprof profiles/heap.latest.pb.gz` always opens one
-/// whole, current profile. (A glob over the timestamped files would make pprof *add up*
-/// cumulative profiles.) Several processes writing into one directory share the stable names:
-/// the last export wins.
+/// ```text
+/// profiles/
+///   README.txt                 what each file is and which command opens it
+///   spans.latest.pb.gz         the newest profile of each kind
+///   cpu.latest.pb.gz
+///   heap.latest.pb.gz  ...
+///   captures/                  every export's files, oldest pruned
+///     heap.4242.20261122T120205.123456Z.k3x9q2.pb.gz  ...
+/// ```
 ///
-/// Optionally, per export, `{kind}-delta.*.pb.gz` files hold only what happened since the
+/// **Captures** are named `{kind}.{pid}.{UTC timestamp}.{run}.pb.gz`. Timestamps have
+/// microseconds and strictly increase per exporter, so two exports never share a name and
+/// names sort by time; `run` is six random characters drawn when the exporter is made, so that
+/// two processes with one pid (two containers, each PID 1, sharing a volume) neither overwrite
+/// nor prune each other's files. Each exporter prunes only its own run's files.
+///
+/// **The newest file of each kind** is also at a stable name in the directory itself,
+/// `{kind}.latest.pb.gz` (and `{kind}-delta.latest.pb.gz`, `{kind}.latest.{sample_type}.svg`):
+/// a hard link to the capture, replaced by a rename on each export, so
+/// `go tool pprof profiles/heap.latest.pb.gz` always opens one whole, current profile. (A glob
+/// over the captures would make pprof *add up* cumulative profiles.) Several processes writing
+/// into one directory share the stable names: the last export wins. The index,
+/// [`INDEX_FILE`], is rewritten by each run's first export.
+///
+/// Optionally, per export, `{kind}-delta.*.pb.gz` captures hold only what happened since the
 /// previous export ([`Snapshot::window_since`]), and `{kind}.{pid}.{stamp}.{run}.{sample_type}.svg`
-/// flame graphs sit beside the pprof files.
+/// flame graphs sit beside the pprof captures.
 ///
 /// Files are written under a temporary name (`.tracing-prof.{random}.tmp`, created with
 /// `O_EXCL`: never through a link someone planted) and renamed, so a reader never sees half a
@@ -81,13 +100,15 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 /// killed) are deleted by the next exporter once they are ten minutes old. This run's oldest
 /// files are deleted *before* each export writes (from the exporter's own list: the directory
 /// is not read), so a disk filled by our own files makes room for the new ones. The directory
-/// is created if missing; [`check`](Self::check) tries it up front ([`from_env`](Self::from_env)
-/// does), and refuses a directory another local user could swap files in (see
-/// [`FileError::Unsafe`]), as every export does. An I/O error fails the export (the profiler
-/// reports it once and tries again next interval); it never panics.
+/// and its `captures/` are created if missing; [`check`](Self::check) tries them up front
+/// ([`from_env`](Self::from_env) does), and refuses a directory another local user could swap
+/// files in (see [`FileError::Unsafe`]), as every export does. An I/O error fails the export
+/// (the profiler reports it once and tries again next interval); it never panics.
 #[derive(Debug, Clone)]
 pub struct FileExporter {
     dir: PathBuf,
+    /// `dir/captures`.
+    captures: PathBuf,
     kinds: Vec<ProfileKind>,
     keep: usize,
     pid: u32,
@@ -114,8 +135,10 @@ impl FileExporter {
     /// Writes the [`DEFAULT_KINDS`] into `dir`, keeping the files of the last
     /// [`DEFAULT_KEEP_FILES`] exports.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
         FileExporter {
-            dir: dir.into(),
+            captures: dir.join(CAPTURES_DIR),
+            dir,
             kinds: DEFAULT_KINDS.to_vec(),
             keep: DEFAULT_KEEP_FILES,
             pid: std::process::id(),
@@ -173,6 +196,11 @@ impl FileExporter {
         &self.dir
     }
 
+    /// Where the timestamped captures go: [`CAPTURES_DIR`] in the output directory.
+    pub fn captures_dir(&self) -> &Path {
+        &self.captures
+    }
+
     /// Creates the directory if missing and tries writing, renaming and deleting a file in it,
     /// as an export will: an error says why exports would fail (a regular file in the way, a
     /// read-only mount, `/proc`). Also deletes orphaned temporary files (see above).
@@ -188,24 +216,41 @@ impl FileExporter {
                 ),
             });
         }
-        fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
-        if !self.dir.is_dir() {
-            return Err(FileError::Io {
-                action: "use as a directory",
-                path: self.dir.clone(),
-                source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
-            });
+        self.make_dirs()?;
+        // A temporary file, written, renamed and deleted in each: what an export does.
+        for dir in [&self.dir, &self.captures] {
+            let probe = tmp_file(dir)?;
+            let path = dir.join(format!(
+                "{TMP_PREFIX}check.{}.{}{TMP_SUFFIX}",
+                self.pid, self.run
+            ));
+            write_all(probe, b"tracing-prof", &path, dir)?;
+            fs::remove_file(&path).map_err(io_error("delete a file in", dir))?;
         }
-        safe::check_owner(&self.dir)?;
-        // A temporary file, written, renamed and deleted: what an export does.
-        let probe = tmp_file(&self.dir)?;
-        let path = self.dir.join(format!(
-            "{TMP_PREFIX}check.{}.{}{TMP_SUFFIX}",
-            self.pid, self.run
-        ));
-        write_all(probe, b"tracing-prof", &path, &self.dir)?;
-        fs::remove_file(&path).map_err(io_error("delete a file in", &self.dir))?;
         self.remove_orphans();
+        Ok(())
+    }
+
+    /// Creates the directory and its `captures/` where missing, and refuses either when
+    /// another local user could swap files in it, or when something else is in the way.
+    fn make_dirs(&self) -> Result<(), FileError> {
+        for dir in [&self.dir, &self.captures] {
+            match fs::create_dir(dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) if dir == &self.dir && e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::create_dir_all(dir).map_err(io_error("create directory", dir))?
+                }
+                other => other.map_err(io_error("create directory", dir))?,
+            }
+            safe::check_owner(dir)?;
+            if !dir.is_dir() {
+                return Err(FileError::Io {
+                    action: "use as a directory",
+                    path: dir.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -216,10 +261,11 @@ impl FileExporter {
 
     /// Encodes and writes every kind of `profile` now; returns the paths written.
     pub fn write(&mut self, profile: &Snapshot) -> Result<Vec<PathBuf>, FileError> {
-        fs::create_dir_all(&self.dir).map_err(io_error("create directory", &self.dir))?;
-        safe::check_owner(&self.dir)?;
+        self.make_dirs()?;
         if self.last_stamp_us == 0 {
             self.remove_orphans();
+            let index = index::text(&self.kinds, self.keep, self.deltas, &self.flamegraphs);
+            self.write_file(&self.dir, INDEX_FILE, index.as_bytes())?;
         } else if !self.said_other_writer && self.latest_replaced() {
             self.notice_other_writer();
         }
@@ -283,8 +329,9 @@ impl FileExporter {
         Ok(written)
     }
 
-    /// Writes `bytes` as `{stem}.{pid}.{stamp}.{run}.{ext}`, kept with this export's files for
-    /// pruning, and points the stable name `{stem}.latest.{ext}` at it; returns both paths.
+    /// Writes `bytes` as `captures/{stem}.{pid}.{stamp}.{run}.{ext}`, kept with this export's
+    /// files for pruning, and points the stable name `{stem}.latest.{ext}` at it; returns both
+    /// paths.
     fn write_export(
         &mut self,
         stem: &str,
@@ -293,37 +340,36 @@ impl FileExporter {
         bytes: &[u8],
     ) -> Result<(PathBuf, PathBuf), FileError> {
         let name = format!("{stem}.{}.{stamp}.{}.{ext}", self.pid, self.run);
-        let path = self.write_file(&name, bytes)?;
+        let path = self.write_file(&self.captures, &name, bytes)?;
         if let Some(files) = self.stamps.back_mut() {
             files.push(path.clone());
         }
         let latest = format!("{stem}.latest.{ext}");
-        self.link_latest(&name, &latest, bytes)?;
+        self.link_latest(&path, &latest, bytes)?;
         Ok((path, self.dir.join(latest)))
     }
 
-    /// Writes `bytes` to `name` in the directory through a temporary file and a rename.
-    fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
-        let path = self.dir.join(name);
-        write_all(tmp_file(&self.dir)?, bytes, &path, &self.dir)?;
+    /// Writes `bytes` to `name` in `dir` through a temporary file and a rename.
+    fn write_file(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, FileError> {
+        let path = dir.join(name);
+        write_all(tmp_file(dir)?, bytes, &path, dir)?;
         Ok(path)
     }
 
-    /// Points the stable name `latest` at the file `name` just written: a hard link made under
+    /// Points the stable name `latest` at the capture just written: a hard link made under
     /// a temporary name (`O_EXCL` semantics: `link` never replaces) and renamed over the old one
     /// (readers see the old file or the new one, never none); where the file system has no
     /// hard links, a copy of `bytes`, written the same way.
-    fn link_latest(&self, name: &str, latest: &str, bytes: &[u8]) -> Result<(), FileError> {
+    fn link_latest(&self, capture: &Path, latest: &str, bytes: &[u8]) -> Result<(), FileError> {
         let target = self.dir.join(latest);
-        let linked =
-            tmp_builder().make_in(&self.dir, |tmp| fs::hard_link(self.dir.join(name), tmp));
+        let linked = tmp_builder().make_in(&self.dir, |tmp| fs::hard_link(capture, tmp));
         if let Ok(link) = linked {
             return link
                 .persist(&target)
                 .map(drop)
                 .map_err(|e| io_error("rename a file in", &self.dir)(os_error(e.error)));
         }
-        self.write_file(latest, bytes).map(|_| ())
+        self.write_file(&self.dir, latest, bytes).map(|_| ())
     }
 
     /// Whether the stable name this exporter last pointed at its file now holds another file
@@ -337,7 +383,7 @@ impl FileExporter {
     /// Says once, on stderr, when another process (another pid or run) has written profiles
     /// here since our last export: the stable names are then whichever exported last.
     fn notice_other_writer(&mut self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
+        let Ok(entries) = fs::read_dir(&self.captures) else {
             return;
         };
         let since = utc_stamp(self.last_stamp_us);
@@ -361,9 +407,10 @@ impl FileExporter {
     /// Deletes temporary files of ours older than [`ORPHAN_AGE`]: an export never takes that
     /// long, so their writer was killed. Best effort.
     fn remove_orphans(&self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
+        let entries = [&self.dir, &self.captures]
+            .into_iter()
+            .filter_map(|dir| fs::read_dir(dir).ok())
+            .flatten();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };

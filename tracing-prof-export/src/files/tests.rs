@@ -27,6 +27,73 @@ fn timestamps() {
     assert_eq!(utc_stamp(951_825_600_000_000), "20000229T120000.000000Z"); // leap day
 }
 
+/// The directory reads at a glance: the index and the newest file of each kind at the top,
+/// every export's files in `captures/`, and nothing else.
+#[test]
+fn the_directory_holds_the_index_the_newest_files_and_captures() {
+    let scratch = scratch("layout");
+    let dir = scratch.path().to_owned();
+    let kinds = [ProfileKind::Spans, ProfileKind::Heap];
+    let mut e = FileExporter::new(&dir).kinds(kinds).keep(2).deltas(true);
+    let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
+    for _ in 0..3 {
+        e.write(&profile).unwrap();
+    }
+    let list = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        list(&dir),
+        [
+            "README.txt",
+            "captures",
+            "heap-delta.latest.pb.gz",
+            "heap.latest.pb.gz",
+            "spans-delta.latest.pb.gz",
+            "spans.latest.pb.gz",
+        ]
+    );
+    // Two exports kept, each of two kinds and their deltas.
+    let captures = list(&dir.join(CAPTURES_DIR));
+    assert_eq!(captures.len(), 8, "{captures:?}");
+    let newest = |stem: &str| {
+        let mut of: Vec<_> = captures
+            .iter()
+            .filter(|n| n.starts_with(&format!("{stem}.")))
+            .collect();
+        of.sort();
+        dir.join(CAPTURES_DIR).join(of.last().unwrap())
+    };
+    for stem in ["heap", "heap-delta", "spans", "spans-delta"] {
+        let latest = std::fs::metadata(dir.join(format!("{stem}.latest.pb.gz"))).unwrap();
+        assert_eq!(
+            latest.ino(),
+            std::fs::metadata(newest(stem)).unwrap().ino(),
+            "{stem}.latest.pb.gz is the newest capture"
+        );
+    }
+    let index = std::fs::read_to_string(dir.join(INDEX_FILE)).unwrap();
+    for line in [
+        "  spans.latest.pb.gz          time per span path: count, wall, busy, idle, CPU, off-CPU",
+        "  KIND-delta.latest.pb.gz     the last interval only: counters over it, memory at its end",
+        "captures/ holds every export's files, KIND.PID.UTCSTAMP.RUN.pb.gz (the newest 2 \
+         exports of each run are kept).",
+        "  tracing-prof leaks captures/heap.*.pb.gz        memory that kept growing",
+    ] {
+        assert!(index.lines().any(|l| l == line), "{line:?} not in\n{index}");
+    }
+    assert!(!index.contains("cpu.latest"), "a kind not written: {index}");
+    assert!(
+        !index.contains(".svg"),
+        "no flame graphs asked for: {index}"
+    );
+}
+
 #[test]
 fn names_stay_unique_and_ordered_within_one_microsecond() {
     let scratch = scratch("names");
@@ -57,7 +124,8 @@ fn an_unwritable_directory_gives_one_message_at_every_export() {
         "the profiler reports a changed message again"
     );
     assert!(
-        first.starts_with("cannot create a file in /proc/self: "),
+        // (/proc answers mkdir with ENOENT.)
+        first.starts_with("cannot create directory /proc/self/captures: "),
         "{first}"
     );
 }
@@ -90,10 +158,11 @@ fn orphaned_temporary_files_are_deleted_once_old() {
     );
     assert!(foreign.exists(), "a file that is not ours was deleted");
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
-        2,
-        "check leaves its probe behind"
+        files_named(&dir, |_| true),
+        3,
+        "check leaves its probe behind (beside the two files and captures/)"
     );
+    assert_eq!(files_named(&dir.join(CAPTURES_DIR), |_| true), 0);
 }
 
 #[test]
@@ -103,7 +172,7 @@ fn a_failing_export_never_leaves_more_than_keep_files() {
     let mut e = FileExporter::new(&dir).keep(3).kinds([ProfileKind::Heap]);
     let profile = Snapshot::new(SystemTime::now(), Duration::ZERO);
     let stamps = || {
-        files_named(&dir, |n| {
+        files_named(&dir.join(CAPTURES_DIR), |n| {
             n.starts_with(&format!("heap.{}.", std::process::id()))
         })
     };
@@ -239,7 +308,11 @@ fn two_runs_with_one_pid_never_prune_each_other() {
         a.write(&profile).unwrap();
         b.write(&profile).unwrap();
     }
-    let of = |e: &FileExporter| files_named(&dir, |n| n.contains(&format!(".{}.", e.run)));
+    let of = |e: &FileExporter| {
+        files_named(&dir.join(CAPTURES_DIR), |n| {
+            n.contains(&format!(".{}.", e.run))
+        })
+    };
     assert_eq!((of(&a), of(&b)), (2, 2));
 }
 
