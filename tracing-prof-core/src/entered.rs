@@ -383,7 +383,7 @@ pub(crate) fn exit(id: u64, clock: &impl Clock, cpu: bool) {
 
 /// A span of path `tag` closed on this thread after `wall_ns`, of which `idle_ns` not entered.
 #[inline]
-pub(crate) fn closed(tag: Tag, wall_ns: u64, idle_ns: u64) {
+pub(crate) fn closed(tag: Tag, wall_ns: u64, idle_ns: u64, errored: bool) {
     let times = match stack().map(RefCell::try_borrow_mut) {
         Some(Ok(mut guard)) => {
             let s = &mut **guard;
@@ -395,7 +395,7 @@ pub(crate) fn closed(tag: Tag, wall_ns: u64, idle_ns: u64) {
         // TLS torn down, or a close from inside enter or exit: the shared table.
         _ => span_times::shared(),
     };
-    times.closed(tag, wall_ns, idle_ns);
+    times.closed(tag, wall_ns, idle_ns, errored);
 }
 
 /// Exit of the frame at `pos` below the top (`len` frames): the frames above move down one, and

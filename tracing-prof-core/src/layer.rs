@@ -5,9 +5,9 @@ use crate::entered::{self, Home};
 use crate::span_index::{self, SpanState};
 use crate::trace_link::{self, LinkCell, TraceLinks};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use tracing_core::Subscriber;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use tracing_core::span::{Attributes, Id};
+use tracing_core::{Event, Level, Subscriber};
 use tracing_prof_alloc::{Tag, TagGuard};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
@@ -20,6 +20,8 @@ struct SpanData {
     busy_ns: Arc<AtomicU64>,
     /// The span's trace link, once its first enter looked it up.
     link: LinkCell,
+    /// Whether an ERROR event was recorded in it.
+    errored: AtomicBool,
 }
 
 /// Records, per span path, span counts, wall/busy/idle time and CPU time, and makes the
@@ -186,6 +188,41 @@ impl<C: Clock> ProfileLayer<C> {
         }
     }
 
+    /// Marks the span an ERROR `event` was recorded in (its explicit parent, or the current
+    /// span), so that its close counts an error for its path.
+    #[cold]
+    #[inline(never)]
+    fn errored<S>(&self, event: &Event<'_>, ctx: &Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let Some(span) = ctx.event_span(event) else {
+            return;
+        };
+        let owner = self.owner.load(Ordering::Relaxed);
+        if !span_index::mark_errored(owner, span.id().into_u64())
+            && let Some(data) = span.extensions().get::<SpanData>()
+        {
+            data.errored.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an ERROR event was recorded in a span the span index had no room for.
+    #[cold]
+    #[inline(never)]
+    fn errored_outside<S>(id: &Id, ctx: &Context<'_, S>) -> bool
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        ctx.span(id)
+            .and_then(|s| {
+                s.extensions()
+                    .get::<SpanData>()
+                    .map(|d| d.errored.load(Ordering::Relaxed))
+            })
+            .unwrap_or(false)
+    }
+
     /// The state of a span the span index had no room for, from its extensions.
     #[cold]
     #[inline(never)]
@@ -270,6 +307,7 @@ where
                 state: SpanState { instance, ..state },
                 busy_ns: Arc::new(AtomicU64::new(0)),
                 link: LinkCell::new(state.link),
+                errored: AtomicBool::new(false),
             });
         }
     }
@@ -302,6 +340,13 @@ where
         }
     }
 
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        // Events below ERROR cost this comparison.
+        if *event.metadata().level() == Level::ERROR {
+            self.errored(event, &ctx);
+        }
+    }
+
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         entered::exit(id.into_u64(), &self.clock, self.cpu_time);
     }
@@ -314,14 +359,14 @@ where
         // SAFETY: the span's instance word: its index entry's cell, which stays mapped, or an
         // instance id.
         let instance = unsafe { tracing_prof_alloc::__private::take_instance(state.instance) };
-        let busy = match home {
+        let (busy, errored) = match home {
             Home::Index(slot) => span_index::remove(slot, id.into_u64()),
-            Home::Extensions(b) => b.load(Ordering::Relaxed),
+            Home::Extensions(b) => (b.load(Ordering::Relaxed), Self::errored_outside(&id, &ctx)),
         };
         if instance != 0 {
             tracing_prof_alloc::__private::close_span_instance(instance, state.tag);
         }
         let wall = self.clock.now_ns().saturating_sub(state.created_ns);
-        entered::closed(state.tag, wall, wall.saturating_sub(busy));
+        entered::closed(state.tag, wall, wall.saturating_sub(busy), errored);
     }
 }

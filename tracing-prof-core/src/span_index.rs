@@ -78,6 +78,8 @@ struct Entry {
     owner: AtomicU32,
     tag: AtomicU32,
     parent: AtomicU32,
+    /// Non-zero once an ERROR event was recorded in the span (in what was padding).
+    errored: AtomicU32,
     created_ns: AtomicU64,
     /// Busy time added by the thread that created the span, its only writer.
     busy_home_ns: AtomicU64,
@@ -290,6 +292,7 @@ fn insert_at_home(owner: u32, id: u64, state: SpanState, home: u64) -> Option<Sl
         e.created_ns.store(state.created_ns, Ordering::Relaxed);
         e.busy_home_ns.store(0, Ordering::Relaxed);
         e.busy_away_ns.store(0, Ordering::Relaxed);
+        e.errored.store(0, Ordering::Relaxed);
         // Empty: the heap sampler opens the span's instance here at its first sampled
         // allocation (see `SpanState::instance`).
         tracing_prof_alloc::__private::reset_instance_cell(&e.instance);
@@ -363,6 +366,22 @@ pub(crate) fn set_link(slot: Slot, id: u64, link: Link) {
     }
 }
 
+/// Marks span `id` of `owner` as having recorded an ERROR event; `false` when it is not in
+/// the table. Called on ERROR events only.
+pub(crate) fn mark_errored(owner: u32, id: u64) -> bool {
+    match find(owner, id) {
+        Some((slot, _)) => {
+            if let Some(e) = table().and_then(|(entries, _)| entries.get(slot.0 as usize))
+                && e.key.load(Ordering::Acquire) == id
+            {
+                e.errored.store(1, Ordering::Relaxed);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
 /// An entry's busy time, both counters.
 fn busy_of(e: &Entry) -> u64 {
     e.busy_home_ns
@@ -370,17 +389,19 @@ fn busy_of(e: &Entry) -> u64 {
         .wrapping_add(e.busy_away_ns.load(Ordering::Relaxed))
 }
 
-/// Frees span `id`'s entry at `slot`; returns its busy time.
-pub(crate) fn remove(slot: Slot, id: u64) -> u64 {
+/// Frees span `id`'s entry at `slot`; returns its busy time and whether an ERROR event was
+/// recorded in it.
+pub(crate) fn remove(slot: Slot, id: u64) -> (u64, bool) {
     let Some(e) = table().and_then(|(entries, _)| entries.get(slot.0 as usize)) else {
-        return 0;
+        return (0, false);
     };
     if e.key.load(Ordering::Acquire) != id {
-        return 0;
+        return (0, false);
     }
     let busy = busy_of(e);
+    let errored = e.errored.load(Ordering::Relaxed) != 0;
     e.key.store(0, Ordering::Release);
-    busy
+    (busy, errored)
 }
 
 /// Gives the pages that hold no open span back to the kernel: for each page a span has
@@ -615,7 +636,7 @@ mod tests {
             ),
             (40, 3)
         );
-        assert_eq!(remove(slot, 12345), 43);
+        assert_eq!(remove(slot, 12345), (43, false));
         assert_eq!(find(a, 12345), None);
 
         // An id whose two places are both taken has no room: ids of the first shard whose
@@ -657,7 +678,7 @@ mod tests {
                 add_busy(slot, id, 1);
             }
         });
-        assert_eq!(remove(slot, id), 400_000);
+        assert_eq!(remove(slot, id), (400_000, false));
     }
 
     #[test]
@@ -689,7 +710,7 @@ mod tests {
         );
         for (&s, &id) in slots.iter().zip(&ids) {
             add_busy(s, id, 5);
-            assert_eq!(remove(s, id), 5);
+            assert_eq!(remove(s, id), (5, false));
         }
         let touched = resident_bytes();
         while !trim() {} // a capture elsewhere may be trimming

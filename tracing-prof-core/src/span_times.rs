@@ -1,6 +1,7 @@
 //! Span time per span path, counted by the thread that measured it: what the layer adds on every
 //! exit (an enter..exit interval: its own busy time, CPU time and the bucket of its length) and
-//! on every close (a span's lifetime and the part of it not entered).
+//! on every close (a span's lifetime, the part of it not entered, the bucket of its lifetime in
+//! the latency histogram, and whether an ERROR event was recorded in it).
 //!
 //! Each thread that enters or closes a span gets a [`Table`] of a slot per span path tag, kept
 //! with its thread record (`tracing-prof-thread`, the record's attachment). Only that thread
@@ -10,14 +11,16 @@
 //! could be had, or its record was given back during its TLS teardown) adds to one shared table,
 //! [`shared`], with atomic adds: slower, equally exact. [`read`] sums them all.
 //!
-//! A table is [`MAX_TAGS`] slots of 128 bytes (512 KiB of address space, a mapping of its own):
-//! only the pages of the paths a thread uses become memory. The allocator's
-//! counter tables hold memory only.
+//! A table is [`MAX_TAGS`] slots of 128 bytes and as many latency rows of 768 bytes (91
+//! histogram buckets and the error count): 3.5 MiB of address space, a mapping of its own, of
+//! which only the pages of the paths a thread uses become memory (a path's slot and the one or
+//! two lines of its row that its spans' durations reach). The allocator's counter tables hold
+//! memory only.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_prof_alloc::__private::{LIFETIME_BUCKETS, lifetime_bucket};
 use tracing_prof_alloc::{MAX_TAGS, Tag};
-use tracing_prof_model::TimeStats;
+use tracing_prof_model::{DURATION_BUCKETS, TimeStats, duration_bucket};
 use tracing_prof_thread::ThreadRecord;
 
 /// The time counters of one span path in one table.
@@ -53,15 +56,39 @@ impl Slot {
     }
 }
 
-/// One thread's span times, a slot per tag.
+/// The latency histogram of one span path in one table, and its error count: written at
+/// each close.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Latency {
+    /// Closed spans by wall time, in the buckets of [`tracing_prof_model::DURATION_BOUNDS_NS`].
+    durations: [AtomicU64; DURATION_BUCKETS],
+    /// Closed spans that recorded an ERROR event.
+    errors: AtomicU64,
+}
+
+const _: () = assert!(size_of::<Latency>() == 768);
+
+impl Latency {
+    const fn new() -> Self {
+        Latency {
+            durations: [const { AtomicU64::new(0) }; DURATION_BUCKETS],
+            errors: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One thread's span times, a slot and a latency row per tag.
 #[derive(Debug)]
 pub(crate) struct Table {
     slots: [Slot; MAX_TAGS],
+    latency: [Latency; MAX_TAGS],
 }
 
 /// Where threads without a table of their own add, atomically (all zeros: in `.bss`).
 static SHARED_TABLE: Table = Table {
     slots: [const { Slot::new() }; MAX_TAGS],
+    latency: [const { Latency::new() }; MAX_TAGS],
 };
 
 /// The writer for threads without a table of their own.
@@ -121,13 +148,22 @@ impl Writer {
         self.add(&s.intervals[lifetime_bucket(busy_ns)], 1);
     }
 
-    /// One closed span of `tag`: its lifetime (`wall_ns`) and the part of it not entered.
+    /// One closed span of `tag`: its lifetime (`wall_ns`), the part of it not entered, and
+    /// whether an ERROR event was recorded in it.
     #[inline]
-    pub(crate) fn closed(self, tag: Tag, wall_ns: u64, idle_ns: u64) {
+    pub(crate) fn closed(self, tag: Tag, wall_ns: u64, idle_ns: u64, errored: bool) {
         let s = self.slot(tag);
         self.add(&s.spans, 1);
         self.add(&s.wall_ns, wall_ns);
         self.add(&s.idle_ns, idle_ns);
+        let l = &self.table.latency[tag.get() as usize & (MAX_TAGS - 1)];
+        // duration_bucket is below DURATION_BUCKETS; `get` keeps it so without a panic.
+        if let Some(c) = l.durations.get(duration_bucket(wall_ns)) {
+            self.add(c, 1);
+        }
+        if errored {
+            self.add(&l.errors, 1);
+        }
     }
 }
 
@@ -170,6 +206,12 @@ fn new_table() -> Option<&'static Table> {
 pub(crate) fn read(out: &mut [TimeStats]) {
     let mut add = |table: &Table| {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        for (t, l) in out.iter_mut().zip(&table.latency) {
+            for (a, b) in t.durations.iter_mut().zip(&l.durations) {
+                *a += load(b);
+            }
+            t.errors += load(&l.errors);
+        }
         for (t, s) in out.iter_mut().zip(&table.slots) {
             t.spans += load(&s.spans);
             t.wall_ns += load(&s.wall_ns);
@@ -203,13 +245,14 @@ mod tests {
         let start = std::ptr::from_ref(t).cast::<u8>();
         assert_eq!(start as usize % align_of::<Table>(), 0);
         let before = tracing_prof_test_support::resident_pages(start, size_of::<Table>());
-        // 128 pages of address space, none written yet.
+        // 896 pages of address space, none written yet.
         assert_eq!(before, 0, "pages resident before any write");
-        Writer::own(Some(t)).closed(Tag::new(2000), 1, 1);
-        Writer::own(Some(t)).closed(Tag::new(3000), 1, 1);
+        Writer::own(Some(t)).closed(Tag::new(2000), 1, 1, false);
+        Writer::own(Some(t)).closed(Tag::new(3000), 1, 1, true);
         let after = tracing_prof_test_support::resident_pages(start, size_of::<Table>());
-        // Two slots 1000 tags (128 000 bytes) apart: two pages.
-        assert_eq!(after, 2, "pages resident after two slots' writes");
+        // Two slots 1000 tags (128 000 bytes) apart, and two latency rows 768 000 bytes apart:
+        // four pages.
+        assert_eq!(after, 4, "pages resident after two closes");
     }
 
     #[test]
@@ -229,7 +272,7 @@ mod tests {
                     for _ in 0..1000 {
                         w.interval(tag, 2_000, 3, 2, 1);
                     }
-                    w.closed(tag, 10, 4);
+                    w.closed(tag, 10, 4, false);
                 })
             })
             .collect();
@@ -237,7 +280,7 @@ mod tests {
             t.join().unwrap();
         }
         shared().interval(tag, 5, 0, 0, 0);
-        shared().closed(tag, 7, 7);
+        shared().closed(tag, 7, 7, true);
         let mut v = vec![TimeStats::default(); MAX_TAGS];
         read(&mut v);
         let (a, b) = (&v[4000], &before);
@@ -258,5 +301,8 @@ mod tests {
         assert_eq!(d[lifetime_bucket(2_000)], 4000);
         assert_eq!(d[0], 1);
         assert_eq!(d.iter().sum::<u64>(), 4001);
+        // Five closes of 10 ns and 7 ns: the first duration bucket; one with an error.
+        assert_eq!(a.durations[0] - b.durations[0], 5);
+        assert_eq!(a.errors - b.errors, 1);
     }
 }

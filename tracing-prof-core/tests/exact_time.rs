@@ -204,3 +204,85 @@ fn busy_idle_wall_and_cpu_are_exact() {
         140
     );
 }
+
+/// The latency clock: a clock of its own, so that the test above, running beside this one,
+/// never moves it.
+static LATENCY_NOW: AtomicU64 = AtomicU64::new(1_000);
+
+struct LatencyClock;
+
+impl Clock for LatencyClock {
+    fn now_ns(&self) -> u64 {
+        LATENCY_NOW.load(Ordering::SeqCst)
+    }
+    fn thread_cpu(&self) -> CpuSample {
+        CpuSample::default()
+    }
+}
+
+/// Known span durations land in the documented buckets (the first bound at least the
+/// duration), and ERROR events are counted once per span, on the span they were recorded in
+/// (its explicit parent, or the current span), never below ERROR.
+#[test]
+fn durations_land_in_their_buckets_and_errors_on_their_span() {
+    use tracing_prof_model::{DURATION_BOUNDS_NS, DURATION_BUCKETS};
+    let layer = ProfileLayer::new().with_clock(LatencyClock);
+    let wait = |ns: u64| LATENCY_NOW.fetch_add(ns, Ordering::SeqCst);
+    // Wall times (creation to close), in ns: 999, exactly 1 µs, 1 µs + 1 ns, 1.1 ms (twice),
+    // exactly 2.5 ms, 3 s, and 2 hours (past the last bound).
+    let lengths = [
+        999,
+        1_000,
+        1_001,
+        1_100_000,
+        1_100_000,
+        2_500_000,
+        3_000_000_000,
+        7_200_000_000_000,
+    ];
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        for (i, &ns) in lengths.iter().enumerate() {
+            let span = tracing::info_span!("latency_request");
+            span.in_scope(|| {
+                wait(ns / 2);
+                if i == 3 {
+                    // Two ERROR events in one span: one errored span.
+                    tracing::error!("failed");
+                    tracing::error!("failed again");
+                }
+                if i == 4 {
+                    tracing::warn!("only a warning");
+                    // Recorded in the child, which is the current span then: the child's.
+                    tracing::info_span!("latency_child").in_scope(|| tracing::error!("x"));
+                }
+            });
+            wait(ns - ns / 2);
+            if i == 5 {
+                // Outside the span, with the span as its explicit parent: the span's.
+                tracing::error!(parent: &span, "late");
+            }
+        }
+        // An ERROR event in no span: counted nowhere.
+        tracing::error!("in no span");
+    });
+    let p = tracing_prof_core::capture(std::time::Duration::from_secs(1));
+    let t = p.path(&["latency_request"]).expect("the path").time;
+    let mut expected = [0u64; DURATION_BUCKETS];
+    for (bucket, n) in [(0, 2), (1, 1), (31, 2), (34, 1), (65, 1), (90, 1)] {
+        expected[bucket] = n;
+    }
+    assert_eq!(t.durations, expected);
+    // The documented bounds: 1 µs, 1.25 µs, 1.25 ms, 2.5 ms, 3.15 s.
+    assert_eq!(
+        [0, 1, 31, 34, 65].map(|i| DURATION_BOUNDS_NS[i]),
+        [1_000, 1_250, 1_250_000, 2_500_000, 3_150_000_000]
+    );
+    assert_eq!((t.spans, t.errors), (8, 2));
+    assert_eq!(t.wall_ns, lengths.iter().sum::<u64>());
+    let child = p.path(&["latency_request", "latency_child"]).unwrap().time;
+    assert_eq!((child.spans, child.errors), (1, 1));
+    assert_eq!(
+        child.durations[0], 1,
+        "a child of no length: the first bucket"
+    );
+}

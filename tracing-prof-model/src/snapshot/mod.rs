@@ -4,10 +4,12 @@
 //! ships. It knows nothing of any file format: [`Snapshot::profile`] turns one of its kinds into
 //! a [`Profile`](crate::Profile), which knows pprof.
 
+mod durations;
 mod frames;
 mod paths;
 mod stacks;
 
+pub use durations::{DURATION_BOUNDS_NS, DURATION_BUCKETS, duration_bucket, duration_quantile};
 pub(crate) use frames::fields_of;
 use frames::names_are;
 pub use frames::{

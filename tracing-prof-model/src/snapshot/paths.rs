@@ -1,13 +1,14 @@
 //! What a snapshot knows of one span path: its time, its memory, its kind.
 
 use super::LIFETIME_BUCKETS;
+use super::durations::{DURATION_BUCKETS, duration_quantile};
 // What the docs below name.
 use super::frames::{SpanFrame, display_path, names_are};
 #[cfg(doc)]
 use super::{CpuSource, LIFETIME_BUCKET_NAMES, Snapshot};
 
 /// Time spent by the spans of one path. Durations in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TimeStats {
     /// Spans closed.
@@ -33,6 +34,32 @@ pub struct TimeStats {
     /// `busy_ns`), in the buckets of [`LIFETIME_BUCKET_NAMES`] (`<1us` to `>=10s`): how long
     /// each poll of an async span took.
     pub intervals: [u64; LIFETIME_BUCKETS],
+    /// Closed spans by their wall time (creation to close), in the buckets of
+    /// [`DURATION_BOUNDS_NS`]: the latency distribution of the path.
+    ///
+    /// [`DURATION_BOUNDS_NS`]: crate::DURATION_BOUNDS_NS
+    pub durations: [u64; DURATION_BUCKETS],
+    /// Closed spans in which an ERROR-level event was recorded (what `#[instrument(err)]`
+    /// emits when the function returns `Err`), each counted once.
+    pub errors: u64,
+}
+
+impl Default for TimeStats {
+    fn default() -> Self {
+        TimeStats {
+            spans: 0,
+            wall_ns: 0,
+            busy_ns: 0,
+            idle_ns: 0,
+            cpu_ns: 0,
+            cpu_user_ns: 0,
+            cpu_sys_ns: 0,
+            long_polls: 0,
+            intervals: [0; LIFETIME_BUCKETS],
+            durations: [0; DURATION_BUCKETS],
+            errors: 0,
+        }
+    }
 }
 
 impl TimeStats {
@@ -49,6 +76,10 @@ impl TimeStats {
         for (a, b) in self.intervals.iter_mut().zip(&o.intervals) {
             *a += b;
         }
+        for (a, b) in self.durations.iter_mut().zip(&o.durations) {
+            *a += b;
+        }
+        self.errors += o.errors;
     }
 
     /// `self - earlier`, field by field, never below 0.
@@ -64,7 +95,15 @@ impl TimeStats {
             cpu_sys_ns: d(self.cpu_sys_ns, earlier.cpu_sys_ns),
             long_polls: d(self.long_polls, earlier.long_polls),
             intervals: std::array::from_fn(|i| d(self.intervals[i], earlier.intervals[i])),
+            durations: std::array::from_fn(|i| d(self.durations[i], earlier.durations[i])),
+            errors: d(self.errors, earlier.errors),
         }
+    }
+
+    /// The `q` quantile (0 to 1) of the closed spans' wall time, in nanoseconds, from
+    /// [`durations`](Self::durations) (see [`duration_quantile`]); `None` when none closed.
+    pub fn duration_quantile(&self, q: f64) -> Option<u64> {
+        duration_quantile(&self.durations, q)
     }
 
     /// Time entered but not on a CPU: `busy - cpu`, at least 0. Blocking calls, lock waits and
