@@ -53,23 +53,7 @@ pub fn capture(duration: Duration) -> Snapshot {
     } else {
         Default::default()
     };
-    let paths = all
-        .iter()
-        .filter_map(|(tag, kind, frames)| {
-            let t = totals.get(tag.get() as usize)?;
-            let (objects, bytes) = outlived[tag.get() as usize];
-            let mut p = PathProfile::new(*kind, frames.clone());
-            p.time = times.get(tag.get() as usize).copied().unwrap_or_default();
-            p.time.long_polls = RUNTIME.long_polls.of(*tag).0;
-            if matches!(cpu, CpuSource::Sampled { .. }) {
-                p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
-            }
-            p.memory = memory_of(t);
-            p.outlived = (objects.round() as u64, bytes);
-            let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
-            (!empty).then_some(p)
-        })
-        .collect();
+    let paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu);
     let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         stacks_of(tracing_prof_alloc::__private::read_stacks(), &by_tag)
     }))
@@ -89,6 +73,60 @@ pub fn capture(duration: Duration) -> Snapshot {
     snapshot.stacks = stacks;
     snapshot.threads = RUNTIME.thread_names.threads();
     snapshot
+}
+
+/// The span paths' counters only, read now: their time (latency histograms and errors
+/// included) and memory, with none of the stacks (no symbolization, no heap or CPU stacks).
+/// What a metrics scrape reads: its cost grows with the span paths, never with the samples.
+pub fn capture_paths(duration: Duration) -> Snapshot {
+    let _profiler = TagGuard::new(Tag::PROFILER);
+    let all = RUNTIME.paths.all_with_reserved();
+    let mut totals = vec![TagTotals::default(); all.len()];
+    tracing_prof_alloc::__private::read_totals(&mut totals);
+    let mut times = vec![TimeStats::default(); all.len()];
+    crate::span_times::read(&mut times);
+    let outlived = vec![(0.0, 0); totals.len()];
+    let cpu = RUNTIME.cpu.source();
+    let sampled_cpu = if matches!(cpu, CpuSource::Sampled { .. }) {
+        RUNTIME.cpu.sampled_cpu(&RUNTIME.paths)
+    } else {
+        HashMap::new()
+    };
+    let mut snapshot = Snapshot::new(SystemTime::now(), duration);
+    snapshot.binary = crate::binary::current();
+    snapshot.paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu);
+    snapshot.overflowed_spans = RUNTIME.paths.overflowed_spans();
+    snapshot.cpu = cpu;
+    snapshot.cpu_sampling_hz = RUNTIME.cpu.sampled_hz();
+    snapshot.sample_rate = tracing_prof_alloc::__private::sample_rate();
+    snapshot
+}
+
+/// The profile of every path that counted something, from the tables read by tag.
+fn paths_of(
+    all: &[(Tag, PathKind, Vec<SpanFrame>)],
+    totals: &[TagTotals],
+    times: &[TimeStats],
+    outlived: &[(f64, u64)],
+    cpu: CpuSource,
+    sampled_cpu: &HashMap<Tag, u64>,
+) -> Vec<PathProfile> {
+    all.iter()
+        .filter_map(|(tag, kind, frames)| {
+            let t = totals.get(tag.get() as usize)?;
+            let (objects, bytes) = outlived.get(tag.get() as usize).copied()?;
+            let mut p = PathProfile::new(*kind, frames.clone());
+            p.time = times.get(tag.get() as usize).copied().unwrap_or_default();
+            p.time.long_polls = RUNTIME.long_polls.of(*tag).0;
+            if matches!(cpu, CpuSource::Sampled { .. }) {
+                p.time.cpu_ns = sampled_cpu.get(tag).copied().unwrap_or(0);
+            }
+            p.memory = memory_of(t);
+            p.outlived = (objects.round() as u64, bytes);
+            let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
+            (!empty).then_some(p)
+        })
+        .collect()
 }
 
 /// The code stack of `ips` sampled in the path `frames` of `kind`, or the table-full frame for

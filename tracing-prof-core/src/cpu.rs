@@ -419,6 +419,24 @@ impl Cpu {
         }
     }
 
+    /// The sampled CPU time per tag so far (cumulative): what [`stacks`](Self::stacks) sums,
+    /// without building the stacks (new samples are symbolized into the store, as each drain
+    /// past its bound does).
+    pub(crate) fn sampled_cpu(&self, paths: &Paths) -> HashMap<Tag, u64> {
+        self.drain(paths);
+        let period_ns = self.period_ns();
+        let mut per_tag: HashMap<Tag, u64> = HashMap::new();
+        let mut guard = self.store();
+        if let Some(s) = guard.as_mut() {
+            self.compact(s, paths);
+            for ((tag, _), &id) in &s.resolved {
+                let n = s.counts.get(id as usize).copied().unwrap_or(0);
+                *per_tag.entry(Tag::new(tag & !LONG_POLL)).or_insert(0) += n * period_ns;
+            }
+        }
+        per_tag
+    }
+
     /// The CPU stacks recorded so far (cumulative), symbolized and merged by span path and code
     /// stack, and the sampled CPU time per tag.
     pub(crate) fn stacks(

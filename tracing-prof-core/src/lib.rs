@@ -68,7 +68,7 @@ mod threads;
 mod trace_link;
 
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
-pub use capture::capture;
+pub use capture::{capture, capture_paths};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError, CpuTime, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;

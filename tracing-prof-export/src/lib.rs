@@ -7,7 +7,9 @@
 //!
 //! - [`FileExporter`]: a [`Sink`](tracing_prof_core::Sink) writing pprof files to a directory,
 //!   with optional delta files and flame graph SVGs.
-//! - [`http`]: a Go-compatible `/debug/pprof` handler and a small standalone server.
+//! - [`http`]: a Go-compatible `/debug/pprof` handler and a small standalone server, with
+//!   `/metrics`.
+//! - [`metrics`]: latency, errors, CPU and memory per span path for Prometheus.
 //! - [`pyroscope`]: pushes to Pyroscope / Grafana Cloud, never blocking the application.
 //! - `otlp` (feature `otlp`): sends OpenTelemetry profiles (OTLP/HTTP) to a Collector or
 //!   Pyroscope, in the same way.
@@ -15,6 +17,7 @@
 mod env;
 pub mod files;
 pub mod http;
+pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 mod pushed;

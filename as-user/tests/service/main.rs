@@ -9,6 +9,7 @@ mod running;
 mod http_pprof;
 mod live;
 mod otlp;
+mod prometheus;
 mod pyroscope;
 mod readme_commands;
 mod service_output;

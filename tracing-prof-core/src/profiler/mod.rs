@@ -194,6 +194,13 @@ impl Profiler {
         p
     }
 
+    /// The span paths' counters only, read now (time, latency histograms, errors and memory per
+    /// path; no stacks): what `/metrics` serves. Cheaper than [`snapshot`](Self::snapshot):
+    /// nothing is symbolized but new CPU samples, and the cost grows with the span paths only.
+    pub fn paths_snapshot(&self) -> Snapshot {
+        crate::capture_paths(self.shared.started.elapsed())
+    }
+
     /// What is running now, as Go's goroutine dump shows goroutines: each thread that entered a
     /// span, with the span path it is in and since when; each span path with open spans, its
     /// count and its oldest spans' ages (at most [`LISTED_PER_PATH`]), the path with the oldest

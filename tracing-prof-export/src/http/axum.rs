@@ -16,6 +16,21 @@ use super::handler::{HttpResponse, PprofHandler};
 /// # }
 /// ```
 pub fn axum_router(handler: PprofHandler) -> axum::Router {
+    router(
+        handler,
+        &["/debug/pprof", "/debug/pprof/", "/debug/pprof/{*rest}"],
+    )
+}
+
+/// `/metrics` (span metrics for Prometheus, see [`crate::metrics`]) as an axum
+/// [`Router`](axum::Router) of its own: merge it where your app has no `/metrics` route of its
+/// own (merging two panics), or serve it on another port. Behind the `axum` feature.
+pub fn axum_metrics_router(handler: PprofHandler) -> axum::Router {
+    router(handler, &["/metrics"])
+}
+
+/// A router answering `routes` with `handler`.
+fn router(handler: PprofHandler, routes: &[&str]) -> axum::Router {
     use axum::http::{HeaderName, HeaderValue, StatusCode, header};
     use axum::response::{IntoResponse, Response};
 
@@ -44,10 +59,9 @@ pub fn axum_router(handler: PprofHandler) -> axum::Router {
             response
         }
     };
-    axum::Router::new()
-        .route("/debug/pprof", axum::routing::any(serve.clone()))
-        .route("/debug/pprof/", axum::routing::any(serve.clone()))
-        .route("/debug/pprof/{*rest}", axum::routing::any(serve))
+    routes.iter().fold(axum::Router::new(), |r, route| {
+        r.route(route, axum::routing::any(serve.clone()))
+    })
 }
 
 /// The header names [`PprofHandler`] uses, lower-cased as `HeaderName::from_static` requires.

@@ -2,6 +2,7 @@
 
 use super::pages::{index, text_table};
 use super::{DEFAULT_MAX_SECONDS, DEFAULT_PROFILE_SECONDS, MAX_WINDOWS};
+use crate::metrics::{Format, SpanMetrics};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -59,6 +60,8 @@ pub struct PprofHandler {
     max_seconds: u64,
     /// `?seconds=` windows running, shared by the handler's clones.
     windows: Arc<AtomicUsize>,
+    /// `/metrics`: which paths have histograms, shared by the handler's clones.
+    metrics: Arc<SpanMetrics>,
 }
 
 impl std::fmt::Debug for PprofHandler {
@@ -78,7 +81,15 @@ impl PprofHandler {
             token: None,
             max_seconds: DEFAULT_MAX_SECONDS,
             windows: Arc::new(AtomicUsize::new(0)),
+            metrics: Arc::new(SpanMetrics::new()),
         }
+    }
+
+    /// How `/metrics` is encoded: which span paths get latency histograms, which buckets
+    /// (default [`SpanMetrics::new`]).
+    pub fn span_metrics(mut self, metrics: SpanMetrics) -> Self {
+        self.metrics = Arc::new(metrics);
+        self
     }
 
     /// Requires `Authorization: Bearer TOKEN` on every request.
@@ -113,7 +124,7 @@ impl PprofHandler {
         path_and_query: &str,
         authorization: Option<&str>,
     ) -> HttpResponse {
-        tracing_prof_core::as_profiler(|| self.answer(method, path_and_query, authorization))
+        tracing_prof_core::as_profiler(|| self.answer(method, path_and_query, authorization, None))
     }
 
     /// Answers one request from its head, as `http` (hyper, axum) has it: its method, target
@@ -123,11 +134,14 @@ impl PprofHandler {
             .uri
             .path_and_query()
             .map_or_else(|| head.uri.path(), |p| p.as_str());
-        let authorization = head
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        self.handle(head.method.as_str(), target, authorization)
+        let header = |name| head.headers.get(name).and_then(|v| v.to_str().ok());
+        let (authorization, accept) = (
+            header(http::header::AUTHORIZATION),
+            header(http::header::ACCEPT),
+        );
+        tracing_prof_core::as_profiler(|| {
+            self.answer(head.method.as_str(), target, authorization, accept)
+        })
     }
 
     fn answer(
@@ -135,6 +149,7 @@ impl PprofHandler {
         method: &str,
         path_and_query: &str,
         authorization: Option<&str>,
+        accept: Option<&str>,
     ) -> HttpResponse {
         if let Some(token) = &self.token {
             let given = authorization
@@ -155,6 +170,9 @@ impl PprofHandler {
         let (path, query) = path_and_query
             .split_once('?')
             .unwrap_or((path_and_query, ""));
+        if path == "/metrics" {
+            return self.metrics(Format::from_accept(accept));
+        }
         let mut seconds = None;
         let mut debug = false;
         let mut every = false;
@@ -228,6 +246,19 @@ impl PprofHandler {
     }
 
     /// Why CPU sampling is not running, in words; `None` while it runs.
+    /// `/metrics`: the span paths' counters read now, and the profiler's health.
+    fn metrics(&self, format: Format) -> HttpResponse {
+        let snapshot = self.profiler.paths_snapshot();
+        let stats = self.profiler.stats();
+        let body = self.metrics.encode(&snapshot, Some(&stats), format);
+        HttpResponse {
+            status: 200,
+            content_type: format.content_type(),
+            headers: Vec::new(),
+            body: body.into_bytes(),
+        }
+    }
+
     fn cpu_not_running(&self) -> Option<String> {
         (self.profiler.stats().cpu.hz == 0).then(|| {
             let why = self

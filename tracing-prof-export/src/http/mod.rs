@@ -12,6 +12,7 @@
 //! | `/debug/pprof/span_memory`, `lifetimes`, `threads` | as the files of the same names | |
 //! | `/debug/pprof/goroutine` | what runs now: open spans per span path, each thread's path | `open_spans` |
 //! | `/debug/pprof/live` | one window (default 1 s) for `tracing-prof live`: a [`LiveFrame`](tracing_prof_model::LiveFrame) | |
+//! | `/metrics` | span metrics for Prometheus ([`crate::metrics`]): OpenMetrics or Prometheus text, as `Accept` asks | |
 //!
 //! `?seconds=N` (1 to [`DEFAULT_MAX_SECONDS`]) answers a window profile over the next N seconds
 //! (`go tool pprof -seconds N URL` sends it), `?debug=1` a readable text table.
@@ -55,7 +56,7 @@ pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
 pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
 
 #[cfg(feature = "axum")]
-pub use axum::axum_router;
+pub use axum::{axum_metrics_router, axum_router};
 pub use handler::{HttpResponse, PprofHandler};
 pub(crate) use server::HttpSettings;
 pub use server::{HttpError, HttpServer};

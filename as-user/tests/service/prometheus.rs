@@ -1,0 +1,263 @@
+//! A real Prometheus (Debian's `prometheus`, which CI installs) scrapes the example service's
+//! `/metrics` every second: `promtool check metrics` is clean on the exposition, the span
+//! metrics arrive under their names, `histogram_quantile` over the scraped buckets is what
+//! our own quantile (`duration_quantile`'s interpolation) reads from the same buckets, and
+//! every PromQL query of docs/metrics.md answers.
+
+use crate::running;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A GET of `path` on `host` (`127.0.0.1:PORT`), with `accept`: the status line and the body.
+fn get(host: &str, path: &str, accept: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (head.to_owned(), body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
+/// `query` over Prometheus's HTTP API at `time`: the result vector.
+fn query(prometheus: &str, query: &str, time: f64) -> Vec<serde_json::Value> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (head, body) = get(
+        prometheus,
+        &format!("/api/v1/query?query={encoded}&time={time}"),
+        "application/json",
+    );
+    assert!(head.contains(" 200 "), "{query}: {head}\n{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+fn value(v: &serde_json::Value) -> f64 {
+    v["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn prometheus_scrapes_the_span_metrics() {
+    let _serial = crate::serial();
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "prometheus is not installed (.ci/run installs Debian's)"
+        );
+        eprintln!("prometheus is not installed: not tried");
+        return;
+    }
+    let (service, base) = running::start(60, &[]);
+    let host = base
+        .trim_start_matches("http://")
+        .trim_end_matches("/debug/pprof")
+        .to_owned();
+    // The exposition itself: OpenMetrics when asked, Prometheus text otherwise; promtool
+    // reads the latter.
+    let (head, open_metrics) = get(&host, "/metrics", "application/openmetrics-text");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(open_metrics.ends_with("# EOF\n"), "{open_metrics}");
+    let (_, text) = get(&host, "/metrics", "text/plain");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // Prometheus, scraping it every second.
+    let work = tempfile::Builder::new()
+        .prefix("tracing-prof-prometheus-")
+        .tempdir()
+        .unwrap();
+    let config = work.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: example\n    static_configs:\n      - targets: ['{host}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus_addr = format!("127.0.0.1:{}", free_port());
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Kill(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                work.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prometheus_addr}"))
+            .arg("--enable-feature=exemplar-storage")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let render = "span_path=\"request -> render\"";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    // Three scrapes' worth of the render path's spans.
+    let scraped = loop {
+        let ready = std::net::TcpStream::connect(&prometheus_addr).is_ok()
+            && query(
+                &prometheus_addr,
+                &format!("count_over_time(tracing_prof_spans_total{{{render}}}[1m])"),
+                now(),
+            )
+            .first()
+            .is_some_and(|v| value(v) >= 3.0);
+        if ready {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        scraped,
+        "Prometheus never scraped three samples of the render path"
+    );
+    let t = now();
+    let spans = value(
+        &query(
+            &prometheus_addr,
+            &format!("tracing_prof_spans_total{{{render}}}"),
+            t,
+        )[0],
+    );
+    assert!(spans > 0.0);
+    for family in [
+        "tracing_prof_span_errors_total",
+        "tracing_prof_span_busy_seconds_total",
+        "tracing_prof_span_cpu_seconds_total",
+        "tracing_prof_span_allocated_bytes_total",
+        "tracing_prof_span_inuse_bytes",
+        "tracing_prof_exports_total",
+    ] {
+        assert!(
+            !query(&prometheus_addr, family, t).is_empty(),
+            "{family} was not scraped"
+        );
+    }
+    // The p99 Prometheus computes, and ours from the same scraped buckets.
+    let p99 = value(
+        &query(
+            &prometheus_addr,
+            &format!(
+                "histogram_quantile(0.99, tracing_prof_span_duration_seconds_bucket{{{render}}})"
+            ),
+            t,
+        )[0],
+    );
+    let mut buckets: Vec<(f64, f64)> = query(
+        &prometheus_addr,
+        &format!("tracing_prof_span_duration_seconds_bucket{{{render}}}"),
+        t,
+    )
+    .iter()
+    .map(|v| {
+        let le = v["metric"]["le"].as_str().unwrap();
+        (le.parse::<f64>().unwrap_or(f64::INFINITY), value(v))
+    })
+    .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(buckets.len(), 72, "71 bounds and +Inf");
+    let total = buckets.last().unwrap().1;
+    let rank = 0.99 * total;
+    let i = buckets.iter().position(|b| b.1 >= rank).unwrap();
+    let (lo, below) = if i == 0 { (0.0, 0.0) } else { buckets[i - 1] };
+    let ours = lo + (buckets[i].0 - lo) * (rank - below) / (buckets[i].1 - below);
+    assert!(
+        (p99 - ours).abs() <= 1e-9 * ours,
+        "histogram_quantile {p99} against ours {ours} from {buckets:?}"
+    );
+    // Every query of docs/metrics.md, as written, answers something.
+    let doc = tracing_prof_test_support::documentation();
+    let block = doc
+        .split("```promql\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a promql block in docs/metrics.md");
+    let queries: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(queries.len(), 5, "{block}");
+    for q in queries {
+        let answer = query(&prometheus_addr, q, t);
+        assert!(!answer.is_empty(), "{q}: no answer");
+    }
+    // The example's render takes milliseconds on any machine.
+    assert!((1e-4..1.0).contains(&p99), "p99 of render: {p99} s");
+    drop(service);
+}

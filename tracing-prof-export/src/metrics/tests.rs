@@ -1,0 +1,148 @@
+//! The exposition, exactly, for a snapshot of known numbers; and `promtool check metrics` on
+//! it where promtool is installed (CI installs Debian's `prometheus`; the real Prometheus
+//! scrapes the example in the as-user tests).
+
+use super::*;
+use tracing_prof_model::{PathKind, SpanFrame, duration_bucket};
+
+/// A snapshot of two paths: `request` (four spans: 5 µs, 1.1 ms twice, 2 s; one errored) and
+/// `request -> render` (no span closed yet, memory only).
+fn snapshot() -> Snapshot {
+    let mut s = Snapshot::new(std::time::SystemTime::UNIX_EPOCH, Duration::from_secs(1));
+    let frame = |n: &str| SpanFrame::new("app", n, None, None);
+    let mut request = PathProfile::new(PathKind::Span, vec![frame("request")]);
+    for ns in [5_000, 1_100_000, 1_100_000, 2_000_000_000] {
+        request.time.durations[duration_bucket(ns)] += 1;
+        request.time.wall_ns += ns;
+        request.time.spans += 1;
+    }
+    request.time.errors = 1;
+    request.time.busy_ns = 1_500_000_000;
+    request.time.cpu_ns = 250_000_000;
+    request.memory.alloc_bytes = 4096;
+    request.memory.inuse_bytes = 1024;
+    let mut render = PathProfile::new(PathKind::Span, vec![frame("request"), frame("render")]);
+    render.memory.alloc_bytes = 100;
+    s.paths = vec![request, render];
+    s
+}
+
+#[test]
+fn every_family_with_its_numbers() {
+    let m = SpanMetrics::new().buckets(Duration::from_millis(1), Duration::from_secs(1));
+    assert_eq!(m.bucket_bounds().len(), 31);
+    let text = m.encode(&snapshot(), None, Format::OpenMetrics);
+    let lines: Vec<&str> = text.lines().collect();
+    for expected in [
+        "# TYPE tracing_prof_span_duration_seconds histogram",
+        "# UNIT tracing_prof_span_duration_seconds seconds",
+        "tracing_prof_span_duration_seconds_sum{span_path=\"request\"} 2.002205",
+        "tracing_prof_span_duration_seconds_count{span_path=\"request\"} 4",
+        // 5 µs counts in the first bucket exposed (1 ms); 1.1 ms in (1 ms, 1.25 ms].
+        "tracing_prof_span_duration_seconds_bucket{le=\"0.001\",span_path=\"request\"} 1",
+        "tracing_prof_span_duration_seconds_bucket{le=\"0.00125\",span_path=\"request\"} 3",
+        "tracing_prof_span_duration_seconds_bucket{le=\"0.8\",span_path=\"request\"} 3",
+        "tracing_prof_span_duration_seconds_bucket{le=\"1.0\",span_path=\"request\"} 3",
+        "tracing_prof_span_duration_seconds_bucket{le=\"+Inf\",span_path=\"request\"} 4",
+        "tracing_prof_spans_total{span_path=\"request\"} 4",
+        "tracing_prof_spans_total{span_path=\"request -> render\"} 0",
+        "tracing_prof_span_errors_total{span_path=\"request\"} 1",
+        "tracing_prof_span_busy_seconds_total{span_path=\"request\"} 1.5",
+        "tracing_prof_span_cpu_seconds_total{span_path=\"request\"} 0.25",
+        "tracing_prof_span_allocated_bytes_total{span_path=\"request -> render\"} 100",
+        "tracing_prof_span_inuse_bytes{span_path=\"request\"} 1024",
+        "# EOF",
+    ] {
+        assert!(lines.contains(&expected), "{expected:?} not in\n{text}");
+    }
+    // No histogram for a path with no span closed.
+    assert!(!text.contains("duration_seconds_count{span_path=\"request -> render\"}"));
+    let plain = m.encode(&snapshot(), None, Format::Prometheus);
+    assert!(!plain.contains("# EOF") && plain.contains("tracing_prof_spans_total"));
+    // promtool reads the Prometheus text format (OpenMetrics' counters name their family
+    // without `_total`, which it takes for a missing help text).
+    promtool_accepts(&plain);
+}
+
+/// Histograms go to at most N paths, the busiest first, and a path once chosen keeps its
+/// series at every later scrape, even when busier paths come and when it disappears.
+#[test]
+fn histogram_paths_are_chosen_stickily() {
+    let m = SpanMetrics::new().histogram_paths(1);
+    let has = |text: &str, path: &str| {
+        text.contains(&format!(
+            "tracing_prof_span_duration_seconds_count{{span_path=\"{path}\"}}"
+        ))
+    };
+    let s = snapshot();
+    let first = m.encode(&s, None, Format::Prometheus);
+    assert!(has(&first, "request"));
+    let mut busier = s.clone();
+    busier.paths[1].time.spans = 1000;
+    busier.paths[1].time.durations[0] = 1000;
+    let second = m.encode(&busier, None, Format::Prometheus);
+    assert!(has(&second, "request") && !has(&second, "request -> render"));
+    let mut gone = s.clone();
+    gone.paths.remove(0);
+    let third = m.encode(&gone, None, Format::Prometheus);
+    assert!(
+        third.contains("tracing_prof_span_duration_seconds_count{span_path=\"request\"} 0"),
+        "{third}"
+    );
+    assert!(!m.encode(&s, None, Format::Prometheus).is_empty());
+    let none = SpanMetrics::new().histogram_paths(0);
+    assert!(!has(&none.encode(&s, None, Format::Prometheus), "request"));
+}
+
+#[test]
+fn the_format_follows_the_accept_header() {
+    // What Prometheus 2.42 sends.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                      version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
+    assert_eq!(Format::from_accept(Some("text/plain")), Format::Prometheus);
+    assert_eq!(Format::from_accept(None), Format::Prometheus);
+}
+
+#[test]
+fn the_default_buckets_are_ten_per_decade_from_10us_to_100s() {
+    let b = SpanMetrics::new().bucket_bounds();
+    assert_eq!(b.len(), 71);
+    assert_eq!((b[0], b[1], b[70]), (1e-5, 1.25e-5, 100.0));
+    // A bound asked for between two is the nearest on a log scale.
+    let m = SpanMetrics::new().buckets(Duration::from_micros(1_120), Duration::from_secs(60));
+    let b = m.bucket_bounds();
+    assert_eq!((b[0], *b.last().unwrap()), (0.00125, 63.0));
+}
+
+/// `promtool check metrics` on `text`, when promtool is installed: lint problems fail.
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "promtool is not installed (CI installs Debian's prometheus)"
+        );
+        eprintln!("promtool is not installed: not checked");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
