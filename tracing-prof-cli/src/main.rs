@@ -195,8 +195,9 @@ struct LeaksArgs {
     /// sample type's unit.
     #[arg(long, default_value_t = 65536)]
     min_growth: i64,
-    /// Steps at the end of the series to judge (default: all). Suspected: grew by
-    /// `--min-growth` over them, in at least half of them, and never fell.
+    /// Steps at the end of the series to judge (default: all, and nothing is suspected with
+    /// fewer than 3). Suspected: grew by `--min-growth` over them, in at least half of them,
+    /// and never fell.
     #[arg(long)]
     steps: Option<usize>,
     /// Rows of the growth table (0: all).
@@ -560,6 +561,10 @@ fn last_process(loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
     loaded.into_iter().skip(last).collect()
 }
 
+/// Steps (captures less one) the `leaks` command wants before it suspects anything, unless
+/// `--steps` says otherwise.
+const MIN_LEAK_STEPS: usize = 3;
+
 /// The `leaks` command's text.
 fn leaks(
     loaded: &[input::Loaded],
@@ -586,20 +591,34 @@ fn leaks(
     // The profiler's own rule (`series::is_suspected_leak`), over the last `steps` steps.
     let trend = |g: &series::Growth| series::is_suspected_leak(&g.values, steps, a.min_growth);
     let suspected: Vec<_> = growth.iter().filter(|g| trend(g) && !own(g)).collect();
-    if suspected.is_empty() {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    if a.steps.is_none() && steps < MIN_LEAK_STEPS {
+        // A cache filling up grows in the first step or two just as a leak does.
         out.push_str(&format!(
-            "\nNo suspected leaks: no {}'s {} grew by {} or more over the last {steps} steps without ever falling.\n",
+            "\nToo few captures to judge: {} give {steps} step{}, and a cache filling up grows \
+             in its first steps as a leak does. A leak keeps growing: give at least {} captures \
+             (run longer, or export more often with TRACING_PROF_INTERVAL), or --steps to judge \
+             these anyway.\n",
+            profiles.len(),
+            plural(steps),
+            MIN_LEAK_STEPS + 1
+        ));
+    } else if suspected.is_empty() {
+        out.push_str(&format!(
+            "\nNo suspected leaks: no {}'s {} grew by {} or more over the last {steps} step{} without ever falling.\n",
             match a.by {
                 By::Function => "stack",
                 By::Span => "span path",
             },
             a.sample_type,
-            fmt(a.min_growth)
+            fmt(a.min_growth),
+            plural(steps)
         ));
     } else {
         out.push_str(&format!(
-            "\nSuspected leaks ({} grew over the last {steps} steps, in at least half of them, and never fell):\n",
-            a.sample_type
+            "\nSuspected leaks ({} grew over the last {steps} step{}, in at least half of them, and never fell):\n",
+            a.sample_type,
+            plural(steps)
         ));
         for g in &suspected {
             out.push_str(&format!(

@@ -21,6 +21,7 @@
 //!
 //! captures   -- profiles less duplicates
 //! newest     -- per kind and process, the newest cumulative capture
+//! last_process(pid)  -- the pid of the newest capture (NULL for names without one)
 //! totals(profile_id, kind, source, pid, sample_id, span_path, leaf, stack, sample_type, value)
 //!            -- the values of `newest`: SUM over it is the process's total
 //! over_time(profile_id, kind, source, pid, scope, time_ns, sample_id, span_path, leaf, stack,
@@ -123,6 +124,8 @@ CREATE VIEW IF NOT EXISTS newest AS
         SELECT 1 FROM captures d WHERE d.scope = 'cumulative' AND d.kind IS c.kind
         AND d.pid IS c.pid AND d.binary IS c.binary
         AND (d.end_ns > c.end_ns OR (d.end_ns IS c.end_ns AND d.id > c.id)));
+CREATE VIEW IF NOT EXISTS last_process AS
+    SELECT pid FROM captures WHERE end_ns IS NOT NULL ORDER BY end_ns DESC, id DESC LIMIT 1;
 CREATE VIEW IF NOT EXISTS totals AS
     SELECT p.id AS profile_id, p.kind, p.source, p.pid, s.id AS sample_id, s.span_path,
         s.leaf, s.stack, v.sample_type, v.value

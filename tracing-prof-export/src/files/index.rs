@@ -42,11 +42,11 @@ pub(super) fn text(
         n => format!("the newest {n} exports of each run are kept"),
     };
     line(&format!(
-        "{CAPTURES_DIR}/ holds every export's files, KIND.PID.UTCSTAMP.RUN.pb.gz ({kept})."
+        "{CAPTURES_DIR}/ holds every export's files, KIND.PID.TIMESTAMP.RUN.pb.gz ({kept})."
     ));
     line("");
     line("Open them:");
-    let mut cmd = |c: &str, what: &str| line(&format!("  {c:<48}{what}"));
+    let mut cmd = |c: &str, what: &str| line(&format!("  {c:<60}{what}"));
     if let Some(first) = kinds.first() {
         cmd(
             &format!("go tool pprof -http=: {}.latest.pb.gz", first.name()),
@@ -65,17 +65,22 @@ pub(super) fn text(
             "the hottest functions, span frames marked",
         );
     }
+    if kinds.contains(&ProfileKind::SpanMemory) {
+        cmd(
+            &format!("tracing-prof leaks --by span {CAPTURES_DIR}/span_memory.*.pb.gz"),
+            "span paths whose memory kept growing",
+        );
+    }
     if kinds.contains(&ProfileKind::Heap) {
         cmd(
             &format!("tracing-prof leaks {CAPTURES_DIR}/heap.*.pb.gz"),
-            "memory that kept growing",
+            "the code that holds it",
         );
     }
     cmd(
         "tracing-prof report . -o report.html",
         "every kind on one page",
     );
-    line("");
     line("");
     line(&format!(
         "Each run rewrites this file. Given a directory, `tracing-prof report` and `sqlite`"
