@@ -70,7 +70,7 @@ mod trace_link;
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use capture::{capture, capture_paths};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
-pub use config::{Config, ConfigError, CpuTime, ToggleSignal, Unwind};
+pub use config::{Config, ConfigError, CpuTime, SlowSpan, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use otel_resource::{AttributeValue, resource_from_env};

@@ -97,7 +97,8 @@ pub use snapshot::{
     DURATION_BUCKETS, LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes, MemoryStats,
     NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR, PROFILER_FRAME, PathKind,
     PathProfile, Snapshot, SpanFrame, StackProfile, SuspectedLeak, Symbols, TABLE_FULL_FRAME,
-    ThreadProfile, TimeStats, display_path, duration_bucket, duration_quantile,
+    ThreadProfile, TimeStats, display_path, duration_bucket, duration_quantile, slow_bound,
+    spans_slower_than,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
 pub use trace_link::{LinkedSamples, TraceLink};

@@ -1,6 +1,7 @@
 //! A real Prometheus (Debian's `prometheus`, which CI installs) scrapes the example service's
 //! `/metrics` every second: `promtool check metrics` is clean on the exposition, the span
-//! metrics arrive under their names, `histogram_quantile` over the scraped buckets is what
+//! metrics arrive under their names (a slow-span threshold's count what the buckets above it
+//! hold), `histogram_quantile` over the scraped buckets is what
 //! our own quantile (`duration_quantile`'s interpolation) reads from the same buckets, and
 //! every PromQL query of docs/metrics.md answers.
 
@@ -91,7 +92,8 @@ fn prometheus_scrapes_the_span_metrics() {
         eprintln!("prometheus is not installed: not tried");
         return;
     }
-    let (service, base) = running::start(60, &[]);
+    let (service, base) =
+        running::start(60, &[("TRACING_PROF_SLOW_SPAN", "request -> render:1ms")]);
     let host = base
         .trim_start_matches("http://")
         .trim_end_matches("/debug/pprof")
@@ -244,6 +246,15 @@ fn prometheus_scrapes_the_span_metrics() {
         (p99 - ours).abs() <= 1e-9 * ours,
         "histogram_quantile {p99} against ours {ours} from {buckets:?}"
     );
+    // The slow spans: those of the same scrape's buckets above 1 ms.
+    let slow = query(
+        &prometheus_addr,
+        &format!("tracing_prof_span_slow_total{{{render}}}"),
+        t,
+    );
+    assert_eq!(slow[0]["metric"]["threshold"], "0.001");
+    let at_1ms = buckets.iter().find(|b| b.0 == 0.001).unwrap().1;
+    assert_eq!(value(&slow[0]), total - at_1ms, "{buckets:?}");
     // Every query of docs/metrics.md, as written, answers something.
     let doc = tracing_prof_test_support::documentation();
     let block = doc

@@ -44,6 +44,9 @@ pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
 /// Whether SIGTERM makes the final export before the process ends: `1`/`0`, `true`/`false`,
 /// ... (default on; see `Config::flush_on_sigterm`).
 pub const ENV_FLUSH_ON_SIGTERM: &str = "TRACING_PROF_FLUSH_ON_SIGTERM";
+/// Slow-span thresholds, `PATH:DURATION` separated by commas (`request -> render:50ms`; `*`
+/// for every path): spans of the path longer than the duration are counted as slow.
+pub const ENV_SLOW_SPAN: &str = "TRACING_PROF_SLOW_SPAN";
 /// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
 pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
 
@@ -71,6 +74,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_LEAK_SNAPSHOTS",
     "TRACING_PROF_LONG_POLL",
     "TRACING_PROF_TOGGLE_SIGNAL",
+    "TRACING_PROF_SLOW_SPAN",
     "TRACING_PROF_FLUSH_ON_SIGTERM",
     // The exporters' (`tracing-prof-export`).
     "TRACING_PROF_DIR",

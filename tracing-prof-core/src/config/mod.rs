@@ -10,7 +10,8 @@ pub use env::{
     ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES,
     ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL,
     ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_SAMPLE_RATE,
-    ENV_SHUTDOWN_TIMEOUT, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
+    ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS,
+    ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
 pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
@@ -129,6 +130,50 @@ impl std::fmt::Debug for ConfigError {
     }
 }
 
+/// A slow-span threshold: spans of `path` (the span path as the profiles' `span_path` label
+/// writes it, `request -> render`; `*` for every path) that take longer than `threshold`, from
+/// creation to close. Counted from the latency histogram, so the threshold stands at the
+/// nearest bucket bound ([`tracing_prof_model::slow_bound`]: ten per decade, 50 ms stays 50
+/// ms, 55 ms counts as 50 ms). The count is the hook of anything that reacts to slow spans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowSpan {
+    /// The span path, or `*`.
+    pub path: String,
+    /// Longer than this is slow.
+    pub threshold: Duration,
+}
+
+impl SlowSpan {
+    /// `request -> render:50ms,*:2s`: thresholds separated by commas, each `PATH:DURATION`
+    /// (the duration after the last colon, so `a::b -> c:1s` works).
+    pub fn parse_list(s: &str) -> Result<Vec<SlowSpan>, String> {
+        s.split(',')
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| {
+                let (path, d) = t.rsplit_once(':').ok_or_else(|| {
+                    format!("expected PATH:DURATION (request -> render:50ms), got {t:?}")
+                })?;
+                let path = path.trim();
+                if path.is_empty() {
+                    return Err(format!("no span path before the duration in {t:?}"));
+                }
+                let threshold = parse::parse_duration(d.trim())?;
+                Ok(SlowSpan {
+                    path: path.to_owned(),
+                    threshold,
+                })
+            })
+            .collect()
+    }
+
+    /// The threshold for the span path written `path`, if any (the path's own before `*`).
+    pub fn for_path<'a>(slow: &'a [SlowSpan], path: &str) -> Option<&'a SlowSpan> {
+        slow.iter()
+            .find(|s| s.path == path)
+            .or_else(|| slow.iter().find(|s| s.path == "*"))
+    }
+}
+
 /// The core settings. Build one with [`Config::default`] and adjust, or [`Config::from_env`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -168,6 +213,9 @@ pub struct Config {
     pub label_values: usize,
     /// A signal that pauses and resumes profiling; none by default.
     pub toggle_signal: Option<ToggleSignal>,
+    /// Slow-span thresholds: spans of a path longer than its threshold are counted as slow
+    /// (`tracing_prof_span_slow_total` at `/metrics`); none by default. See [`SlowSpan`].
+    pub slow_spans: Vec<SlowSpan>,
     /// See [`DEFAULT_LONG_POLL`]; `None`: long polls are not counted.
     pub long_poll: Option<Duration>,
     /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
@@ -203,6 +251,7 @@ impl Default for Config {
             label_fields: Vec::new(),
             label_values: DEFAULT_LABEL_VALUES,
             toggle_signal: None,
+            slow_spans: Vec::new(),
             long_poll: DEFAULT_LONG_POLL,
             trace_links: crate::TraceLinks::default(),
             process_context: true,
@@ -318,6 +367,9 @@ impl Config {
         if let Some(on) = env_var(ENV_FLUSH_ON_SIGTERM, parse_bool)? {
             self.flush_on_sigterm = on;
         }
+        if let Some(slow) = env_var(ENV_SLOW_SPAN, SlowSpan::parse_list)? {
+            self.slow_spans = slow;
+        }
         if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, ToggleSignal::parse)? {
             self.toggle_signal = Some(sig);
         }
@@ -395,6 +447,38 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_span_thresholds_parse_or_say_why_not() {
+        let slow =
+            SlowSpan::parse_list("request -> render:50ms, app::db -> query:1s,*:2s").unwrap();
+        assert_eq!(
+            slow.iter()
+                .map(|s| (s.path.as_str(), s.threshold))
+                .collect::<Vec<_>>(),
+            [
+                ("request -> render", Duration::from_millis(50)),
+                ("app::db -> query", Duration::from_secs(1)),
+                ("*", Duration::from_secs(2)),
+            ]
+        );
+        assert_eq!(
+            SlowSpan::for_path(&slow, "app::db -> query")
+                .unwrap()
+                .threshold,
+            Duration::from_secs(1)
+        );
+        assert_eq!(SlowSpan::for_path(&slow, "other").unwrap().path, "*");
+        assert!(SlowSpan::for_path(&slow[..1], "other").is_none());
+        for (bad, says) in [
+            ("request", "expected PATH:DURATION"),
+            (":50ms", "no span path"),
+            ("request:fast", "fast"),
+        ] {
+            let e = SlowSpan::parse_list(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     /// Every variable this file reads is in [`ENV_VARS`], so the facade's warning about unknown
     /// variables never names a real one.

@@ -224,6 +224,18 @@ impl ProfilerBuilder {
     /// runtime's worker thread at least `threshold` long as a long poll: it kept the worker
     /// from its other tasks. `None` counts none. Default
     /// [`DEFAULT_LONG_POLL`](crate::config::DEFAULT_LONG_POLL); `TRACING_PROF_LONG_POLL`.
+    /// Counts the spans of `path` (as the profiles write it, `request -> render`; `*` for
+    /// every path without its own) longer than `threshold` as slow (see [`SlowSpan`]).
+    ///
+    /// [`SlowSpan`]: crate::SlowSpan
+    pub fn slow_span(mut self, path: impl Into<String>, threshold: Duration) -> Self {
+        self.config.slow_spans.push(crate::SlowSpan {
+            path: path.into(),
+            threshold,
+        });
+        self
+    }
+
     /// See [`Profiler::long_polls`].
     pub fn long_poll(mut self, threshold: Option<Duration>) -> Self {
         self.config.long_poll = threshold;
@@ -296,6 +308,7 @@ impl ProfilerBuilder {
                 .collect(),
             paused: AtomicBool::new(false),
             sample_rate: self.config.sample_rate,
+            slow_spans: self.config.slow_spans.clone(),
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,
             cpu_unwind: self.config.cpu_unwind,

@@ -92,6 +92,8 @@ pub(super) struct Shared {
     pub(super) paused: AtomicBool,
     /// What resume starts again.
     pub(super) sample_rate: u64,
+    /// The slow-span thresholds configured.
+    pub(super) slow_spans: Vec<crate::SlowSpan>,
     pub(super) cpu_time: crate::CpuTime,
     pub(super) cpu_hz: u32,
     pub(super) cpu_unwind: crate::Unwind,
@@ -192,6 +194,12 @@ impl Profiler {
         let mut p = crate::capture(self.shared.started.elapsed());
         p.suspected_leaks = self.suspected_leaks();
         p
+    }
+
+    /// The slow-span thresholds it was built with ([`ProfilerBuilder::slow_span`],
+    /// `TRACING_PROF_SLOW_SPAN`).
+    pub fn slow_spans(&self) -> &[crate::SlowSpan] {
+        &self.shared.slow_spans
     }
 
     /// The span paths' counters only, read now (time, latency histograms, errors and memory per

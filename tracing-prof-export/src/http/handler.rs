@@ -250,7 +250,8 @@ impl PprofHandler {
     fn metrics(&self, format: Format) -> HttpResponse {
         let snapshot = self.profiler.paths_snapshot();
         let stats = self.profiler.stats();
-        let body = self.metrics.encode(&snapshot, Some(&stats), format);
+        let slow = self.profiler.slow_spans();
+        let body = self.metrics.encode(&snapshot, Some(&stats), slow, format);
         HttpResponse {
             status: 200,
             content_type: format.content_type(),

@@ -9,7 +9,12 @@
 //! tracing_prof_span_cpu_seconds_total{span_path="request -> render"} 2.90
 //! tracing_prof_span_allocated_bytes_total{span_path="request -> render"} 181927936
 //! tracing_prof_span_inuse_bytes{span_path="request -> session_store"} 5557248
+//! tracing_prof_span_slow_total{span_path="request -> render",threshold="0.05"} 12
 //! ```
+//!
+//! The last is there for the paths given a slow-span threshold ([`SlowSpan`],
+//! `TRACING_PROF_SLOW_SPAN`): their spans longer than it, counted from the histogram above the
+//! nearest bucket bound (the `threshold` label).
 //!
 //! Counters and the in-use gauge are there for every span path (the profiles' paths, their
 //! cap and `(other span paths)` included); the latency histogram for at most
@@ -30,8 +35,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Mutex;
 use std::time::Duration;
-use tracing_prof_core::Stats;
-use tracing_prof_model::{DURATION_BOUNDS_NS, DURATION_BUCKETS, PathProfile, Snapshot};
+use tracing_prof_core::{SlowSpan, Stats};
+use tracing_prof_model::{
+    DURATION_BOUNDS_NS, DURATION_BUCKETS, PathProfile, Snapshot, slow_bound, spans_slower_than,
+};
 
 /// Span paths with a latency histogram, at most: 20. With the default buckets that is
 /// 20 × 74 = 1 480 series (71 bounds, `+Inf`, `_sum`, `_count`); the counters add 5 per
@@ -125,11 +132,31 @@ impl SpanMetrics {
     }
 
     /// The metrics of `snapshot` (its span paths; [`Profiler::paths_snapshot`] reads only
-    /// those), and the profiler's own health from `stats` when given, in `format`.
+    /// those), the profiler's own health from `stats` when given, and the spans slower than
+    /// the `slow` thresholds ([`Profiler::slow_spans`]), in `format`.
     ///
     /// [`Profiler::paths_snapshot`]: tracing_prof_core::Profiler::paths_snapshot
-    pub fn encode(&self, snapshot: &Snapshot, stats: Option<&Stats>, format: Format) -> String {
+    /// [`Profiler::slow_spans`]: tracing_prof_core::Profiler::slow_spans
+    pub fn encode(
+        &self,
+        snapshot: &Snapshot,
+        stats: Option<&Stats>,
+        slow: &[SlowSpan],
+        format: Format,
+    ) -> String {
         let histograms = self.choose(&snapshot.paths);
+        let slow = snapshot
+            .paths
+            .iter()
+            .filter(|p| p.time.spans > 0)
+            .filter_map(|p| {
+                let label = p.display_path();
+                let t = SlowSpan::for_path(slow, &label)?;
+                let ns = t.threshold.as_nanos().min(u128::from(u64::MAX)) as u64;
+                let count = spans_slower_than(&p.time.durations, ns);
+                Some((label, seconds(slow_bound(ns)).to_string(), count))
+            })
+            .collect();
         let paths = snapshot
             .paths
             .iter()
@@ -140,6 +167,7 @@ impl SpanMetrics {
             .collect::<Vec<_>>();
         let collector = Collector {
             paths,
+            slow,
             histograms,
             bounds: self.bounds,
             stats: stats.map(health),
@@ -272,6 +300,8 @@ fn health(s: &Stats) -> Health {
 #[derive(Debug)]
 struct Collector {
     paths: Vec<Row>,
+    /// Per path with a slow-span threshold: its label, the bound in seconds, the count.
+    slow: Vec<(String, String, u64)>,
     histograms: Vec<String>,
     bounds: (usize, usize),
     stats: Option<Health>,
@@ -408,6 +438,24 @@ impl prometheus_client::collector::Collector for Collector {
             inuse
                 .encode_family(&labels)?
                 .encode_gauge(&(row.path.memory.inuse_bytes as i64))?;
+        }
+        if !self.slow.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "tracing_prof_span_slow",
+                "Spans of the path longer than its slow-span threshold, counted from the \
+                 histogram above the nearest bucket bound (the threshold label, in seconds).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (path, threshold, count) in &self.slow {
+                let labels = [
+                    ("span_path", path.as_str()),
+                    ("threshold", threshold.as_str()),
+                ];
+                family
+                    .encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, u64, f64>(count, None)?;
+            }
         }
         if let Some(h) = &self.stats {
             for &(name, help, v) in &h.counters {

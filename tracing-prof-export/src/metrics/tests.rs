@@ -31,7 +31,7 @@ fn snapshot() -> Snapshot {
 fn every_family_with_its_numbers() {
     let m = SpanMetrics::new().buckets(Duration::from_millis(1), Duration::from_secs(1));
     assert_eq!(m.bucket_bounds().len(), 31);
-    let text = m.encode(&snapshot(), None, Format::OpenMetrics);
+    let text = m.encode(&snapshot(), None, &[], Format::OpenMetrics);
     let lines: Vec<&str> = text.lines().collect();
     for expected in [
         "# TYPE tracing_prof_span_duration_seconds histogram",
@@ -57,7 +57,19 @@ fn every_family_with_its_numbers() {
     }
     // No histogram for a path with no span closed.
     assert!(!text.contains("duration_seconds_count{span_path=\"request -> render\"}"));
-    let plain = m.encode(&snapshot(), None, Format::Prometheus);
+    assert!(!text.contains("slow"), "no threshold, no slow family");
+    let slow = tracing_prof_core::SlowSpan::parse_list("request:1ms,*:1s").unwrap();
+    let with_slow = m.encode(&snapshot(), None, &slow, Format::OpenMetrics);
+    // Over 1 ms: the two of 1.1 ms and the one of 2 s. (render closed no span: no row.)
+    assert!(
+        with_slow
+            .lines()
+            .any(|l| l
+                == "tracing_prof_span_slow_total{span_path=\"request\",threshold=\"0.001\"} 3"),
+        "{with_slow}"
+    );
+    promtool_accepts(&m.encode(&snapshot(), None, &slow, Format::Prometheus));
+    let plain = m.encode(&snapshot(), None, &[], Format::Prometheus);
     assert!(!plain.contains("# EOF") && plain.contains("tracing_prof_spans_total"));
     // promtool reads the Prometheus text format (OpenMetrics' counters name their family
     // without `_total`, which it takes for a missing help text).
@@ -75,23 +87,26 @@ fn histogram_paths_are_chosen_stickily() {
         ))
     };
     let s = snapshot();
-    let first = m.encode(&s, None, Format::Prometheus);
+    let first = m.encode(&s, None, &[], Format::Prometheus);
     assert!(has(&first, "request"));
     let mut busier = s.clone();
     busier.paths[1].time.spans = 1000;
     busier.paths[1].time.durations[0] = 1000;
-    let second = m.encode(&busier, None, Format::Prometheus);
+    let second = m.encode(&busier, None, &[], Format::Prometheus);
     assert!(has(&second, "request") && !has(&second, "request -> render"));
     let mut gone = s.clone();
     gone.paths.remove(0);
-    let third = m.encode(&gone, None, Format::Prometheus);
+    let third = m.encode(&gone, None, &[], Format::Prometheus);
     assert!(
         third.contains("tracing_prof_span_duration_seconds_count{span_path=\"request\"} 0"),
         "{third}"
     );
-    assert!(!m.encode(&s, None, Format::Prometheus).is_empty());
+    assert!(!m.encode(&s, None, &[], Format::Prometheus).is_empty());
     let none = SpanMetrics::new().histogram_paths(0);
-    assert!(!has(&none.encode(&s, None, Format::Prometheus), "request"));
+    assert!(!has(
+        &none.encode(&s, None, &[], Format::Prometheus),
+        "request"
+    ));
 }
 
 #[test]

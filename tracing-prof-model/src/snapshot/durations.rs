@@ -61,6 +61,25 @@ pub fn duration_bucket(ns: u64) -> usize {
     i
 }
 
+/// The bucket bound a slow-span threshold stands at: the bound nearest `threshold_ns` (on a
+/// log scale). Spans are counted as slow by bucket, so a threshold is as fine as the buckets.
+pub fn slow_bound(threshold_ns: u64) -> u64 {
+    let ratio = |b: u64| (b as f64 / threshold_ns.max(1) as f64).ln().abs();
+    DURATION_BOUNDS_NS
+        .iter()
+        .copied()
+        .min_by(|&a, &b| ratio(a).total_cmp(&ratio(b)))
+        .unwrap_or(0)
+}
+
+/// Spans counted in `buckets` that took longer than [`slow_bound`]`(threshold_ns)`: those
+/// of the buckets above it.
+pub fn spans_slower_than(buckets: &[u64; DURATION_BUCKETS], threshold_ns: u64) -> u64 {
+    let bound = slow_bound(threshold_ns);
+    let first = DURATION_BOUNDS_NS.partition_point(|&b| b <= bound);
+    buckets[first.min(DURATION_BUCKETS)..].iter().sum()
+}
+
 /// The `q` quantile (0 to 1) of the spans counted in `buckets`, in nanoseconds, interpolated
 /// linearly inside its bucket as Prometheus's `histogram_quantile` does (the first bucket's
 /// lower bound is 0; a quantile in the last, unbounded bucket is the last bound). `None` when
@@ -121,6 +140,28 @@ mod tests {
         assert_eq!(duration_bucket(1_000), 0);
         assert_eq!(duration_bucket(1_001), 1);
         assert_eq!(duration_bucket(u64::MAX), 90);
+    }
+
+    #[test]
+    fn slow_spans_are_counted_above_the_nearest_bound() {
+        let mut b = [0u64; DURATION_BUCKETS];
+        for ns in [
+            40_000_000,
+            50_000_000,
+            50_000_001,
+            70_000_000,
+            9_000_000_000,
+        ] {
+            b[duration_bucket(ns)] += 1;
+        }
+        // 50 ms is a bound: spans over it are the last three.
+        assert_eq!(slow_bound(50_000_000), 50_000_000);
+        assert_eq!(spans_slower_than(&b, 50_000_000), 3);
+        // 55 ms stands at the 50 ms bound (the nearest): the same count.
+        assert_eq!(slow_bound(55_000_000), 50_000_000);
+        assert_eq!(spans_slower_than(&b, 55_000_000), 3);
+        assert_eq!(spans_slower_than(&b, 5_000_000_000), 1);
+        assert_eq!(spans_slower_than(&b, 1), 5);
     }
 
     #[test]

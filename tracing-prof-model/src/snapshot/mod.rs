@@ -9,7 +9,10 @@ mod frames;
 mod paths;
 mod stacks;
 
-pub use durations::{DURATION_BOUNDS_NS, DURATION_BUCKETS, duration_bucket, duration_quantile};
+pub use durations::{
+    DURATION_BOUNDS_NS, DURATION_BUCKETS, duration_bucket, duration_quantile, slow_bound,
+    spans_slower_than,
+};
 pub(crate) use frames::fields_of;
 use frames::names_are;
 pub use frames::{
