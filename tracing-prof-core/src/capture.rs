@@ -53,7 +53,10 @@ pub fn capture(duration: Duration) -> Snapshot {
     } else {
         Default::default()
     };
-    let paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu);
+    let paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         stacks_of(tracing_prof_alloc::__private::read_stacks(), &by_tag)
     }))
@@ -94,7 +97,27 @@ pub fn capture_paths(duration: Duration) -> Snapshot {
     };
     let mut snapshot = Snapshot::new(SystemTime::now(), duration);
     snapshot.binary = crate::binary::current();
-    snapshot.paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu);
+    snapshot.paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu)
+        .into_iter()
+        .map(|(_tag, mut p)| {
+            #[cfg(feature = "opentelemetry")]
+            {
+                p.exemplars = crate::exemplars::of(_tag)
+                    .into_iter()
+                    .map(
+                        |(bucket, link, duration_ns)| tracing_prof_model::DurationExemplar {
+                            bucket,
+                            link,
+                            duration_ns,
+                        },
+                    )
+                    .collect();
+            }
+            #[cfg(not(feature = "opentelemetry"))]
+            let _ = &mut p;
+            p
+        })
+        .collect();
     snapshot.overflowed_spans = RUNTIME.paths.overflowed_spans();
     snapshot.cpu = cpu;
     snapshot.cpu_sampling_hz = RUNTIME.cpu.sampled_hz();
@@ -102,7 +125,8 @@ pub fn capture_paths(duration: Duration) -> Snapshot {
     snapshot
 }
 
-/// The profile of every path that counted something, from the tables read by tag.
+/// The profile of every path that counted something, with its tag, from the tables read by
+/// tag.
 fn paths_of(
     all: &[(Tag, PathKind, Vec<SpanFrame>)],
     totals: &[TagTotals],
@@ -110,7 +134,7 @@ fn paths_of(
     outlived: &[(f64, u64)],
     cpu: CpuSource,
     sampled_cpu: &HashMap<Tag, u64>,
-) -> Vec<PathProfile> {
+) -> Vec<(Tag, PathProfile)> {
     all.iter()
         .filter_map(|(tag, kind, frames)| {
             let t = totals.get(tag.get() as usize)?;
@@ -124,7 +148,7 @@ fn paths_of(
             p.memory = memory_of(t);
             p.outlived = (objects.round() as u64, bytes);
             let empty = p.time == TimeStats::default() && p.memory == MemoryStats::default();
-            (!empty).then_some(p)
+            (!empty).then_some((*tag, p))
         })
         .collect()
 }

@@ -248,6 +248,8 @@ where
         // A layer in a new registry: a key of its own in the span index.
         self.owner.store(span_index::new_owner(), Ordering::Relaxed);
         #[cfg(feature = "opentelemetry")]
+        crate::exemplars::make_table();
+        #[cfg(feature = "opentelemetry")]
         let _ = self.dispatch.set(subscriber.downgrade());
         #[cfg(not(feature = "opentelemetry"))]
         let _ = subscriber;
@@ -366,7 +368,18 @@ where
         if instance != 0 {
             tracing_prof_alloc::__private::close_span_instance(instance, state.tag);
         }
-        let wall = self.clock.now_ns().saturating_sub(state.created_ns);
+        let now = self.clock.now_ns();
+        let wall = now.saturating_sub(state.created_ns);
         entered::closed(state.tag, wall, wall.saturating_sub(busy), errored);
+        // A span linked to a trace: an exemplar of its latency bucket, when that one is stale.
+        #[cfg(feature = "opentelemetry")]
+        if state.link.trace_id != 0 && state.link.span_id != 0 && state.link.span_id != u64::MAX {
+            let link = tracing_prof_model::TraceLink {
+                trace_id: state.link.trace_id,
+                span_id: state.link.span_id,
+            };
+            let bucket = tracing_prof_model::duration_bucket(wall);
+            crate::exemplars::offer(state.tag, bucket, link, now, wall);
+        }
     }
 }

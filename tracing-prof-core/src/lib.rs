@@ -45,6 +45,8 @@ mod clock;
 pub mod config;
 mod cpu;
 mod entered;
+#[cfg(feature = "opentelemetry")]
+mod exemplars;
 mod fork;
 mod in_flight;
 pub mod labels;

@@ -388,3 +388,50 @@ fn a_root_entered_under_another_default_subscriber_is_linked() {
         assert_eq!(attr.as_deref(), Some(&*format!("{id:016x}")), "{name}");
     }
 }
+
+/// Latency exemplars: a linked span's close leaves, in its path's bucket, the trace of that
+/// span (a child's, its local root's), with its duration, for `/metrics` to show.
+#[test]
+fn latency_exemplars_name_the_exported_traces() {
+    let (dispatch, exporter, provider) = otel_subscriber(tracing_prof::ProfileLayer::new());
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..3 {
+            tracing::info_span!("exemplar_request").in_scope(|| {
+                std::thread::sleep(Duration::from_millis(2));
+                tracing::info_span!("exemplar_child").in_scope(|| black_box(1));
+            });
+        }
+    });
+    provider.force_flush().unwrap();
+    let spans = exported(&exporter);
+    let snapshot = tracing_prof::core::capture_paths(Duration::from_secs(1));
+    let path = |names: &[&str]| {
+        snapshot
+            .path(names)
+            .unwrap_or_else(|| panic!("no {names:?}"))
+            .clone()
+    };
+    let root = path(&["exemplar_request"]);
+    assert!(!root.exemplars.is_empty(), "no exemplar: {root:?}");
+    for e in &root.exemplars {
+        let (trace, name, _, _) = &spans[&e.link.span_id];
+        assert_eq!(
+            (name.as_str(), *trace),
+            ("exemplar_request", e.link.trace_id)
+        );
+        assert!(e.duration_ns >= 2_000_000, "{e:?}");
+        assert_eq!(
+            e.bucket,
+            tracing_prof::model::duration_bucket(e.duration_ns)
+        );
+        assert!(root.time.durations[e.bucket] > 0);
+    }
+    let child = path(&["exemplar_request", "exemplar_child"]);
+    for e in &child.exemplars {
+        assert_eq!(
+            spans[&e.link.span_id].1, "exemplar_request",
+            "the root's link"
+        );
+    }
+    assert!(!child.exemplars.is_empty());
+}

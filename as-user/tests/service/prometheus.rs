@@ -92,8 +92,14 @@ fn prometheus_scrapes_the_span_metrics() {
         eprintln!("prometheus is not installed: not tried");
         return;
     }
-    let (service, base) =
-        running::start(60, &[("TRACING_PROF_SLOW_SPAN", "request -> render:1ms")]);
+    // With the example's OpenTelemetry layer: its requests are linked to traces.
+    let (service, base) = running::start(
+        60,
+        &[
+            ("TRACING_PROF_SLOW_SPAN", "request -> render:1ms"),
+            ("SERVICE_OTEL", "1"),
+        ],
+    );
     let host = base
         .trim_start_matches("http://")
         .trim_end_matches("/debug/pprof")
@@ -255,6 +261,41 @@ fn prometheus_scrapes_the_span_metrics() {
     assert_eq!(slow[0]["metric"]["threshold"], "0.001");
     let at_1ms = buckets.iter().find(|b| b.0 == 0.001).unwrap().1;
     assert_eq!(value(&slow[0]), total - at_1ms, "{buckets:?}");
+    // Exemplars, stored by Prometheus (--enable-feature=exemplar-storage): trace and span ids
+    // of the example's OpenTelemetry spans, each inside its bucket.
+    let encoded: String = format!("tracing_prof_span_duration_seconds_bucket{{{render}}}")
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (head, body) = get(
+        &prometheus_addr,
+        &format!(
+            "/api/v1/query_exemplars?query={encoded}&start={}&end={}",
+            t - 120.0,
+            t + 1.0
+        ),
+        "application/json",
+    );
+    assert!(head.contains(" 200 "), "{head}\n{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let series = answer["data"].as_array().cloned().unwrap_or_default();
+    let exemplars: Vec<&serde_json::Value> = series
+        .iter()
+        .flat_map(|s| s["exemplars"].as_array().into_iter().flatten())
+        .collect();
+    assert!(!exemplars.is_empty(), "no exemplars stored: {body}");
+    for e in &exemplars {
+        let hex = |key: &str, len: usize| {
+            let v = e["labels"][key].as_str().unwrap_or("");
+            v.len() == len && v.bytes().all(|b| b.is_ascii_hexdigit())
+        };
+        assert!(hex("trace_id", 32) && hex("span_id", 16), "{e}");
+        let v: f64 = e["value"].as_str().unwrap().parse().unwrap();
+        assert!(v > 0.0 && v < 100.0, "{e}");
+    }
     // Every query of docs/metrics.md, as written, answers something.
     let doc = tracing_prof_test_support::documentation();
     let block = doc

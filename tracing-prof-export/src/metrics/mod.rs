@@ -33,6 +33,7 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use tracing_prof_core::{SlowSpan, Stats};
@@ -145,6 +146,11 @@ impl SpanMetrics {
         format: Format,
     ) -> String {
         let histograms = self.choose(&snapshot.paths);
+        // Exemplars: OpenMetrics only (the Prometheus text format has none).
+        let exemplars = match format {
+            Format::OpenMetrics => self.exemplars(&snapshot.paths, &histograms),
+            Format::Prometheus => HashMap::new(),
+        };
         let slow = snapshot
             .paths
             .iter()
@@ -182,6 +188,38 @@ impl SpanMetrics {
                 prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
             }
         };
+        if !exemplars.is_empty() {
+            out = with_exemplars(&out, &exemplars);
+        }
+        out
+    }
+
+    /// Per histogram path (by its label as encoded), per exposed bucket, the exemplar text
+    /// to append to the bucket's line: ` # {span_id="...",trace_id="..."} SECONDS`.
+    fn exemplars(
+        &self,
+        paths: &[PathProfile],
+        histograms: &[String],
+    ) -> HashMap<String, Vec<Option<String>>> {
+        let (first, last) = self.bounds;
+        let mut out = HashMap::new();
+        for p in paths.iter().filter(|p| !p.exemplars.is_empty()) {
+            let label = p.display_path();
+            if !histograms.contains(&label) {
+                continue;
+            }
+            let mut buckets: Vec<Option<String>> = vec![None; last - first + 2];
+            for e in &p.exemplars {
+                let i = e.bucket.clamp(first, last + 1) - first;
+                buckets[i] = Some(format!(
+                    " # {{span_id=\"{}\",trace_id=\"{}\"}} {}",
+                    e.link.span_id_hex(),
+                    e.link.trace_id_hex(),
+                    seconds(e.duration_ns)
+                ));
+            }
+            out.insert(escape_label(&label), buckets);
+        }
         out
     }
 
@@ -202,6 +240,41 @@ impl SpanMetrics {
         }
         chosen.clone()
     }
+}
+
+/// A label value as the text formats escape it (`\\`, `\"`, `\n`).
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// `text` (OpenMetrics) with each histogram bucket line of a path in `exemplars` followed by
+/// its exemplar: bucket lines come in bound order, the k-th line of a path being its k-th
+/// exposed bucket. (`prometheus_client` encodes exemplars only from its own locked metric
+/// types, not from a collector's numbers: they are added to its text here.)
+fn with_exemplars(text: &str, exemplars: &HashMap<String, Vec<Option<String>>>) -> String {
+    const BUCKET: &str = "tracing_prof_span_duration_seconds_bucket{";
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut out = String::with_capacity(text.len() + exemplars.len() * 200);
+    for line in text.lines() {
+        out.push_str(line);
+        if let Some(labels) = line.strip_prefix(BUCKET)
+            && let Some((labels, _value)) = labels.rsplit_once("} ")
+            && let Some(path) = labels
+                .split_once("span_path=\"")
+                .and_then(|(_, rest)| rest.strip_suffix('"'))
+            && let Some(buckets) = exemplars.get(path)
+        {
+            let k = seen.entry(path).or_insert(0);
+            if let Some(Some(e)) = buckets.get(*k) {
+                out.push_str(e);
+            }
+            *k += 1;
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The index of the bound nearest `d` (on a log scale).

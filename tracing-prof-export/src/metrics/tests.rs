@@ -161,3 +161,54 @@ fn promtool_accepts(text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Exemplars follow their buckets' lines in OpenMetrics (none in the Prometheus text format),
+/// one per exposed bucket: a span past the last bound on `+Inf`, one below the first on the
+/// first.
+#[test]
+fn exemplars_follow_their_buckets_in_open_metrics() {
+    use tracing_prof_model::{DurationExemplar, TraceLink};
+    let mut s = snapshot();
+    let link = |span_id| TraceLink {
+        trace_id: 0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+        span_id,
+    };
+    s.paths[0].exemplars = vec![
+        DurationExemplar {
+            bucket: duration_bucket(1_100_000),
+            link: link(0xa),
+            duration_ns: 1_100_000,
+        },
+        DurationExemplar {
+            bucket: duration_bucket(5_000),
+            link: link(0xb),
+            duration_ns: 5_000,
+        },
+        DurationExemplar {
+            bucket: duration_bucket(2_000_000_000),
+            link: link(0xc),
+            duration_ns: 2_000_000_000,
+        },
+    ];
+    let m = SpanMetrics::new().buckets(Duration::from_millis(1), Duration::from_secs(1));
+    let text = m.encode(&s, None, &[], Format::OpenMetrics);
+    let trace = "trace_id=\"0123456789abcdef0011223344556677\"";
+    for expected in [
+        format!(
+            "tracing_prof_span_duration_seconds_bucket{{le=\"0.001\",span_path=\"request\"}} 1 # {{span_id=\"000000000000000b\",{trace}}} 0.000005"
+        ),
+        format!(
+            "tracing_prof_span_duration_seconds_bucket{{le=\"0.00125\",span_path=\"request\"}} 3 # {{span_id=\"000000000000000a\",{trace}}} 0.0011"
+        ),
+        format!(
+            "tracing_prof_span_duration_seconds_bucket{{le=\"+Inf\",span_path=\"request\"}} 4 # {{span_id=\"000000000000000c\",{trace}}} 2"
+        ),
+    ] {
+        assert!(
+            text.lines().any(|l| l == expected),
+            "{expected}\nnot in\n{text}"
+        );
+    }
+    assert_eq!(text.matches(" # {").count(), 3, "{text}");
+    assert!(!m.encode(&s, None, &[], Format::Prometheus).contains(" # {"));
+}

@@ -61,6 +61,20 @@ pub fn duration_bucket(ns: u64) -> usize {
     i
 }
 
+/// A recent span of a path that closed in `bucket` of its latency histogram, and its trace:
+/// what a Prometheus exemplar on that bucket shows (the `opentelemetry` feature, spans linked
+/// to a trace; the link is the one CPU samples carry, so a child span's is its local root's
+/// unless links are kept for all spans).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurationExemplar {
+    /// The bucket of [`DURATION_BOUNDS_NS`] (the last: past the last bound).
+    pub bucket: usize,
+    /// The span's trace.
+    pub link: crate::TraceLink,
+    /// The span's wall time, creation to close.
+    pub duration_ns: u64,
+}
+
 /// The bucket bound a slow-span threshold stands at: the bound nearest `threshold_ns` (on a
 /// log scale). Spans are counted as slow by bucket, so a threshold is as fine as the buckets.
 pub fn slow_bound(threshold_ns: u64) -> u64 {

@@ -10,8 +10,8 @@ mod paths;
 mod stacks;
 
 pub use durations::{
-    DURATION_BOUNDS_NS, DURATION_BUCKETS, duration_bucket, duration_quantile, slow_bound,
-    spans_slower_than,
+    DURATION_BOUNDS_NS, DURATION_BUCKETS, DurationExemplar, duration_bucket, duration_quantile,
+    slow_bound, spans_slower_than,
 };
 pub(crate) use frames::fields_of;
 use frames::names_are;
@@ -279,6 +279,8 @@ impl Snapshot {
                     time,
                     memory,
                     outlived,
+                    // Recent by nature: the window keeps them.
+                    exemplars: p.exemplars.clone(),
                 })
             })
             .collect();

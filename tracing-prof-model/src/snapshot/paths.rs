@@ -174,6 +174,9 @@ pub struct PathProfile {
     /// Sampled allocations still live when the span that made them closed (estimates from the
     /// heap sampler, exact at rate 1): `(allocations, bytes)`, summed over closed spans.
     pub outlived: (u64, u64),
+    /// Recent spans of the path with their traces, one per latency bucket at most (the
+    /// `opentelemetry` feature; read by `Profiler::paths_snapshot`, empty elsewhere).
+    pub exemplars: Vec<super::DurationExemplar>,
 }
 
 impl PathProfile {
@@ -185,6 +188,7 @@ impl PathProfile {
             time: TimeStats::default(),
             memory: MemoryStats::default(),
             outlived: (0, 0),
+            exemplars: Vec::new(),
         }
     }
 
