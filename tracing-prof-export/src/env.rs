@@ -10,7 +10,7 @@ use crate::files::{
 };
 use crate::http::{
     DEFAULT_HTTP_ADDR, ENV_HTTP_ADDR, ENV_HTTP_ALLOW_PUBLIC, ENV_HTTP_REQUIRED, ENV_HTTP_TOKEN,
-    HttpError, HttpServer, HttpSettings,
+    ENV_METRICS_ADDR, HttpError, HttpServer, HttpSettings, MetricsServer,
 };
 #[cfg(feature = "otlp")]
 use crate::otlp::{
@@ -67,6 +67,21 @@ impl HttpServer {
     pub fn from_env(profiler: &Profiler) -> Result<Option<HttpServer>, HttpError> {
         match http_settings()? {
             Some(settings) => HttpServer::from_settings(profiler, settings).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl MetricsServer {
+    /// Starts a listener that serves `/metrics` only if `TRACING_PROF_METRICS_ADDR` is set
+    /// (`:9464` for loopback, `0.0.0.0:9464` for every interface): what Prometheus scrapes on a
+    /// pod's address while the profiles stay on loopback. A port taken is said and tried
+    /// again, as for [`HttpServer::from_env`]; `TRACING_PROF_HTTP_TOKEN`, when set, is asked
+    /// for here too.
+    pub fn from_env(profiler: &Profiler) -> Result<Option<MetricsServer>, HttpError> {
+        match metrics_settings()? {
+            Some(settings) => HttpServer::from_settings(profiler, settings)
+                .map(|server| Some(MetricsServer(server))),
             None => Ok(None),
         }
     }
@@ -209,9 +224,35 @@ fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
         });
     }
     Ok(Some(HttpSettings {
+        var: ENV_HTTP_ADDR,
+        metrics_only: false,
         addr,
         token,
         required,
+    }))
+}
+
+/// `TRACING_PROF_METRICS_ADDR`, checked; `Ok(None)` when unset. Any address, without a token
+/// (span metrics name span paths, never code): `TRACING_PROF_HTTP_TOKEN` is asked for when set.
+fn metrics_settings() -> Result<Option<HttpSettings>, ConfigError> {
+    let Some(addr) = env_var(ENV_METRICS_ADDR, |s| Ok(s.to_owned()))? else {
+        return Ok(None);
+    };
+    let addr = match addr.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => addr,
+    };
+    addr.to_socket_addrs().map_err(|e| ConfigError::Env {
+        name: ENV_METRICS_ADDR,
+        value: addr.clone(),
+        reason: format!("not an address to listen on: {e}"),
+    })?;
+    Ok(Some(HttpSettings {
+        var: ENV_METRICS_ADDR,
+        metrics_only: true,
+        addr,
+        token: env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))?,
+        required: env_var(ENV_HTTP_REQUIRED, parse_bool)?.unwrap_or(false),
     }))
 }
 

@@ -16,6 +16,7 @@ fn set_env(vars: &[(&str, &str)]) {
         "TRACING_PROF_HTTP_TOKEN",
         "TRACING_PROF_HTTP_ALLOW_PUBLIC",
         "TRACING_PROF_HTTP_REQUIRED",
+        "TRACING_PROF_METRICS_ADDR",
     ] {
         // SAFETY: this test binary has one test, which alone touches the environment.
         unsafe { std::env::remove_var(v) };
@@ -167,4 +168,41 @@ fn the_endpoint_is_never_exposed_by_accident() {
     );
     drop(server);
     a_taken_port_is_tried_again();
+    a_metrics_listener_serves_metrics_only();
+}
+
+/// `TRACING_PROF_METRICS_ADDR`: a listener for Prometheus on any address, without a token,
+/// that answers `/metrics` and nothing of the profiles.
+fn a_metrics_listener_serves_metrics_only() {
+    set_env(&[("TRACING_PROF_METRICS_ADDR", "0.0.0.0:0")]);
+    let (_layer, guard) = tracing_prof_core::Profiler::builder().build().unwrap();
+    assert!(HttpServer::from_env(guard.profiler()).unwrap().is_none());
+    let metrics = tracing_prof_export::http::MetricsServer::from_env(guard.profiler())
+        .unwrap()
+        .expect("a metrics listener");
+    let port = metrics.local_addr().unwrap().port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let (status, body) = get(addr, "/metrics");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("tracing_prof_exports_total"), "{body}");
+    for path in ["/debug/pprof/heap", "/debug/pprof/", "/"] {
+        let (status, body) = get(addr, path);
+        assert!(status.contains(" 404 "), "{path}: {status}");
+        assert_eq!(body, "this listener serves /metrics only\n");
+    }
+    assert!(
+        guard
+            .profiler()
+            .services()
+            .iter()
+            .any(|s| s.name == "/metrics server" && s.up),
+        "{:?}",
+        guard.profiler().services()
+    );
+    drop(metrics);
+    set_env(&[("TRACING_PROF_METRICS_ADDR", "127.0.0.1:notaport")]);
+    let e = tracing_prof_export::http::MetricsServer::from_env(guard.profiler())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("TRACING_PROF_METRICS_ADDR"), "{e}");
 }

@@ -131,14 +131,18 @@ pub fn from_env() -> Result<ProfilerBuilder, Error> {
     Ok(builder)
 }
 
-/// Everything the environment asks for, started: [`from_env`]'s profiler, and a
-/// `/debug/pprof` server when `TRACING_PROF_HTTP_ADDR` is set, attached to the guard (its
-/// address: `guard.attached::<HttpServer>().and_then(HttpServer::local_addr)`). Keep the guard
+/// Everything the environment asks for, started: [`from_env`]'s profiler, a `/debug/pprof`
+/// server when `TRACING_PROF_HTTP_ADDR` is set, attached to the guard (its address:
+/// `guard.attached::<HttpServer>().and_then(HttpServer::local_addr)`), and a `/metrics`-only
+/// listener when `TRACING_PROF_METRICS_ADDR` is (`guard.attached::<MetricsServer>()`). Keep the guard
 /// alive; dropping it stops the server, then writes and pushes the final profiles.
 pub fn init_from_env() -> Result<(ProfileLayer, ProfilerGuard), Error> {
     let (layer, mut guard) = from_env()?.build()?;
     if let Some(http) = HttpServer::from_env(guard.profiler())? {
         guard.attach(http);
+    }
+    if let Some(metrics) = tracing_prof_export::http::MetricsServer::from_env(guard.profiler())? {
+        guard.attach(metrics);
     }
     Ok((layer, guard))
 }

@@ -62,6 +62,8 @@ pub struct PprofHandler {
     windows: Arc<AtomicUsize>,
     /// `/metrics`: which paths have histograms, shared by the handler's clones.
     metrics: Arc<SpanMetrics>,
+    /// Answers `/metrics` only (a metrics listener: profiles are not served).
+    only_metrics: bool,
 }
 
 impl std::fmt::Debug for PprofHandler {
@@ -82,6 +84,24 @@ impl PprofHandler {
             max_seconds: DEFAULT_MAX_SECONDS,
             windows: Arc::new(AtomicUsize::new(0)),
             metrics: Arc::new(SpanMetrics::new()),
+            only_metrics: false,
+        }
+    }
+
+    /// Answers `/metrics` only; every other path is `404`: for a listener that Prometheus
+    /// scrapes on an address where the profiles must not be served.
+    pub fn metrics_only(mut self) -> Self {
+        self.only_metrics = true;
+        self
+    }
+
+    /// What it serves, as messages name it: `/metrics` for [`metrics_only`](Self::metrics_only),
+    /// `/debug/pprof` otherwise.
+    pub fn serves(&self) -> &'static str {
+        if self.only_metrics {
+            "/metrics"
+        } else {
+            "/debug/pprof"
         }
     }
 
@@ -172,6 +192,9 @@ impl PprofHandler {
             .unwrap_or((path_and_query, ""));
         if path == "/metrics" {
             return self.metrics(Format::from_accept(accept));
+        }
+        if self.only_metrics {
+            return HttpResponse::text(404, "this listener serves /metrics only\n");
         }
         let mut seconds = None;
         let mut debug = false;

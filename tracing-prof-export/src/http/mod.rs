@@ -48,6 +48,10 @@ use std::time::Duration;
 pub const ENV_HTTP_ADDR: &str = "TRACING_PROF_HTTP_ADDR";
 /// Bearer token the endpoint requires, if set.
 pub const ENV_HTTP_TOKEN: &str = "TRACING_PROF_HTTP_TOKEN";
+/// Address of a listener that serves `/metrics` only (`host:port`, `:port` for loopback);
+/// unset: none. Span metrics hold span path names, never code or profiles: any address is
+/// accepted without a token (`TRACING_PROF_HTTP_TOKEN` is required there when set).
+pub const ENV_METRICS_ADDR: &str = "TRACING_PROF_METRICS_ADDR";
 /// `1` to serve on a non-loopback address without a token (refused otherwise).
 pub const ENV_HTTP_ALLOW_PUBLIC: &str = "TRACING_PROF_HTTP_ALLOW_PUBLIC";
 /// `1` makes a `/debug/pprof` server that cannot listen an error at start; by default the
@@ -59,7 +63,7 @@ pub const ENV_HTTP_REQUIRED: &str = "TRACING_PROF_HTTP_REQUIRED";
 pub use axum::{axum_metrics_router, axum_router};
 pub use handler::{HttpResponse, PprofHandler};
 pub(crate) use server::HttpSettings;
-pub use server::{HttpError, HttpServer};
+pub use server::{HttpError, HttpServer, MetricsServer};
 
 /// Where [`HttpServer::from_env`] listens when `TRACING_PROF_HTTP_ADDR` is `default`:
 /// loopback only, Go's customary port.

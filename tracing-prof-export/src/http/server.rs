@@ -16,8 +16,8 @@
 
 use super::handler::{HttpResponse, PprofHandler};
 use super::{
-    BIND_RETRY, ENV_HTTP_ADDR, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN,
-    READ_TIMEOUT, SERVICE_NAME, WRITE_TIMEOUT,
+    BIND_RETRY, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN, READ_TIMEOUT,
+    WRITE_TIMEOUT,
 };
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -59,6 +59,18 @@ impl std::fmt::Debug for HttpError {
     }
 }
 
+/// A listener that serves `/metrics` only (see [`MetricsServer::from_env`]); stops when
+/// dropped. Its own type, so that a guard holds it beside the `/debug/pprof` server.
+#[derive(Debug)]
+pub struct MetricsServer(pub HttpServer);
+
+impl MetricsServer {
+    /// The address listened on; `None` while it is still trying to listen.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
 /// A standalone `/debug/pprof` server; stops when dropped.
 #[derive(Debug)]
 pub struct HttpServer {
@@ -68,6 +80,8 @@ pub struct HttpServer {
     thread: Option<JoinHandle<()>>,
     /// Where a server from [`HttpServer::from_env`] reports its state.
     profiler: Option<Profiler>,
+    /// What it serves, as services and messages name it: `/debug/pprof` or `/metrics`.
+    name: &'static str,
 }
 
 impl HttpServer {
@@ -93,9 +107,10 @@ impl HttpServer {
         addr: String,
         profiler: Option<Profiler>,
     ) -> Result<HttpServer, HttpError> {
+        let name = handler.serves();
         // What was said of a failed bind at start, so that a retry says only what differs.
         let said = match &listener {
-            Err(source) => cannot_listen(&addr, source),
+            Err(source) => cannot_listen(&addr, source, name),
             Ok(_) => String::new(),
         };
         let bound = Arc::new(OnceLock::new());
@@ -117,7 +132,7 @@ impl HttpServer {
             tracing_prof_core::spawn_profiler_thread("tprof-http", move || {
                 let listener = match listener {
                     Some(l) => l,
-                    None => match bind_again(&addr, &stop.flag, profiler.as_ref(), said) {
+                    None => match bind_again(&addr, &stop.flag, profiler.as_ref(), said, name) {
                         Some(l) => l,
                         None => return, // stopped before it could listen
                     },
@@ -139,6 +154,7 @@ impl HttpServer {
             stop,
             thread: Some(thread),
             profiler: reports_to,
+            name,
         })
     }
 
@@ -149,13 +165,17 @@ impl HttpServer {
     ) -> Result<HttpServer, HttpError> {
         let (addr, required) = (settings.addr, settings.required);
         let mut handler = PprofHandler::new(profiler.clone());
+        if settings.metrics_only {
+            handler = handler.metrics_only();
+        }
+        let name = handler.serves();
         if let Some(token) = settings.token {
             handler = handler.bearer_token(token);
         }
         let listener = TcpListener::bind(addr.as_str());
         match &listener {
             Ok(l) => profiler.set_service_status(ServiceStatus::new(
-                SERVICE_NAME,
+                format!("{name} server"),
                 true,
                 format!(
                     "listening on {}",
@@ -164,19 +184,23 @@ impl HttpServer {
             )),
             Err(source) if required => {
                 return Err(ConfigError::Env {
-                    name: ENV_HTTP_ADDR,
+                    name: settings.var,
                     value: addr.clone(),
                     reason: format!("cannot listen there: {source} ({ENV_HTTP_REQUIRED} is set)"),
                 }
                 .into());
             }
             Err(source) => {
-                let why = cannot_listen(&addr, source);
+                let why = cannot_listen(&addr, source, name);
                 eprintln!(
-                    "tracing-prof: {why}; the service runs without /debug/pprof until it can \
+                    "tracing-prof: {why}; the service runs without {name} until it can \
                      ({ENV_HTTP_REQUIRED}=1 makes this an error at start)"
                 );
-                profiler.set_service_status(ServiceStatus::new(SERVICE_NAME, false, why));
+                profiler.set_service_status(ServiceStatus::new(
+                    format!("{name} server"),
+                    false,
+                    why,
+                ));
             }
         }
         HttpServer::spawn(handler, listener, addr, Some(profiler.clone()))
@@ -190,9 +214,9 @@ impl HttpServer {
 }
 
 /// The reason a server could not listen on `addr`, and when it tries again.
-fn cannot_listen(addr: &str, source: &std::io::Error) -> String {
+fn cannot_listen(addr: &str, source: &std::io::Error, name: &str) -> String {
     format!(
-        "cannot listen on {addr} for /debug/pprof: {source}; trying again every {} s",
+        "cannot listen on {addr} for {name}: {source}; trying again every {} s",
         BIND_RETRY.as_secs()
     )
 }
@@ -204,6 +228,7 @@ fn bind_again(
     stop: &AtomicBool,
     profiler: Option<&Profiler>,
     mut said: String,
+    name: &'static str,
 ) -> Option<TcpListener> {
     loop {
         let deadline = std::time::Instant::now() + BIND_RETRY;
@@ -216,10 +241,10 @@ fn bind_again(
         match TcpListener::bind(addr) {
             Ok(l) => {
                 let at = l.local_addr().map_or(addr.to_owned(), |a| a.to_string());
-                eprintln!("tracing-prof: /debug/pprof listening on {at} now");
+                eprintln!("tracing-prof: {name} listening on {at} now");
                 if let Some(p) = profiler {
                     p.set_service_status(ServiceStatus::new(
-                        SERVICE_NAME,
+                        format!("{name} server"),
                         true,
                         format!("listening on {at}"),
                     ));
@@ -227,12 +252,16 @@ fn bind_again(
                 return Some(l);
             }
             Err(e) => {
-                let why = cannot_listen(addr, &e);
+                let why = cannot_listen(addr, &e, name);
                 if why != said {
                     eprintln!("tracing-prof: {why}");
                 }
                 if let Some(p) = profiler {
-                    p.set_service_status(ServiceStatus::new(SERVICE_NAME, false, why.clone()));
+                    p.set_service_status(ServiceStatus::new(
+                        format!("{name} server"),
+                        false,
+                        why.clone(),
+                    ));
                 }
                 said = why;
             }
@@ -250,7 +279,7 @@ impl Drop for HttpServer {
             let _ = t.join();
         }
         if let Some(p) = &self.profiler {
-            p.remove_service(SERVICE_NAME);
+            p.remove_service(&format!("{} server", self.name));
         }
     }
 }
@@ -276,14 +305,14 @@ fn serve(listener: TcpListener, handler: PprofHandler, stop: &Stop) {
     let (runtime, listener) = match (runtime, listener) {
         (Ok(r), Ok(l)) => (r, l),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("tracing-prof: /debug/pprof cannot run: {e}");
+            eprintln!("tracing-prof: {} cannot run: {e}", handler.serves());
             return;
         }
     };
     runtime.block_on(async {
         match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => accept_loop(listener, handler, stop).await,
-            Err(e) => eprintln!("tracing-prof: /debug/pprof cannot run: {e}"),
+            Err(e) => eprintln!("tracing-prof: {} cannot run: {e}", handler.serves()),
         }
     });
     // Open connections close now; an answer still being made (a window) ends on its own.
@@ -535,8 +564,12 @@ fn to_hyper(answer: HttpResponse) -> hyper::Response<http_body_util::Full<bytes:
     response
 }
 
-/// What `/debug/pprof`'s server is told by the environment.
+/// What `/debug/pprof`'s (or `/metrics`') server is told by the environment.
 pub(crate) struct HttpSettings {
+    /// The variable that gave the address.
+    pub(crate) var: &'static str,
+    /// Serves `/metrics` only.
+    pub(crate) metrics_only: bool,
     /// `host:port` as given (`default` replaced).
     pub(crate) addr: String,
     pub(crate) token: Option<String>,
