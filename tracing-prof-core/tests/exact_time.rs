@@ -285,4 +285,45 @@ fn durations_land_in_their_buckets_and_errors_on_their_span() {
         child.durations[0], 1,
         "a child of no length: the first bucket"
     );
+    // The spans profile carries the histogram: per bucket a sample holding only `durations`,
+    // labelled with the bucket's bound (the last, past every bound, i64::MAX).
+    let spans = p.profile(tracing_prof_model::ProfileKind::Spans);
+    let k = spans
+        .sample_type_index("durations")
+        .expect("a durations sample type");
+    let mut by_bound: Vec<(i64, i64)> = spans
+        .samples
+        .iter()
+        .filter(|s| {
+            s.values[k] > 0 && s.stack.len() == 1 && s.stack[0].function.contains("latency_request")
+        })
+        .map(|s| {
+            let le = s
+                .labels
+                .iter()
+                .find(|l| l.key == "duration_le")
+                .map(|l| match l.value {
+                    tracing_prof_model::LabelValue::Num { value, .. } => value,
+                    _ => panic!("duration_le is numeric"),
+                });
+            assert_eq!(
+                s.values.iter().filter(|&&v| v != 0).count(),
+                1,
+                "durations only"
+            );
+            (le.expect("a duration_le label"), s.values[k])
+        })
+        .collect();
+    by_bound.sort();
+    assert_eq!(
+        by_bound,
+        [
+            (1_000, 2),
+            (1_250, 1),
+            (1_250_000, 2),
+            (2_500_000, 1),
+            (3_150_000_000, 1),
+            (i64::MAX, 1),
+        ]
+    );
 }

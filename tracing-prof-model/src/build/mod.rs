@@ -2,7 +2,7 @@
 //!
 //! | kind | samples | sample types | default |
 //! |------|---------|--------------|---------|
-//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds | `cpu`, else `wall_busy` |
+//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds; `intervals` and `durations` (counts) on samples of their own, per path and enter-to-exit length (label `interval`) or latency bucket (label `duration_le`) | `cpu`, else `wall_busy` |
 //! | `cpu` | sampled code stacks under span paths (label `span_path`; `span_id` and `trace_id` on samples linked to a trace span) | `samples/count`, `cpu/nanoseconds` | `cpu` |
 //! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
 //! | `allocs` | as `heap` | as `heap` | `alloc_space` |
@@ -24,8 +24,9 @@ use crate::kind::ProfileKind;
 use crate::pprof::Encoder;
 use crate::profile::{Frame, FrameKind, Label, Profile, SampleType};
 use crate::snapshot::{
-    ALL_TRIMMED_FRAME, CodeFrame, CpuSource, LIFETIME_BUCKET_NAMES, MemoryStats,
-    NOTHING_UNWOUND_FRAME, PathProfile, Snapshot, SpanFrame, Symbols, TABLE_FULL_FRAME,
+    ALL_TRIMMED_FRAME, CodeFrame, CpuSource, DURATION_BOUNDS_NS, LIFETIME_BUCKET_NAMES,
+    MemoryStats, NOTHING_UNWOUND_FRAME, PathProfile, Snapshot, SpanFrame, Symbols,
+    TABLE_FULL_FRAME,
 };
 pub(crate) use sink::{LabelRef, Samples, Stack};
 
@@ -128,8 +129,9 @@ const LEAK: LabelRef<'static> = LabelRef::Str("leak", "suspected");
 /// The label keys the profiles set themselves: a span field of one of these names cannot be a
 /// label (it would stand beside ours, or be read as ours: `span_id` and `trace_id` as a trace
 /// link, `service.name` as the service by Pyroscope's OTLP ingestion).
-pub const PROFILE_LABELS: [&str; 12] = [
+pub const PROFILE_LABELS: [&str; 13] = [
     "span_path",
+    "duration_le",
     "span_id",
     "trace_id",
     "long_poll",
@@ -178,6 +180,8 @@ pub fn span_sample_types(cpu: CpuSource) -> Vec<SampleType> {
     }
     // Counted on samples of their own, one per path and length (label `interval`).
     t.push(SampleType::new("intervals", "count"));
+    // The same for closed spans by wall time (numeric label `duration_le`).
+    t.push(SampleType::new("durations", "count"));
     t
 }
 
@@ -192,7 +196,8 @@ fn span_values(p: &PathProfile, cpu: CpuSource) -> Vec<i64> {
         v.push(int(t.cpu_user_ns));
         v.push(int(t.cpu_sys_ns));
     }
-    v.push(0); // intervals: on the samples of `interval_samples`
+    v.push(0); // intervals: on the samples of their own
+    v.push(0); // durations: the same
     v
 }
 
@@ -307,9 +312,25 @@ impl Snapshot {
                 if *count == 0 {
                     continue;
                 }
-                values[n - 1] = int(*count);
+                values[n - 2] = int(*count);
                 let mut labels = field_label_refs(&path.frames);
                 labels.push(LabelRef::Str("interval", name));
+                out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+            }
+        }
+        // The latency histogram: per path, a sample for each bucket spans closed in, with only
+        // `durations`, labelled with the bucket's bound (`duration_le`, nanoseconds; the last
+        // bucket, past every bound, `i64::MAX`): what `/metrics` serves, in the files too.
+        let mut values = vec![0; n];
+        for path in &self.paths {
+            for (i, count) in path.time.durations.iter().enumerate() {
+                if *count == 0 {
+                    continue;
+                }
+                values[n - 1] = int(*count);
+                let le = DURATION_BOUNDS_NS.get(i).map_or(i64::MAX, |&b| int(b));
+                let mut labels = field_label_refs(&path.frames);
+                labels.push(LabelRef::Num("duration_le", le, Some("nanoseconds")));
                 out.push(Stack::Path(&path.frames, &[]), &values, &labels);
             }
         }
