@@ -80,7 +80,9 @@ pub fn capture(duration: Duration) -> Snapshot {
 
 /// The span paths' counters only, read now: their time (latency histograms and errors
 /// included) and memory, with none of the stacks (no symbolization, no heap or CPU stacks).
-/// What a metrics scrape reads: its cost grows with the span paths, never with the samples.
+/// What a metrics scrape reads: its cost grows with span paths × threads that ever had a
+/// table, and the CPU samples taken since the last read (symbolized into the store, as the
+/// aggregator would); no heap or CPU stacks are built. `outlived` is not read (0).
 pub fn capture_paths(duration: Duration) -> Snapshot {
     let _profiler = TagGuard::new(Tag::PROFILER);
     let all = RUNTIME.paths.all_with_reserved();

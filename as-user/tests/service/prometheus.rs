@@ -1,9 +1,9 @@
 //! A real Prometheus (Debian's `prometheus`, which CI installs) scrapes the example service's
 //! `/metrics` every second: `promtool check metrics` is clean on the exposition, the span
 //! metrics arrive under their names (a slow-span threshold's count what the buckets above it
-//! hold), `histogram_quantile` over the scraped buckets is what
-//! our own quantile (`duration_quantile`'s interpolation) reads from the same buckets, and
-//! every PromQL query of docs/metrics.md answers.
+//! hold), `histogram_quantile` over the scraped buckets is the linear interpolation the docs
+//! describe and within a bucket of the spans profile's p99, exemplars are stored with their
+//! trace and span ids inside their buckets, and every PromQL query of docs/metrics.md answers.
 
 use crate::running;
 use std::io::{Read, Write};
@@ -282,20 +282,28 @@ fn prometheus_scrapes_the_span_metrics() {
     assert!(head.contains(" 200 "), "{head}\n{body}");
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
     let series = answer["data"].as_array().cloned().unwrap_or_default();
-    let exemplars: Vec<&serde_json::Value> = series
-        .iter()
-        .flat_map(|s| s["exemplars"].as_array().into_iter().flatten())
-        .collect();
-    assert!(!exemplars.is_empty(), "no exemplars stored: {body}");
-    for e in &exemplars {
-        let hex = |key: &str, len: usize| {
-            let v = e["labels"][key].as_str().unwrap_or("");
-            v.len() == len && v.bytes().all(|b| b.is_ascii_hexdigit())
-        };
-        assert!(hex("trace_id", 32) && hex("span_id", 16), "{e}");
-        let v: f64 = e["value"].as_str().unwrap().parse().unwrap();
-        assert!(v > 0.0 && v < 100.0, "{e}");
+    let mut stored = 0;
+    for s in &series {
+        // The bucket of the series: its bound, and the bound below it.
+        let le: f64 = s["seriesLabels"]["le"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap_or(f64::INFINITY);
+        let i = buckets.iter().position(|b| b.0 == le).unwrap();
+        let below = if i == 0 { 0.0 } else { buckets[i - 1].0 };
+        for e in s["exemplars"].as_array().into_iter().flatten() {
+            let hex = |key: &str, len: usize| {
+                let v = e["labels"][key].as_str().unwrap_or("");
+                v.len() == len && v.bytes().all(|b| b.is_ascii_hexdigit())
+            };
+            assert!(hex("trace_id", 32) && hex("span_id", 16), "{e}");
+            let v: f64 = e["value"].as_str().unwrap().parse().unwrap();
+            assert!(v <= le && v > below, "{e} in the bucket ({below}, {le}]");
+            stored += 1;
+        }
     }
+    assert!(stored > 0, "no exemplars stored: {body}");
     // Every query of docs/metrics.md, as written, answers something.
     let doc = tracing_prof_test_support::documentation();
     let block = doc

@@ -204,7 +204,8 @@ impl Profiler {
 
     /// The span paths' counters only, read now (time, latency histograms, errors and memory per
     /// path; no stacks): what `/metrics` serves. Cheaper than [`snapshot`](Self::snapshot):
-    /// nothing is symbolized but new CPU samples, and the cost grows with the span paths only.
+    /// nothing is symbolized but new CPU samples, and the cost grows with span paths × threads
+    /// seen. `outlived` is not read (0).
     pub fn paths_snapshot(&self) -> Snapshot {
         crate::capture_paths(self.shared.started.elapsed())
     }

@@ -268,7 +268,6 @@ impl PprofHandler {
         HttpResponse::pprof(kind.name(), profile.encode(kind))
     }
 
-    /// Why CPU sampling is not running, in words; `None` while it runs.
     /// `/metrics`: the span paths' counters read now, and the profiler's health.
     fn metrics(&self, format: Format) -> HttpResponse {
         let snapshot = self.profiler.paths_snapshot();
@@ -283,6 +282,7 @@ impl PprofHandler {
         }
     }
 
+    /// Why CPU sampling is not running, in words; `None` while it runs.
     fn cpu_not_running(&self) -> Option<String> {
         (self.profiler.stats().cpu.hz == 0).then(|| {
             let why = self

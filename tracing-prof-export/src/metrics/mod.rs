@@ -145,34 +145,25 @@ impl SpanMetrics {
         slow: &[SlowSpan],
         format: Format,
     ) -> String {
-        let histograms = self.choose(&snapshot.paths);
+        let rows = rows(&snapshot.paths);
+        let histograms = self.choose(&rows);
         // Exemplars: OpenMetrics only (the Prometheus text format has none).
         let exemplars = match format {
-            Format::OpenMetrics => self.exemplars(&snapshot.paths, &histograms),
+            Format::OpenMetrics => self.exemplars(&rows, &histograms),
             Format::Prometheus => HashMap::new(),
         };
-        let slow = snapshot
-            .paths
+        let slow = rows
             .iter()
-            .filter(|p| p.time.spans > 0)
-            .filter_map(|p| {
-                let label = p.display_path();
-                let t = SlowSpan::for_path(slow, &label)?;
+            .filter(|r| r.path.time.spans > 0)
+            .filter_map(|r| {
+                let t = SlowSpan::for_path(slow, &r.label)?;
                 let ns = t.threshold.as_nanos().min(u128::from(u64::MAX)) as u64;
-                let count = spans_slower_than(&p.time.durations, ns);
-                Some((label, seconds(slow_bound(ns)).to_string(), count))
+                let count = spans_slower_than(&r.path.time.durations, ns);
+                Some((r.label.clone(), seconds(slow_bound(ns)).to_string(), count))
             })
             .collect();
-        let paths = snapshot
-            .paths
-            .iter()
-            .map(|p| Row {
-                label: p.display_path(),
-                path: p.clone(),
-            })
-            .collect::<Vec<_>>();
         let collector = Collector {
-            paths,
+            paths: rows,
             slow,
             histograms,
             bounds: self.bounds,
@@ -198,14 +189,14 @@ impl SpanMetrics {
     /// to append to the bucket's line: ` # {span_id="...",trace_id="..."} SECONDS`.
     fn exemplars(
         &self,
-        paths: &[PathProfile],
+        rows: &[Row],
         histograms: &[String],
     ) -> HashMap<String, Vec<Option<String>>> {
         let (first, last) = self.bounds;
         let mut out = HashMap::new();
-        for p in paths.iter().filter(|p| !p.exemplars.is_empty()) {
-            let label = p.display_path();
-            if !histograms.contains(&label) {
+        for r in rows.iter().filter(|r| !r.path.exemplars.is_empty()) {
+            let (label, p) = (&r.label, &r.path);
+            if !histograms.contains(label) {
                 continue;
             }
             let mut buckets: Vec<Option<String>> = vec![None; last - first + 2];
@@ -218,25 +209,24 @@ impl SpanMetrics {
                     seconds(e.duration_ns)
                 ));
             }
-            out.insert(escape_label(&label), buckets);
+            out.insert(escape_label(label), buckets);
         }
         out
     }
 
     /// The chosen paths, after choosing more where there is room: paths not chosen yet, by
     /// most spans closed (then by name, for a stable order).
-    fn choose(&self, paths: &[PathProfile]) -> Vec<String> {
+    fn choose(&self, rows: &[Row]) -> Vec<String> {
         let mut chosen = self.chosen.lock().unwrap_or_else(|e| e.into_inner());
         if chosen.len() < self.histogram_paths {
-            let mut candidates: Vec<(u64, String)> = paths
+            let mut candidates: Vec<(u64, &str)> = rows
                 .iter()
-                .filter(|p| p.time.spans > 0)
-                .map(|p| (p.time.spans, p.display_path()))
-                .filter(|(_, name)| !chosen.contains(name))
+                .filter(|r| r.path.time.spans > 0 && !chosen.contains(&r.label))
+                .map(|r| (r.path.time.spans, r.label.as_str()))
                 .collect();
-            candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
             let room = self.histogram_paths - chosen.len();
-            chosen.extend(candidates.into_iter().take(room).map(|(_, name)| name));
+            chosen.extend(candidates.into_iter().take(room).map(|(_, l)| l.to_owned()));
         }
         chosen.clone()
     }
@@ -288,6 +278,33 @@ fn bound_index(d: Duration) -> usize {
 
 fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
+}
+
+/// The span paths by label: paths that write the same (one callsite whose span fields became
+/// labels, `TRACING_PROF_LABEL_FIELDS`, is a path per value) are summed into one row, in the
+/// order first met, so that no two series share their labels.
+fn rows(paths: &[PathProfile]) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::with_capacity(paths.len());
+    let mut at: HashMap<String, usize> = HashMap::with_capacity(paths.len());
+    for p in paths {
+        let label = p.display_path();
+        match at.get(&label) {
+            Some(&i) => {
+                let row = &mut rows[i].path;
+                row.time.add(&p.time);
+                row.memory.add(&p.memory);
+                row.exemplars.extend_from_slice(&p.exemplars);
+            }
+            None => {
+                at.insert(label.clone(), rows.len());
+                rows.push(Row {
+                    label,
+                    path: p.clone(),
+                });
+            }
+        }
+    }
+    rows
 }
 
 /// One span path's numbers and its label.

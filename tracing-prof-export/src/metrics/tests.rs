@@ -101,7 +101,6 @@ fn histogram_paths_are_chosen_stickily() {
         third.contains("tracing_prof_span_duration_seconds_count{span_path=\"request\"} 0"),
         "{third}"
     );
-    assert!(!m.encode(&s, None, &[], Format::Prometheus).is_empty());
     let none = SpanMetrics::new().histogram_paths(0);
     assert!(!has(
         &none.encode(&s, None, &[], Format::Prometheus),
@@ -211,4 +210,63 @@ fn exemplars_follow_their_buckets_in_open_metrics() {
     }
     assert_eq!(text.matches(" # {").count(), 3, "{text}");
     assert!(!m.encode(&s, None, &[], Format::Prometheus).contains(" # {"));
+}
+
+/// Paths that write the same label (one callsite whose span fields became labels) are one
+/// series, their numbers summed: Prometheus drops all but one of a repeated series.
+#[test]
+fn paths_of_one_label_are_summed_into_one_series() {
+    let mut s = snapshot();
+    let mut again = s.paths[0].clone();
+    again.time = Default::default();
+    again.time.spans = 1;
+    again.time.durations[duration_bucket(5_000)] = 1;
+    again.time.wall_ns = 5_000;
+    again.memory.inuse_bytes = 10;
+    s.paths.push(again);
+    let text = SpanMetrics::new().encode(&s, None, &[], Format::Prometheus);
+    let lines =
+        |prefix: &str| -> Vec<&str> { text.lines().filter(|l| l.starts_with(prefix)).collect() };
+    assert_eq!(
+        lines("tracing_prof_spans_total{span_path=\"request\"}"),
+        ["tracing_prof_spans_total{span_path=\"request\"} 5"]
+    );
+    assert_eq!(
+        lines("tracing_prof_span_duration_seconds_count{span_path=\"request\"}"),
+        ["tracing_prof_span_duration_seconds_count{span_path=\"request\"} 5"]
+    );
+    assert_eq!(
+        lines("tracing_prof_span_inuse_bytes{span_path=\"request\"}"),
+        ["tracing_prof_span_inuse_bytes{span_path=\"request\"} 1034"]
+    );
+    promtool_accepts(&text);
+}
+
+/// A span name with a quote, a backslash and a newline: escaped in the label as the text
+/// formats want, and its exemplars still found for their lines.
+#[test]
+fn odd_span_names_are_escaped_and_keep_their_exemplars() {
+    use tracing_prof_model::{DurationExemplar, TraceLink};
+    let mut s = snapshot();
+    s.paths[0].frames = vec![SpanFrame::new("app", "say \"hi\" \\ now\n", None, None)];
+    s.paths[0].exemplars = vec![DurationExemplar {
+        bucket: duration_bucket(1_100_000),
+        link: TraceLink {
+            trace_id: 1,
+            span_id: 2,
+        },
+        duration_ns: 1_100_000,
+    }];
+    let text = SpanMetrics::new().encode(&s, None, &[], Format::OpenMetrics);
+    let line = text
+        .lines()
+        .find(|l| l.contains(" # {"))
+        .unwrap_or_else(|| panic!("no exemplar in\n{text}"));
+    assert!(
+        line.starts_with(
+            "tracing_prof_span_duration_seconds_bucket{le=\"0.00125\",span_path=\"say \\\"hi\\\" \\\\ now\\n\"} 3 # "
+        ),
+        "{line}"
+    );
+    promtool_accepts(&SpanMetrics::new().encode(&s, None, &[], Format::Prometheus));
 }

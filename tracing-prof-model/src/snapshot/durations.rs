@@ -15,7 +15,7 @@ pub const DURATION_BUCKETS: usize = DURATION_BOUNDS_NS.len() + 1;
 /// The R10 mantissas, in nanoseconds for the first decade (1 µs to 8 µs).
 const R10: [u64; 10] = [1000, 1250, 1600, 2000, 2500, 3150, 4000, 5000, 6300, 8000];
 
-/// Upper bounds (inclusive) of the duration buckets, in nanoseconds: 1 µs to 794 s, ten per
+/// Upper bounds (inclusive) of the duration buckets, in nanoseconds: 1 µs to 800 s, ten per
 /// decade. A span longer than the last is counted in the last bucket.
 pub const DURATION_BOUNDS_NS: [u64; 90] = {
     let mut b = [0u64; 90];
