@@ -325,8 +325,12 @@ fn run(command: Command) -> Result<(), CliError> {
             let p = select::apply(&loaded.profile, &a.select)?;
             let top = p.top(a.select.sample_type.as_deref(), a.by.into(), a.cum, a.limit)?;
             let index = p.sample_type_named(a.select.sample_type.as_deref())?;
+            let latency = match a.by {
+                By::Span => latency_table(&p, &top.rows),
+                By::Function => String::new(),
+            };
             print(&format!(
-                "{}\n{}: {} in all{}{}\n{}",
+                "{}\n{}: {} in all{}{}\n{}{latency}",
                 loaded.describe(),
                 top.sample_type,
                 units::format_value(top.total, &top.unit),
@@ -559,6 +563,42 @@ fn last_process(loaded: Vec<input::Loaded>) -> Vec<input::Loaded> {
         loaded.len() - last
     );
     loaded.into_iter().skip(last).collect()
+}
+
+/// The latency of the span paths among `rows`, in their order, from a `spans` profile's
+/// latency histogram (`durations` samples); empty when the profile has none (another kind,
+/// or written before the histogram was).
+fn latency_table(p: &tracing_prof_model::Profile, rows: &[tracing_prof_model::TopRow]) -> String {
+    let latencies = p.latencies();
+    let mut out = String::new();
+    for row in rows {
+        let Some((_, buckets)) = latencies.iter().find(|(name, _)| *name == row.name) else {
+            continue;
+        };
+        let q = |q: f64| {
+            tracing_prof_model::duration_quantile(buckets, q).map_or_else(
+                || "-".to_owned(),
+                |ns| units::format_value(i64::try_from(ns).unwrap_or(i64::MAX), "nanoseconds"),
+            )
+        };
+        let spans: u64 = buckets.iter().sum();
+        out.push_str(&format!(
+            "{:>10} {:>10} {:>10} {:>9}  {}\n",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            spans,
+            row.name
+        ));
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "\nLatency (wall time, creation to close; from the histogram, within a bucket, 26% at \
+         worst):\n{:>10} {:>10} {:>10} {:>9}  span path\n{out}",
+        "p50", "p90", "p99", "spans"
+    )
 }
 
 /// Steps (captures less one) the `leaks` command wants before it suspects anything, unless

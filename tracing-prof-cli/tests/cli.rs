@@ -1167,3 +1167,47 @@ fn leaks_reads_the_last_process_of_its_inputs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `top --by span` on a spans profile with the latency histogram: p50, p90 and p99 per span
+/// path, interpolated inside the bucket (100 spans of 1.1 ms, all in (1 ms, 1.25 ms]: 1.125,
+/// 1.225 and 1.2475 ms), after the table and in its order.
+#[test]
+fn top_by_span_shows_the_latency_of_each_path() {
+    use tracing_prof::model::{PathKind, PathProfile, Snapshot, SpanFrame, duration_bucket};
+    let mut s = Snapshot::new(
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(1),
+    );
+    let mut p = PathProfile::new(
+        PathKind::Span,
+        vec![SpanFrame::new("app", "checkout", None, None)],
+    );
+    p.time.spans = 100;
+    p.time.wall_ns = 100 * 1_100_000;
+    p.time.busy_ns = p.time.wall_ns;
+    p.time.durations[duration_bucket(1_100_000)] = 100;
+    s.paths.push(p);
+    let file = std::env::temp_dir().join(format!(
+        "tracing-prof-cli-latency-{}.pb.gz",
+        std::process::id()
+    ));
+    std::fs::write(&file, s.encode(tracing_prof::ProfileKind::Spans)).unwrap();
+    let out = ok(&["top", "--by", "span", "-t", "wall", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    let ns = |v: i64| tracing_prof::model::units::format_value(v, "nanoseconds");
+    let expected = format!(
+        "{:>10} {:>10} {:>10} {:>9}  checkout",
+        ns(1_125_000),
+        ns(1_225_000),
+        ns(1_247_500),
+        100
+    );
+    assert!(
+        out.contains("\nLatency (wall time, creation to close"),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l == expected),
+        "{expected:?} not in\n{out}"
+    );
+}

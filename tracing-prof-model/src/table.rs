@@ -61,6 +61,43 @@ pub struct Top {
 }
 
 impl Profile {
+    /// The latency histogram of each span path from the `durations` samples of a `spans`
+    /// profile (numeric label `duration_le`, the bucket's bound), by path name as
+    /// [`Grouping::SpanPath`] writes it, in the order first met; empty for other profiles.
+    /// Quantiles: [`crate::duration_quantile`].
+    pub fn latencies(&self) -> Vec<(String, [u64; crate::DURATION_BUCKETS])> {
+        let Some(k) = self.sample_type_index("durations") else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, [u64; crate::DURATION_BUCKETS])> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        for s in &self.samples {
+            let n = s.values.get(k).copied().unwrap_or(0);
+            let le = s.labels.iter().find_map(|l| match (&*l.key, &l.value) {
+                ("duration_le", LabelValue::Num { value, .. }) => Some(*value),
+                _ => None,
+            });
+            let (Some(le), true) = (le, n > 0) else {
+                continue;
+            };
+            let bucket = crate::DURATION_BOUNDS_NS
+                .iter()
+                .position(|&b| i64::try_from(b).is_ok_and(|b| b == le))
+                .unwrap_or(crate::DURATION_BUCKETS - 1);
+            let name = s
+                .span_frames()
+                .map(|f| f.span_name())
+                .collect::<Vec<_>>()
+                .join(crate::PATH_SEPARATOR);
+            let i = *at.entry(name.clone()).or_insert_with(|| {
+                out.push((name, [0; crate::DURATION_BUCKETS]));
+                out.len() - 1
+            });
+            out[i].1[bucket] += u64::try_from(n).unwrap_or(0);
+        }
+        out
+    }
+
     /// The rows of `go tool pprof -top` (or per span path), for sample type `sample_type`
     /// (default: the profile's default), sorted by flat (by cum when `by_cum`), at most
     /// `limit` rows (0: all).
