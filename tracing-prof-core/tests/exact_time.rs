@@ -315,6 +315,17 @@ fn durations_land_in_their_buckets_and_errors_on_their_span() {
         })
         .collect();
     by_bound.sort();
+    // And the errors, on the path's own sample.
+    let e = spans
+        .sample_type_index("errors")
+        .expect("an errors sample type");
+    let errors: i64 = spans
+        .samples
+        .iter()
+        .filter(|s| s.stack.len() == 1 && s.stack[0].function.contains("latency_request"))
+        .map(|s| s.values[e])
+        .sum();
+    assert_eq!(errors, 2);
     assert_eq!(
         by_bound,
         [

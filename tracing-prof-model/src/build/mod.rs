@@ -2,7 +2,7 @@
 //!
 //! | kind | samples | sample types | default |
 //! |------|---------|--------------|---------|
-//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds; `intervals` and `durations` (counts) on samples of their own, per path and enter-to-exit length (label `interval`) or latency bucket (label `duration_le`) | `cpu`, else `wall_busy` |
+//! | `spans` | span paths | `spans/count`, `wall`, `wall_busy`, `wall_idle`, and when CPU time is measured `cpu`, `off_cpu` (and `cpu_user`, `cpu_sys` with getrusage), in nanoseconds; `errors` (spans that recorded an ERROR event); `intervals` and `durations` (counts) on samples of their own, per path and enter-to-exit length (label `interval`) or latency bucket (label `duration_le`) | `cpu`, else `wall_busy` |
 //! | `cpu` | sampled code stacks under span paths (label `span_path`; `span_id` and `trace_id` on samples linked to a trace span) | `samples/count`, `cpu/nanoseconds` | `cpu` |
 //! | `heap` | sampled code stacks under span paths (exact span paths when sampling is off) | `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` | `inuse_space` |
 //! | `allocs` | as `heap` | as `heap` | `alloc_space` |
@@ -178,6 +178,8 @@ pub fn span_sample_types(cpu: CpuSource) -> Vec<SampleType> {
         t.push(SampleType::new("cpu_user", "nanoseconds"));
         t.push(SampleType::new("cpu_sys", "nanoseconds"));
     }
+    // Spans that recorded an ERROR event, on the path's sample.
+    t.push(SampleType::new("errors", "count"));
     // Counted on samples of their own, one per path and length (label `interval`).
     t.push(SampleType::new("intervals", "count"));
     // The same for closed spans by wall time (numeric label `duration_le`).
@@ -196,6 +198,7 @@ fn span_values(p: &PathProfile, cpu: CpuSource) -> Vec<i64> {
         v.push(int(t.cpu_user_ns));
         v.push(int(t.cpu_sys_ns));
     }
+    v.push(int(t.errors));
     v.push(0); // intervals: on the samples of their own
     v.push(0); // durations: the same
     v

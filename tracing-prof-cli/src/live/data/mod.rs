@@ -10,7 +10,9 @@ mod stacks;
 mod tables;
 
 pub(crate) use stacks::{Stack, Window, in_long_poll};
-pub(crate) use tables::{PathRow, function_rows, intervals, long_polls, path_rows, thread_rows};
+pub(crate) use tables::{
+    PathRow, function_rows, intervals, latency, long_polls, path_rows, thread_rows,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
@@ -275,6 +277,9 @@ pub(crate) mod tests {
         // 100 polls a second: 90 under 1 ms, 10 under 10 ms.
         r.time.intervals[3] = 90;
         r.time.intervals[4] = 10;
+        // 100 spans of 1.1 ms a frame, 2 of them with an ERROR.
+        r.time.durations[tracing_prof_model::duration_bucket(1_100_000)] = 100;
+        r.time.errors = 2;
         r.time.long_polls = u64::from(i == 1);
         r.memory.alloc_bytes = 2 << 20;
         r.memory.alloc_objects = 200;
@@ -528,6 +533,11 @@ pub(crate) mod tests {
             [("<1ms".to_owned(), 360), ("<10ms".to_owned(), 40)]
         );
         assert!(intervals(&h, 3, "request -> db_query").is_empty());
+        // All in (1 ms, 1.25 ms]: interpolated inside it; 2 errors in each frame's 100 spans.
+        let (q, spans, errors) = latency(&h, 3, "request").unwrap();
+        assert_eq!(q, [1_125_000, 1_225_000, 1_247_500]);
+        assert_eq!((spans, errors), (400, 8));
+        assert!(latency(&h, 3, "request -> db_query").is_none());
         let tick = h.tick(3).unwrap();
         assert_eq!((tick.inuse, tick.alloc_bytes), (3 << 20, 3 << 20));
         assert_eq!(tick.cores(), Some(0.75));

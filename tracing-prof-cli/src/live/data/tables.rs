@@ -202,6 +202,34 @@ pub(crate) fn long_polls(history: &History, cursor: usize) -> Vec<(String, i64)>
     out
 }
 
+/// The latency of span path `path` itself in the table's window, from the `spans` profile's
+/// histogram: p50, p90 and p99 in nanoseconds, spans closed, and those that recorded an
+/// ERROR event; `None` when no span of it closed there (or the service predates the
+/// histogram).
+pub(crate) fn latency(
+    history: &History,
+    cursor: usize,
+    path: &str,
+) -> Option<([u64; 3], u64, u64)> {
+    let frames = history.table(cursor);
+    let spans = merged(&frames, ProfileKind::Spans)?;
+    let (_, buckets) = spans
+        .latencies()
+        .into_iter()
+        .find(|(name, _)| name == path)?;
+    let q = |q: f64| tracing_prof_model::duration_quantile(&buckets, q);
+    let quantiles = [q(0.5)?, q(0.9)?, q(0.99)?];
+    let errors = spans.sample_type_index("errors").map_or(0, |k| {
+        spans
+            .samples
+            .iter()
+            .filter(|s| path_name(s) == path)
+            .map(|s| u64::try_from(s.values[k]).unwrap_or(0))
+            .sum()
+    });
+    Some((quantiles, buckets.iter().sum(), errors))
+}
+
 /// The enter-to-exit intervals of span path `path` itself (not the paths below) in the
 /// table's window, per length bucket (`<1us` to `>=10s`, shortest first): the buckets with any.
 pub(crate) fn intervals(history: &History, cursor: usize, path: &str) -> Vec<(String, i64)> {

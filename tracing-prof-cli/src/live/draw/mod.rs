@@ -155,6 +155,18 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
         Line::from(""),
     ];
     let (h, at) = (&app.history, app.cursor);
+    if let Some(([p50, p90, p99], spans, errors)) = data::latency(h, at, path) {
+        let ns = |v: u64| units::format_value(i64::try_from(v).unwrap_or(i64::MAX), "nanoseconds");
+        lines.push(Line::from("Latency, creation to close:").underlined());
+        lines.push(Line::from(format!(
+            "  p50 {}  p90 {}  p99 {}  of {spans} spans, {errors} with an ERROR ({:.1}%)",
+            ns(p50),
+            ns(p90),
+            ns(p99),
+            errors as f64 * 100.0 / spans.max(1) as f64
+        )));
+        lines.push(Line::from(""));
+    }
     let intervals = data::intervals(h, at, path);
     if !intervals.is_empty() {
         let total: i64 = intervals.iter().map(|(_, n)| n).sum();
