@@ -12,6 +12,7 @@ use crate::http::{
     DEFAULT_HTTP_ADDR, ENV_HTTP_ADDR, ENV_HTTP_ALLOW_PUBLIC, ENV_HTTP_REQUIRED, ENV_HTTP_TOKEN,
     ENV_METRICS_ADDR, HttpError, HttpServer, HttpSettings, MetricsServer,
 };
+use crate::metrics::{ENV_METRICS_BUCKETS, ENV_METRICS_HISTOGRAMS, SpanMetrics};
 #[cfg(feature = "otlp")]
 use crate::otlp::{
     ENV_OTLP_COMPRESSION, ENV_OTLP_ENDPOINT, ENV_OTLP_HEADERS, ENV_OTLP_PROFILES_COMPRESSION,
@@ -226,10 +227,37 @@ fn http_settings() -> Result<Option<HttpSettings>, ConfigError> {
     Ok(Some(HttpSettings {
         var: ENV_HTTP_ADDR,
         metrics_only: false,
+        metrics: span_metrics()?,
         addr,
         token,
         required,
     }))
+}
+
+/// `/metrics` as `TRACING_PROF_METRICS_HISTOGRAMS` and `TRACING_PROF_METRICS_BUCKETS` say.
+fn span_metrics() -> Result<SpanMetrics, ConfigError> {
+    let mut m = SpanMetrics::new();
+    if let Some(n) = env_var(ENV_METRICS_HISTOGRAMS, |s| {
+        s.parse::<usize>()
+            .map_err(|_| format!("expected a number of span paths (0: none), got {s:?}"))
+    })? {
+        m = m.histogram_paths(n);
+    }
+    if let Some((min, max)) = env_var(ENV_METRICS_BUCKETS, |s| {
+        let (a, b) = s
+            .split_once("..")
+            .ok_or_else(|| format!("expected MIN..MAX, two durations (10us..100s), got {s:?}"))?;
+        let (a, b) = (parse_duration(a.trim())?, parse_duration(b.trim())?);
+        if a >= b {
+            return Err(format!(
+                "the first bound must be below the second, got {s:?}"
+            ));
+        }
+        Ok((a, b))
+    })? {
+        m = m.buckets(min, max);
+    }
+    Ok(m)
 }
 
 /// `TRACING_PROF_METRICS_ADDR`, checked; `Ok(None)` when unset. Any address, without a token
@@ -250,6 +278,7 @@ fn metrics_settings() -> Result<Option<HttpSettings>, ConfigError> {
     Ok(Some(HttpSettings {
         var: ENV_METRICS_ADDR,
         metrics_only: true,
+        metrics: span_metrics()?,
         addr,
         token: env_var(ENV_HTTP_TOKEN, |s| Ok(s.to_owned()))?,
         required: env_var(ENV_HTTP_REQUIRED, parse_bool)?.unwrap_or(false),

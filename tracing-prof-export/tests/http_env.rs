@@ -17,6 +17,8 @@ fn set_env(vars: &[(&str, &str)]) {
         "TRACING_PROF_HTTP_ALLOW_PUBLIC",
         "TRACING_PROF_HTTP_REQUIRED",
         "TRACING_PROF_METRICS_ADDR",
+        "TRACING_PROF_METRICS_HISTOGRAMS",
+        "TRACING_PROF_METRICS_BUCKETS",
     ] {
         // SAFETY: this test binary has one test, which alone touches the environment.
         unsafe { std::env::remove_var(v) };
@@ -205,4 +207,35 @@ fn a_metrics_listener_serves_metrics_only() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("TRACING_PROF_METRICS_ADDR"), "{e}");
+    // Its settings, checked: a bad one is an error naming its variable.
+    for (var, bad, says) in [
+        (
+            "TRACING_PROF_METRICS_HISTOGRAMS",
+            "many",
+            "a number of span paths",
+        ),
+        ("TRACING_PROF_METRICS_BUCKETS", "10us-100s", "MIN..MAX"),
+        (
+            "TRACING_PROF_METRICS_BUCKETS",
+            "1s..1ms",
+            "below the second",
+        ),
+        ("TRACING_PROF_METRICS_BUCKETS", "1s..soon", "soon"),
+    ] {
+        set_env(&[("TRACING_PROF_METRICS_ADDR", "127.0.0.1:0"), (var, bad)]);
+        let e = tracing_prof_export::http::MetricsServer::from_env(guard.profiler())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(var) && e.contains(says), "{var}={bad}: {e}");
+    }
+    set_env(&[
+        ("TRACING_PROF_METRICS_ADDR", "127.0.0.1:0"),
+        ("TRACING_PROF_METRICS_HISTOGRAMS", "5"),
+        ("TRACING_PROF_METRICS_BUCKETS", "1ms..1s"),
+    ]);
+    assert!(
+        tracing_prof_export::http::MetricsServer::from_env(guard.profiler())
+            .unwrap()
+            .is_some()
+    );
 }

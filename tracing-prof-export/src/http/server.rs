@@ -164,7 +164,7 @@ impl HttpServer {
         settings: HttpSettings,
     ) -> Result<HttpServer, HttpError> {
         let (addr, required) = (settings.addr, settings.required);
-        let mut handler = PprofHandler::new(profiler.clone());
+        let mut handler = PprofHandler::new(profiler.clone()).span_metrics(settings.metrics);
         if settings.metrics_only {
             handler = handler.metrics_only();
         }
@@ -570,6 +570,8 @@ pub(crate) struct HttpSettings {
     pub(crate) var: &'static str,
     /// Serves `/metrics` only.
     pub(crate) metrics_only: bool,
+    /// How `/metrics` is encoded (`TRACING_PROF_METRICS_*`).
+    pub(crate) metrics: crate::metrics::SpanMetrics,
     /// `host:port` as given (`default` replaced).
     pub(crate) addr: String,
     pub(crate) token: Option<String>,

@@ -50,6 +50,11 @@ pub const DEFAULT_MIN_BUCKET: Duration = Duration::from_micros(10);
 /// The largest bucket bound exposed by default: 100 s (longer spans count in `+Inf`).
 pub const DEFAULT_MAX_BUCKET: Duration = Duration::from_secs(100);
 
+/// Span paths with a latency histogram at `/metrics` (a whole number, `0` for none).
+pub const ENV_METRICS_HISTOGRAMS: &str = "TRACING_PROF_METRICS_HISTOGRAMS";
+/// The latency buckets shown at `/metrics`: `MIN..MAX`, two durations (`10us..100s`).
+pub const ENV_METRICS_BUCKETS: &str = "TRACING_PROF_METRICS_BUCKETS";
+
 /// The text format of a scrape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
