@@ -104,6 +104,40 @@ pub fn have(program: &str, version_arg: &str, package: &str, needed_for: &str) -
     ok
 }
 
+/// `promtool check metrics` on `text` (the Prometheus text format), where promtool runs (see
+/// [`have`]; Debian's `prometheus` has it): panics with what it says of a problem.
+pub fn promtool_check_metrics(text: &str) {
+    use std::io::Write;
+    if !have(
+        "promtool",
+        "--version",
+        "prometheus",
+        "the check of /metrics by promtool",
+    ) {
+        return;
+    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(text.as_bytes())
+        .expect("promtool reads the text");
+    let out = child.wait_with_output().expect("promtool ends");
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Whether `go` can be run (see [`have`]).
 pub fn have_go() -> bool {
     have(

@@ -99,27 +99,22 @@ pub fn capture_paths(duration: Duration) -> Snapshot {
     };
     let mut snapshot = Snapshot::new(SystemTime::now(), duration);
     snapshot.binary = crate::binary::current();
-    snapshot.paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu)
-        .into_iter()
-        .map(|(_tag, mut p)| {
-            #[cfg(feature = "opentelemetry")]
-            {
-                p.exemplars = crate::exemplars::of(_tag)
-                    .into_iter()
-                    .map(
-                        |(bucket, link, duration_ns)| tracing_prof_model::DurationExemplar {
-                            bucket,
-                            link,
-                            duration_ns,
-                        },
-                    )
-                    .collect();
-            }
-            #[cfg(not(feature = "opentelemetry"))]
-            let _ = &mut p;
-            p
-        })
-        .collect();
+    #[cfg_attr(not(feature = "opentelemetry"), allow(unused_mut))]
+    let mut paths = paths_of(&all, &totals, &times, &outlived, cpu, &sampled_cpu);
+    #[cfg(feature = "opentelemetry")]
+    for (tag, p) in &mut paths {
+        p.exemplars = crate::exemplars::of(*tag)
+            .into_iter()
+            .map(
+                |(bucket, link, duration_ns)| tracing_prof_model::DurationExemplar {
+                    bucket,
+                    link,
+                    duration_ns,
+                },
+            )
+            .collect();
+    }
+    snapshot.paths = paths.into_iter().map(|(_, p)| p).collect();
     snapshot.overflowed_spans = RUNTIME.paths.overflowed_spans();
     snapshot.cpu = cpu;
     snapshot.cpu_sampling_hz = RUNTIME.cpu.sampled_hz();

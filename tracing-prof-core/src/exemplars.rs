@@ -46,12 +46,9 @@ pub(crate) fn make_table() {
     if p.is_null() {
         return;
     }
-    if TABLE
-        .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // Another thread made it first; ours stays unused (never unmapped, like the tables).
-    }
+    // Another thread may have made it first: ours then stays unused (never unmapped, like the
+    // tables).
+    let _ = TABLE.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
 }
 
 fn table() -> Option<&'static [Slot]> {

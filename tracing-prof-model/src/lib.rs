@@ -98,7 +98,7 @@ pub use snapshot::{
     MemoryStats, NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR,
     PROFILER_FRAME, PathKind, PathProfile, Snapshot, SpanFrame, StackProfile, SuspectedLeak,
     Symbols, TABLE_FULL_FRAME, ThreadProfile, TimeStats, display_path, duration_bucket,
-    duration_quantile, slow_bound, spans_slower_than,
+    duration_quantile, nearest_duration_bound, slow_bound, spans_slower_than,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
 pub use trace_link::{LinkedSamples, TraceLink};

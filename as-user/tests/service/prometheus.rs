@@ -46,15 +46,19 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// `query` over Prometheus's HTTP API at `time`: the result vector.
-fn query(prometheus: &str, query: &str, time: f64) -> Vec<serde_json::Value> {
-    let encoded: String = query
-        .bytes()
+/// `s` percent-encoded for a URL's query.
+fn encode_query(s: &str) -> String {
+    s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
-        .collect();
+        .collect()
+}
+
+/// `query` over Prometheus's HTTP API at `time`: the result vector.
+fn query(prometheus: &str, query: &str, time: f64) -> Vec<serde_json::Value> {
+    let encoded = encode_query(query);
     let (head, body) = get(
         prometheus,
         &format!("/api/v1/query?query={encoded}&time={time}"),
@@ -80,16 +84,12 @@ fn free_port() -> u16 {
 #[test]
 fn prometheus_scrapes_the_span_metrics() {
     let _serial = crate::serial();
-    if Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "prometheus is not installed (.ci/run installs Debian's)"
-        );
-        eprintln!("prometheus is not installed: not tried");
+    if !tracing_prof_test_support::have(
+        "prometheus",
+        "--version",
+        "prometheus",
+        "the scrape of /metrics by a real Prometheus",
+    ) {
         return;
     }
     // With the example's OpenTelemetry layer: its requests are linked to traces.
@@ -110,26 +110,7 @@ fn prometheus_scrapes_the_span_metrics() {
     assert!(head.contains("application/openmetrics-text"), "{head}");
     assert!(open_metrics.ends_with("# EOF\n"), "{open_metrics}");
     let (_, text) = get(&host, "/metrics", "text/plain");
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let checked = promtool.wait_with_output().unwrap();
-    assert!(
-        checked.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    tracing_prof_test_support::promtool_check_metrics(&text);
 
     // Prometheus, scraping it every second.
     let work = tempfile::Builder::new()
@@ -263,13 +244,9 @@ fn prometheus_scrapes_the_span_metrics() {
     assert_eq!(value(&slow[0]), total - at_1ms, "{buckets:?}");
     // Exemplars, stored by Prometheus (--enable-feature=exemplar-storage): trace and span ids
     // of the example's OpenTelemetry spans, each inside its bucket.
-    let encoded: String = format!("tracing_prof_span_duration_seconds_bucket{{{render}}}")
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = encode_query(&format!(
+        "tracing_prof_span_duration_seconds_bucket{{{render}}}"
+    ));
     let (head, body) = get(
         &prometheus_addr,
         &format!(

@@ -38,7 +38,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tracing_prof_core::{SlowSpan, Stats};
 use tracing_prof_model::{
-    DURATION_BOUNDS_NS, DURATION_BUCKETS, PathProfile, Snapshot, slow_bound, spans_slower_than,
+    DURATION_BOUNDS_NS, DURATION_BUCKETS, PathProfile, Snapshot, nearest_duration_bound,
+    slow_bound, spans_slower_than,
 };
 
 /// Span paths with a latency histogram, at most: 20. With the default buckets that is
@@ -162,7 +163,7 @@ impl SpanMetrics {
             .filter(|r| r.path.time.spans > 0)
             .filter_map(|r| {
                 let t = SlowSpan::for_path(slow, &r.label)?;
-                let ns = t.threshold.as_nanos().min(u128::from(u64::MAX)) as u64;
+                let ns = nanos(t.threshold);
                 let count = spans_slower_than(&r.path.time.durations, ns);
                 Some((r.label.clone(), seconds(slow_bound(ns)).to_string(), count))
             })
@@ -274,11 +275,12 @@ fn with_exemplars(text: &str, exemplars: &HashMap<String, Vec<Option<String>>>) 
 
 /// The index of the bound nearest `d` (on a log scale).
 fn bound_index(d: Duration) -> usize {
-    let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
-    let ratio = |b: u64| (b as f64 / ns.max(1) as f64).ln().abs();
-    (0..DURATION_BOUNDS_NS.len())
-        .min_by(|&a, &b| ratio(DURATION_BOUNDS_NS[a]).total_cmp(&ratio(DURATION_BOUNDS_NS[b])))
-        .unwrap_or(0)
+    nearest_duration_bound(nanos(d))
+}
+
+/// `d` in nanoseconds, at most `u64::MAX`.
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 fn seconds(ns: u64) -> f64 {

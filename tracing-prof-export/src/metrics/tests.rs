@@ -68,12 +68,17 @@ fn every_family_with_its_numbers() {
                 == "tracing_prof_span_slow_total{span_path=\"request\",threshold=\"0.001\"} 3"),
         "{with_slow}"
     );
-    promtool_accepts(&m.encode(&snapshot(), None, &slow, Format::Prometheus));
+    tracing_prof_test_support::promtool_check_metrics(&m.encode(
+        &snapshot(),
+        None,
+        &slow,
+        Format::Prometheus,
+    ));
     let plain = m.encode(&snapshot(), None, &[], Format::Prometheus);
     assert!(!plain.contains("# EOF") && plain.contains("tracing_prof_spans_total"));
     // promtool reads the Prometheus text format (OpenMetrics' counters name their family
     // without `_total`, which it takes for a missing help text).
-    promtool_accepts(&plain);
+    tracing_prof_test_support::promtool_check_metrics(&plain);
 }
 
 /// Histograms go to at most N paths, the busiest first, and a path once chosen keeps its
@@ -127,38 +132,6 @@ fn the_default_buckets_are_ten_per_decade_from_10us_to_100s() {
     let m = SpanMetrics::new().buckets(Duration::from_micros(1_120), Duration::from_secs(60));
     let b = m.bucket_bounds();
     assert_eq!((b[0], *b.last().unwrap()), (0.00125, 63.0));
-}
-
-/// `promtool check metrics` on `text`, when promtool is installed: lint problems fail.
-fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    let Ok(mut child) = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "promtool is not installed (CI installs Debian's prometheus)"
-        );
-        eprintln!("promtool is not installed: not checked");
-        return;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics:\n{}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Exemplars follow their buckets' lines in OpenMetrics (none in the Prometheus text format),
@@ -239,7 +212,7 @@ fn paths_of_one_label_are_summed_into_one_series() {
         lines("tracing_prof_span_inuse_bytes{span_path=\"request\"}"),
         ["tracing_prof_span_inuse_bytes{span_path=\"request\"} 1034"]
     );
-    promtool_accepts(&text);
+    tracing_prof_test_support::promtool_check_metrics(&text);
 }
 
 /// A span name with a quote, a backslash and a newline: escaped in the label as the text
@@ -268,5 +241,10 @@ fn odd_span_names_are_escaped_and_keep_their_exemplars() {
         ),
         "{line}"
     );
-    promtool_accepts(&SpanMetrics::new().encode(&s, None, &[], Format::Prometheus));
+    tracing_prof_test_support::promtool_check_metrics(&SpanMetrics::new().encode(
+        &s,
+        None,
+        &[],
+        Format::Prometheus,
+    ));
 }

@@ -75,15 +75,20 @@ pub struct DurationExemplar {
     pub duration_ns: u64,
 }
 
-/// The bucket bound a slow-span threshold stands at: the bound nearest `threshold_ns` (on a
-/// log scale). Spans are counted as slow by bucket, so a threshold is as fine as the buckets.
-pub fn slow_bound(threshold_ns: u64) -> u64 {
-    let ratio = |b: u64| (b as f64 / threshold_ns.max(1) as f64).ln().abs();
-    DURATION_BOUNDS_NS
-        .iter()
-        .copied()
-        .min_by(|&a, &b| ratio(a).total_cmp(&ratio(b)))
+/// The index in [`DURATION_BOUNDS_NS`] of the bound nearest `ns` (on a log scale): where a
+/// duration someone asks for (a threshold, the first bucket shown) stands.
+pub fn nearest_duration_bound(ns: u64) -> usize {
+    let ratio = |b: u64| (b as f64 / ns.max(1) as f64).ln().abs();
+    (0..DURATION_BOUNDS_NS.len())
+        .min_by(|&a, &b| ratio(DURATION_BOUNDS_NS[a]).total_cmp(&ratio(DURATION_BOUNDS_NS[b])))
         .unwrap_or(0)
+}
+
+/// The bucket bound a slow-span threshold stands at: the bound nearest `threshold_ns` (see
+/// [`nearest_duration_bound`]). Spans are counted as slow by bucket, so a threshold is as fine
+/// as the buckets.
+pub fn slow_bound(threshold_ns: u64) -> u64 {
+    DURATION_BOUNDS_NS[nearest_duration_bound(threshold_ns)]
 }
 
 /// Spans counted in `buckets` that took longer than [`slow_bound`]`(threshold_ns)`: those

@@ -11,7 +11,7 @@ mod stacks;
 
 pub use durations::{
     DURATION_BOUNDS_NS, DURATION_BUCKETS, DurationExemplar, duration_bucket, duration_quantile,
-    slow_bound, spans_slower_than,
+    nearest_duration_bound, slow_bound, spans_slower_than,
 };
 pub(crate) use frames::fields_of;
 use frames::names_are;
