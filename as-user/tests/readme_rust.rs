@@ -107,6 +107,16 @@ async fn main_loop(guard: tracing_prof::ProfilerGuard) {
 }
 }
 
+#[rustfmt::skip]
+fn docs_metrics_registry(guard: tracing_prof::ProfilerGuard) -> prometheus_client::registry::Registry {
+// --- docs/metrics.md: span metrics in the service's own registry
+use tracing_prof::export::metrics::SpanMetrics;
+let mut registry = prometheus_client::registry::Registry::default();
+// ... the service's own metrics, then ours, read from the profiler at each scrape:
+SpanMetrics::new().register(&mut registry, guard.profiler().clone());
+registry
+}
+
 #[test]
 fn every_rust_block_of_the_readme_is_here_verbatim() {
     let readme = tracing_prof_test_support::documentation();
@@ -120,7 +130,7 @@ fn every_rust_block_of_the_readme_is_here_verbatim() {
         );
         blocks += 1;
     }
-    assert_eq!(blocks, 7);
+    assert_eq!(blocks, 8);
 }
 
 /// The `[dependencies]` lines of the documentation's `toml` blocks: `(crate, rest of the line)`.

@@ -82,9 +82,7 @@ pub(super) fn text(
         "every kind on one page",
     );
     line("");
-    line(&format!(
-        "Each run rewrites this file. Given a directory, `tracing-prof report` and `sqlite`"
-    ));
+    line("Each run rewrites this file. Given a directory, `tracing-prof report` and `sqlite`");
     line(&format!(
         "read only the *.pb.gz files in it, never {INDEX_FILE}."
     ));

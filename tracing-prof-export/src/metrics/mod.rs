@@ -151,29 +151,11 @@ impl SpanMetrics {
         slow: &[SlowSpan],
         format: Format,
     ) -> String {
-        let rows = rows(&snapshot.paths);
-        let histograms = self.choose(&rows);
+        let collector = self.collector(snapshot, stats, slow);
         // Exemplars: OpenMetrics only (the Prometheus text format has none).
         let exemplars = match format {
-            Format::OpenMetrics => self.exemplars(&rows, &histograms),
+            Format::OpenMetrics => self.exemplars(&collector.paths, &collector.histograms),
             Format::Prometheus => HashMap::new(),
-        };
-        let slow = rows
-            .iter()
-            .filter(|r| r.path.time.spans > 0)
-            .filter_map(|r| {
-                let t = SlowSpan::for_path(slow, &r.label)?;
-                let ns = nanos(t.threshold);
-                let count = spans_slower_than(&r.path.time.durations, ns);
-                Some((r.label.clone(), seconds(slow_bound(ns)).to_string(), count))
-            })
-            .collect();
-        let collector = Collector {
-            paths: rows,
-            slow,
-            histograms,
-            bounds: self.bounds,
-            stats: stats.map(health),
         };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(collector));
@@ -189,6 +171,52 @@ impl SpanMetrics {
             out = with_exemplars(&out, &exemplars);
         }
         out
+    }
+
+    /// One scrape's families: `snapshot`'s paths summed by label, the histogram paths chosen.
+    fn collector(
+        &self,
+        snapshot: &Snapshot,
+        stats: Option<&Stats>,
+        slow: &[SlowSpan],
+    ) -> Collector {
+        let rows = rows(&snapshot.paths);
+        let histograms = self.choose(&rows);
+        let slow = rows
+            .iter()
+            .filter(|r| r.path.time.spans > 0)
+            .filter_map(|r| {
+                let t = SlowSpan::for_path(slow, &r.label)?;
+                let ns = nanos(t.threshold);
+                let count = spans_slower_than(&r.path.time.durations, ns);
+                Some((r.label.clone(), seconds(slow_bound(ns)).to_string(), count))
+            })
+            .collect();
+        Collector {
+            paths: rows,
+            slow,
+            histograms,
+            bounds: self.bounds,
+            stats: stats.map(health),
+        }
+    }
+
+    /// Registers these metrics, read from `profiler` at each scrape, into an application's own
+    /// `prometheus_client` registry, beside its metrics: one `/metrics` for both.
+    ///
+    /// Behind the `prometheus-client-registry` feature, because it ties the application to
+    /// the `prometheus-client` release we build with (0.26): a registry of another 0.x
+    /// release is another type, and the call does not compile. A registry made with a prefix
+    /// (`Registry::with_prefix("myapp")`) puts it before our names
+    /// (`myapp_tracing_prof_spans_total`). Exemplars are left out: `prometheus_client` takes
+    /// them only from its own metric types, so only [`encode`](Self::encode) and the
+    /// `/metrics` routes carry them.
+    #[cfg(feature = "prometheus-client-registry")]
+    pub fn register(self, registry: &mut Registry, profiler: tracing_prof_core::Profiler) {
+        registry.register_collector(Box::new(ProfilerCollector {
+            metrics: self,
+            profiler,
+        }));
     }
 
     /// Per histogram path (by its label as encoded), per exposed bucket, the exemplar text
@@ -467,6 +495,26 @@ impl Collector {
         }
         out.push((f64::INFINITY, d[last + 1..].iter().sum()));
         out
+    }
+}
+
+/// [`SpanMetrics`] in an application's registry: reads the profiler at each scrape.
+#[cfg(feature = "prometheus-client-registry")]
+#[derive(Debug)]
+struct ProfilerCollector {
+    metrics: SpanMetrics,
+    profiler: tracing_prof_core::Profiler,
+}
+
+#[cfg(feature = "prometheus-client-registry")]
+impl prometheus_client::collector::Collector for ProfilerCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snapshot = self.profiler.paths_snapshot();
+        let stats = self.profiler.stats();
+        let collector = self
+            .metrics
+            .collector(&snapshot, Some(&stats), self.profiler.slow_spans());
+        prometheus_client::collector::Collector::encode(&collector, encoder)
     }
 }
 
