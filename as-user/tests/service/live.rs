@@ -127,7 +127,15 @@ fn live_in_a_terminal_against_the_running_example() {
     });
     assert!(s.contains("● profiling"), "{s}");
     assert!(s.contains("● rec "), "recording is shown: {s}");
-    for header in ["calls/s", "cpu", "alloc", "in use", "in use trend"] {
+    for header in [
+        "calls/s",
+        "p99",
+        "errors",
+        "cpu",
+        "alloc",
+        "in use",
+        "in use trend",
+    ] {
         assert!(s.contains(header), "{header}: {s}");
     }
     assert!(

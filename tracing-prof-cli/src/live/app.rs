@@ -42,7 +42,14 @@ impl View {
     /// The sort orders of the view's table, the first the default.
     pub(crate) fn sorts(self) -> &'static [Sort] {
         match self {
-            View::Spans => &[Sort::Cpu, Sort::InUse, Sort::Alloc, Sort::Calls, Sort::Name],
+            View::Spans => &[
+                Sort::Cpu,
+                Sort::InUse,
+                Sort::Alloc,
+                Sort::Calls,
+                Sort::P99,
+                Sort::Name,
+            ],
             View::Functions => &[Sort::Cpu, Sort::Total, Sort::Name],
             View::Threads => &[Sort::InUse, Sort::Alloc, Sort::Name],
             View::Chart | View::Now => &[Sort::Age],
@@ -58,6 +65,7 @@ pub(crate) enum Sort {
     InUse,
     Alloc,
     Calls,
+    P99,
     Name,
     Age,
 }
@@ -70,6 +78,7 @@ impl Sort {
             Sort::InUse => "in use",
             Sort::Alloc => "alloc/s",
             Sort::Calls => "calls/s",
+            Sort::P99 => "p99",
             Sort::Name => "name",
             Sort::Age => "age",
         }

@@ -384,6 +384,10 @@ pub(crate) mod tests {
         assert_eq!((r.alloc, q.alloc), (2097152.0, 1048576.0));
         assert_eq!((r.inuse, q.inuse), (0, 11 << 20));
         assert_eq!((r.leak, q.leak), (false, true));
+        // Every request in (1 ms, 1.25 ms], 2 of each frame's 100 with an ERROR; the query's
+        // spans carry no histogram in these frames.
+        assert_eq!((r.p99, q.p99), (Some(1_247_500), None));
+        assert_eq!((r.errors, q.errors), (Some(0.02), None));
         assert_eq!(
             r.long_polls, 0,
             "the long poll of frame 1 is out of the window"

@@ -21,6 +21,11 @@ pub(crate) struct PathRow {
     pub(crate) leak: bool,
     /// Long polls in the table's window.
     pub(crate) long_polls: i64,
+    /// The 99th percentile of its spans' durations (creation to close) in the table's
+    /// window, in nanoseconds; `None` when none closed there.
+    pub(crate) p99: Option<u64>,
+    /// The share of its spans closed in the window that recorded an ERROR event.
+    pub(crate) errors: Option<f64>,
     /// In use over the last [`TREND_TICKS`] ticks, oldest first.
     pub(crate) trend: Vec<i64>,
 }
@@ -46,6 +51,17 @@ pub(crate) fn path_rows(history: &History, cursor: usize) -> Vec<PathRow> {
         for s in &spans.samples {
             if let Some(n) = num_label(s, "long_polls") {
                 entry(&mut rows, &path_name(s)).long_polls += n;
+            }
+        }
+        // Errors are counted where durations are, at a span's close.
+        let errors = per_path(spans, "errors");
+        for (name, buckets) in spans.latencies() {
+            let closed: u64 = buckets.iter().sum();
+            let row = entry(&mut rows, &name);
+            row.p99 = tracing_prof_model::duration_quantile(&buckets, 0.99);
+            if closed > 0 {
+                let n = errors.get(&name).copied().unwrap_or(0);
+                row.errors = Some(n as f64 / closed as f64);
             }
         }
     }

@@ -492,6 +492,17 @@ mod tests {
             assert!(q.contains(cell), "{cell:?} in {q:?}");
         }
         assert!(q.contains("▁▂"), "a rising trend: {q:?}");
+        // The request's p99 and ERROR share; the query's spans carry no histogram here.
+        let r = lines[request];
+        for cell in ["1.2 ms", "2.0%"] {
+            assert!(r.contains(cell), "{cell:?} in {r:?}");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("calls/s  p99      errors  cpu")),
+            "{s}"
+        );
         assert!(lines.last().unwrap().contains("Enter stacks"), "{s}");
     }
 

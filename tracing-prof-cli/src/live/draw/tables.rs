@@ -41,6 +41,22 @@ pub(super) fn cores(c: Option<f64>) -> String {
     c.map_or_else(|| "-".into(), |c| format!("{:.1}%", c * 100.0))
 }
 
+/// A duration in nanoseconds, in the unit that reads best (`1.2 ms`).
+fn nanoseconds(ns: u64) -> String {
+    units::format_value(i64::try_from(ns).unwrap_or(i64::MAX), "nanoseconds")
+}
+
+/// A share as a percentage: `0`, `<0.1%`, `2.5%`.
+fn share(s: f64) -> String {
+    if s <= 0.0 {
+        "0".into()
+    } else if s < 0.001 {
+        "<0.1%".into()
+    } else {
+        format!("{:.1}%", s * 100.0)
+    }
+}
+
 fn per_second(n: f64) -> String {
     if n == 0.0 {
         "0".into()
@@ -82,6 +98,7 @@ fn span_table(app: &App) -> ViewTable {
             Sort::InUse => b.inuse.cmp(&a.inuse),
             Sort::Alloc => desc(a.alloc, b.alloc),
             Sort::Calls => desc(a.calls, b.calls),
+            Sort::P99 => b.p99.cmp(&a.p99),
             Sort::Name => Ordering::Equal,
             _ => desc(a.cpu.unwrap_or(0.0), b.cpu.unwrap_or(0.0)),
         }
@@ -109,6 +126,8 @@ fn span_table(app: &App) -> ViewTable {
                 cells: vec![
                     r.name.clone(),
                     per_second(r.calls),
+                    r.p99.map_or_else(|| "-".into(), nanoseconds),
+                    r.errors.map_or_else(|| "-".into(), share),
                     cores(r.cpu),
                     rate(r.alloc),
                     bytes(r.inuse),
@@ -124,6 +143,8 @@ fn span_table(app: &App) -> ViewTable {
         headers: vec![
             "span path",
             "calls/s",
+            "p99",
+            "errors",
             "cpu",
             "alloc",
             "in use",
@@ -133,6 +154,8 @@ fn span_table(app: &App) -> ViewTable {
         widths: vec![
             Constraint::Min(24),
             Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(7),
             Constraint::Length(7),
             Constraint::Length(12),
             Constraint::Length(10),
