@@ -11,10 +11,13 @@
 //! Settings: the `TRACING_PROF_*` variables (see the README; `TRACING_PROF_HTTP_ADDR=default`
 //! serves `/debug/pprof` on 127.0.0.1:6060; `PYROSCOPE_SERVER_ADDRESS` pushes to Pyroscope;
 //! `OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318` sends OTLP profiles to a Collector),
-//! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead.
+//! `SERVICE_REQUESTS`, and `SERVICE_DURATION_SECS` to keep serving requests for that long instead
+//! (SIGTERM or Ctrl-C then ends the run early, with the summary, as a service's graceful
+//! shutdown does).
 //! `SERVICE_OTEL=1` adds `tracing-opentelemetry` (spans go to an exporter that counts them), so
 //! that CPU samples carry the span ids of their requests (`span_id` labels; see the README's
-//! OpenTelemetry section). OTLP and OpenTelemetry need the example's `otel` feature
+//! OpenTelemetry section); `SERVICE_OTEL_TRACE_IDS=FILE` writes the trace ids it exported there
+//! at the end, one per line. OTLP and OpenTelemetry need the example's `otel` feature
 //! (`cargo run --release --example service --features otel`): without it the first command
 //! builds only what the rest needs.
 
@@ -94,7 +97,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 ..workload.clone()
             };
             let mut total = tracing_prof_examples::Summary::default();
-            while started.elapsed() < d {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            runtime.spawn(stop_on_signal(stop.clone()));
+            while started.elapsed() < d && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let s = runtime.block_on(run(&app, &batch));
                 total.handled += s.handled;
                 total.cache_hits += s.cache_hits;
@@ -405,6 +410,20 @@ impl std::fmt::Display for Message {
 
 impl Error for Message {}
 
+/// Sets `stop` at the first SIGTERM (systemd, Kubernetes, `docker stop`) or Ctrl-C: the run
+/// ends after its current batch and the summary is printed.
+async fn stop_on_signal(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// OTLP profiles (`OTEL_EXPORTER_OTLP_ENDPOINT`) and, with `SERVICE_OTEL=1`, OpenTelemetry
 /// spans and what the CPU samples say of them.
 #[cfg(feature = "otel")]
@@ -417,14 +436,18 @@ mod otel {
     use tracing_prof::model::Snapshot;
 
     /// The spans' exporter and provider, when `SERVICE_OTEL=1`.
-    pub(crate) struct Otel(Option<(SpanCounter, SdkTracerProvider)>);
+    pub(crate) struct Otel(Option<(SpanCounter, SdkTracerProvider, Option<std::path::PathBuf>)>);
 
     impl Otel {
         pub(crate) fn from_env() -> Result<Otel, super::Message> {
             let on = std::env::var("SERVICE_OTEL").is_ok_and(|v| v == "1");
+            let ids = std::env::var_os("SERVICE_OTEL_TRACE_IDS").map(std::path::PathBuf::from);
             Ok(Otel(on.then(|| {
                 let spans = SpanCounter::default();
-                (spans.clone(), provider(spans))
+                if ids.is_some() {
+                    spans.0.lock().unwrap_or_else(|e| e.into_inner()).traces = Some(HashSet::new());
+                }
+                (spans.clone(), provider(spans), ids)
             })))
         }
 
@@ -446,33 +469,57 @@ mod otel {
             use opentelemetry::trace::TracerProvider as _;
             self.0
                 .as_ref()
-                .map(|(_, p)| tracing_opentelemetry::layer().with_tracer(p.tracer("service")))
+                .map(|(_, p, _)| tracing_opentelemetry::layer().with_tracer(p.tracer("service")))
         }
 
         pub(crate) fn finish(self, profile: &Snapshot) {
-            if let Some((spans, provider)) = self.0 {
+            if let Some((spans, provider, ids)) = self.0 {
                 let _ = provider.shutdown();
                 print_links(profile, &spans);
+                if let Some(path) = ids {
+                    let seen = spans.0.lock().unwrap_or_else(|e| e.into_inner());
+                    let text: String = seen
+                        .traces
+                        .iter()
+                        .flatten()
+                        .map(|id| format!("{id:032x}\n"))
+                        .collect();
+                    if let Err(e) = std::fs::write(&path, text) {
+                        eprintln!("cannot write {}: {e}", path.display());
+                    }
+                }
             }
         }
     }
 
     /// Counts the spans exported, and keeps the ids of the local roots that carry
-    /// `pyroscope.profile.id` (what a tracing backend would store and Grafana link).
+    /// `pyroscope.profile.id` (what a tracing backend would store and Grafana link), and the
+    /// trace ids exported when `SERVICE_OTEL_TRACE_IDS` asks for them.
     #[derive(Clone, Debug, Default)]
-    pub(crate) struct SpanCounter(Arc<Mutex<(u64, HashSet<u64>)>>);
+    pub(crate) struct SpanCounter(Arc<Mutex<Seen>>);
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Seen {
+        spans: u64,
+        roots: HashSet<u64>,
+        /// `Some` when `SERVICE_OTEL_TRACE_IDS` names a file.
+        traces: Option<HashSet<u128>>,
+    }
 
     impl SpanExporter for SpanCounter {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
             let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            seen.0 += batch.len() as u64;
+            seen.spans += batch.len() as u64;
             for s in batch {
+                if let Some(traces) = &mut seen.traces {
+                    traces.insert(u128::from_be_bytes(s.span_context.trace_id().to_bytes()));
+                }
                 let profiled = s
                     .attributes
                     .iter()
                     .any(|kv| kv.key.as_str() == "pyroscope.profile.id");
                 if profiled {
-                    seen.1
+                    seen.roots
                         .insert(u64::from_be_bytes(s.span_context.span_id().to_bytes()));
                 }
             }
@@ -491,7 +538,7 @@ mod otel {
     pub(crate) fn print_links(profile: &Snapshot, spans: &SpanCounter) {
         let (exported, roots) = {
             let seen = spans.0.lock().unwrap_or_else(|e| e.into_inner());
-            (seen.0, seen.1.clone())
+            (seen.spans, seen.roots.clone())
         };
         let samples: u64 = profile.cpu_stacks.iter().map(|s| s.samples).sum();
         let links = profile.cpu_stacks.iter().flat_map(|s| &s.links);

@@ -3,7 +3,8 @@
 //! metrics arrive under their names (a slow-span threshold's count what the buckets above it
 //! hold), `histogram_quantile` over the scraped buckets is the linear interpolation the docs
 //! describe and within a bucket of the spans profile's p99, exemplars are stored with their
-//! trace and span ids inside their buckets, and every PromQL query of docs/metrics.md answers.
+//! trace and span ids inside their buckets, each trace id one the example's OpenTelemetry SDK
+//! exported, and every PromQL query of docs/metrics.md answers.
 
 use crate::running;
 use std::io::{Read, Write};
@@ -92,12 +93,15 @@ fn prometheus_scrapes_the_span_metrics() {
     ) {
         return;
     }
-    // With the example's OpenTelemetry layer: its requests are linked to traces.
-    let (service, base) = running::start(
+    // With the example's OpenTelemetry layer: its requests are linked to traces, and the
+    // trace ids its SDK exported are written at its end.
+    let ids = tempfile::NamedTempFile::new().unwrap();
+    let (mut service, base) = running::start(
         60,
         &[
             ("TRACING_PROF_SLOW_SPAN", "request -> render:1ms"),
             ("SERVICE_OTEL", "1"),
+            ("SERVICE_OTEL_TRACE_IDS", ids.path().to_str().unwrap()),
         ],
     );
     let host = base
@@ -259,7 +263,7 @@ fn prometheus_scrapes_the_span_metrics() {
     assert!(head.contains(" 200 "), "{head}\n{body}");
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
     let series = answer["data"].as_array().cloned().unwrap_or_default();
-    let mut stored = 0;
+    let mut traces = std::collections::HashSet::new();
     for s in &series {
         // The bucket of the series: its bound, and the bound below it.
         let le: f64 = s["seriesLabels"]["le"]
@@ -277,10 +281,10 @@ fn prometheus_scrapes_the_span_metrics() {
             assert!(hex("trace_id", 32) && hex("span_id", 16), "{e}");
             let v: f64 = e["value"].as_str().unwrap().parse().unwrap();
             assert!(v <= le && v > below, "{e} in the bucket ({below}, {le}]");
-            stored += 1;
+            traces.insert(e["labels"]["trace_id"].as_str().unwrap().to_owned());
         }
     }
-    assert!(stored > 0, "no exemplars stored: {body}");
+    assert!(!traces.is_empty(), "no exemplars stored: {body}");
     // Every query of docs/metrics.md, as written, answers something.
     let doc = tracing_prof_test_support::documentation();
     let block = doc
@@ -339,5 +343,35 @@ fn prometheus_scrapes_the_span_metrics() {
     );
     // The example's render takes milliseconds on any machine.
     assert!((1e-4..1.0).contains(&p99), "p99 of render: {p99} s");
+
+    // Stopped as Kubernetes stops it, the example ends its run and writes the trace ids its
+    // OpenTelemetry SDK exported: every trace id Prometheus stored is one of them.
+    let pid = libc::pid_t::try_from(service.0.id()).unwrap();
+    // SAFETY: kill(2) with the pid of our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = service.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "ends its run on SIGTERM: {status:?}");
+    let exported: std::collections::HashSet<String> = std::fs::read_to_string(ids.path())
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(exported.len() > 100, "{} trace ids", exported.len());
+    for t in &traces {
+        assert!(
+            exported.contains(t),
+            "exemplar trace {t} was not exported by the SDK"
+        );
+    }
     drop(service);
 }
