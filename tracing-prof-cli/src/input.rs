@@ -2,7 +2,7 @@
 //! bytes read are capped before decoding, and decoding caps what they may expand to.
 
 use std::io::Read as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use tracing_prof_model::{DecodeError, Profile, units};
 
 /// Bytes read from any source at most: 512 MiB (the decoder accepts 256 MiB decompressed).
@@ -147,21 +147,20 @@ impl Loaded {
                 units::format_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             ));
         }
+        // A heap at its peak says which and when (its comment goes on to how it was read).
+        if let Some(peak) = p.comments.iter().find_map(|c| {
+            c.strip_prefix("tracing-prof: ")
+                .filter(|c| c.starts_with("at the peak of "))
+        }) {
+            parts.push(peak.split("; ").next().unwrap_or(peak).to_owned());
+        }
         parts.join(", ")
     }
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC`.
 pub(crate) fn utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = units::civil_date(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    units::format_utc_seconds(t)
 }
 
 /// Whether `given` names a service (`http://host:6060/...`, or `host:6060/...` without the

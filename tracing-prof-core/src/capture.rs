@@ -124,7 +124,7 @@ pub fn capture_paths(duration: Duration) -> Snapshot {
 
 /// The profile of every path that counted something, with its tag, from the tables read by
 /// tag.
-fn paths_of(
+pub(crate) fn paths_of(
     all: &[(Tag, PathKind, Vec<SpanFrame>)],
     totals: &[TagTotals],
     times: &[TimeStats],
@@ -173,7 +173,7 @@ pub(crate) fn code_of(
 
 /// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
 /// span paths are equal become one [`StackProfile`].
-fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile> {
+pub(crate) fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile> {
     // Every new address in one batch: each compilation unit is read once.
     symbolize::prepare(buckets.iter().flat_map(|b| b.ips.iter().copied()));
     let mut merged: Vec<StackProfile> = Vec::new();

@@ -56,6 +56,7 @@ mod long_poll;
 mod monotonic;
 mod otel_resource;
 mod pause;
+mod peak;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;
 mod profiler;
@@ -76,6 +77,7 @@ pub use config::{Config, ConfigError, CpuTime, SlowSpan, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use otel_resource::{AttributeValue, resource_from_env};
+pub use peak::DEFAULT_PEAK_EVERY;
 pub use profiler::{
     BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,

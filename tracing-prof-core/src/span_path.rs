@@ -282,6 +282,13 @@ impl Paths {
         self.overflowed.load(Ordering::Relaxed)
     }
 
+    /// The number of tags in use: the reserved ones and every interned path's (a bound for
+    /// reading the allocator's counters by tag without listing the paths).
+    pub(crate) fn tags(&self) -> usize {
+        let n = self.table().as_ref().map_or(0, |t| t.entries.len());
+        Tag::FIRST_PATH as usize + n
+    }
+
     /// Every interned path as `(tag, frames root first)`.
     pub(crate) fn all(&self) -> Vec<(Tag, Vec<SpanFrame>)> {
         let guard = self.table();

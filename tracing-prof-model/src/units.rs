@@ -56,6 +56,30 @@ pub fn civil_date(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn format_utc_seconds(t: std::time::SystemTime) -> String {
+    let (date, secs, _) = utc_parts(t);
+    format!("{date} {secs} UTC")
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm UTC`.
+pub fn format_utc(t: std::time::SystemTime) -> String {
+    let (date, secs, ms) = utc_parts(t);
+    format!("{date} {secs}.{ms:03} UTC")
+}
+
+fn utc_parts(t: std::time::SystemTime) -> (String, String, u32) {
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_date(days);
+    (
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+        since.subsec_millis(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

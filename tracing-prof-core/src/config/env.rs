@@ -44,6 +44,9 @@ pub const ENV_LONG_POLL: &str = "TRACING_PROF_LONG_POLL";
 /// Whether SIGTERM makes the final export before the process ends: `1`/`0`, `true`/`false`,
 /// ... (default on; see `Config::flush_on_sigterm`).
 pub const ENV_FLUSH_ON_SIGTERM: &str = "TRACING_PROF_FLUSH_ON_SIGTERM";
+/// How often the heap is read for its peak, a duration like [`ENV_INTERVAL`] (at least 10 ms;
+/// `0` or `off`: not watched).
+pub const ENV_PEAK_EVERY: &str = "TRACING_PROF_PEAK_EVERY";
 /// Slow-span thresholds, `PATH:DURATION` separated by commas (`request -> render:50ms`; `*`
 /// for every path): spans of the path longer than the duration are counted as slow.
 pub const ENV_SLOW_SPAN: &str = "TRACING_PROF_SLOW_SPAN";
@@ -75,6 +78,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_LONG_POLL",
     "TRACING_PROF_TOGGLE_SIGNAL",
     "TRACING_PROF_SLOW_SPAN",
+    "TRACING_PROF_PEAK_EVERY",
     "TRACING_PROF_FLUSH_ON_SIGTERM",
     // The exporters' (`tracing-prof-export`).
     "TRACING_PROF_DIR",

@@ -9,9 +9,9 @@ use env::unknown_variables;
 pub use env::{
     ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES,
     ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL,
-    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_SAMPLE_RATE,
-    ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS,
-    ENV_VARS,
+    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_PEAK_EVERY,
+    ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL,
+    ENV_TRACE_LINKS, ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
 pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
@@ -62,6 +62,9 @@ pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
 /// An enter-to-exit interval of a span's own on an async runtime's worker at least this long is
 /// a long poll: 10 ms.
 pub const DEFAULT_LONG_POLL: Option<Duration> = Some(Duration::from_millis(10));
+
+/// The shortest period of the heap's peak watch: 10 ms.
+pub const MIN_PEAK_EVERY: Duration = Duration::from_millis(10);
 
 /// A signal that pauses and resumes profiling (see [`crate::Profiler::pause`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,6 +221,9 @@ pub struct Config {
     pub slow_spans: Vec<SlowSpan>,
     /// See [`DEFAULT_LONG_POLL`]; `None`: long polls are not counted.
     pub long_poll: Option<Duration>,
+    /// How often the heap is read for its high-water mark (see
+    /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY)); `None`: not watched.
+    pub peak_every: Option<Duration>,
     /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
     pub trace_links: crate::TraceLinks,
     /// With the `opentelemetry` feature, whether the profiler publishes the OpenTelemetry
@@ -253,6 +259,7 @@ impl Default for Config {
             toggle_signal: None,
             slow_spans: Vec::new(),
             long_poll: DEFAULT_LONG_POLL,
+            peak_every: Some(crate::DEFAULT_PEAK_EVERY),
             trace_links: crate::TraceLinks::default(),
             process_context: true,
             flush_on_sigterm: true,
@@ -363,6 +370,18 @@ impl Config {
             _ => parse_duration(s).map(Some),
         })? {
             self.long_poll = d;
+        }
+        if let Some(d) = env_var(ENV_PEAK_EVERY, |s| match s {
+            "0" | "off" => Ok(None),
+            _ => match parse_duration(s)? {
+                d if d < MIN_PEAK_EVERY => Err(format!(
+                    "must be at least {} ms (or off)",
+                    MIN_PEAK_EVERY.as_millis()
+                )),
+                d => Ok(Some(d)),
+            },
+        })? {
+            self.peak_every = d;
         }
         if let Some(on) = env_var(ENV_FLUSH_ON_SIGTERM, parse_bool)? {
             self.flush_on_sigterm = on;

@@ -42,6 +42,10 @@ pub(super) struct Aggregator {
     pub(super) toggles_seen: u64,
     /// `seq` of the last giant allocation read.
     pub(super) next_giant: u64,
+    /// Reads the heap for its peak (see `crate::peak`).
+    pub(super) peak_watch: crate::peak::PeakWatch,
+    /// The peak's snapshot as last exported, by its `seq`: built again only for a new peak.
+    pub(super) peak_built: Option<(u64, Arc<tracing_prof_model::Snapshot>)>,
 }
 
 impl Aggregator {
@@ -53,9 +57,19 @@ impl Aggregator {
         let mut next = Instant::now() + self.interval;
         let mut next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
         let mut drains = 0u64;
+        let mut next_peak = Instant::now();
         loop {
+            if let Some(every) = self.shared.peak_every
+                && Instant::now() >= next_peak
+            {
+                self.read_peak();
+                next_peak = Instant::now() + every;
+            }
             let sampling = tracing_prof_cpu::is_running();
             let mut wake = if sampling { next.min(next_drain) } else { next };
+            if self.shared.peak_every.is_some() {
+                wake = wake.min(next_peak);
+            }
             if self.toggle_signal {
                 wake = wake.min(Instant::now() + crate::pause::TOGGLE_POLL);
                 if crate::pause::toggles_since(&mut self.toggles_seen) % 2 == 1 {
@@ -95,6 +109,41 @@ impl Aggregator {
                 }
             }
         }
+    }
+
+    /// One reading of the heap for its peak (not while paused: nothing is counted then).
+    fn read_peak(&mut self) {
+        if self.shared.paused.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.shared.peak.lock();
+        self.peak_watch.read(&mut state);
+    }
+
+    /// The peak's snapshot for this export: built when the peak is new since the last.
+    fn peak_snapshot(&mut self) -> Option<Arc<tracing_prof_model::Snapshot>> {
+        let every = self.shared.peak_every?;
+        let state = {
+            let state = self.shared.peak.lock();
+            match (&*state, &self.peak_built) {
+                (None, _) => None,
+                (Some(s), Some((seq, _))) if s.seq == *seq => {
+                    return self.peak_built.clone().map(|b| b.1);
+                }
+                (Some(s), _) => Some(s.clone()),
+            }
+        };
+        let Some(state) = state else {
+            self.peak_built = None;
+            return None;
+        };
+        let built = Arc::new(crate::peak::snapshot(
+            &state,
+            every,
+            self.shared.started.elapsed(),
+        ));
+        self.peak_built = Some((state.seq, Arc::clone(&built)));
+        Some(built)
     }
 
     /// Once a second while CPU sampling runs: stops it if someone replaced our SIGPROF handler
@@ -174,7 +223,11 @@ impl Aggregator {
             }
             drop(kept);
         }
+        if self.shared.peak_every.is_some() {
+            self.read_peak();
+        }
         let mut profile = crate::capture(self.shared.started.elapsed());
+        profile.heap_peak = self.peak_snapshot();
         for p in &profile.paths {
             if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
                 let (path, count) = (p.display_path(), p.time.long_polls);

@@ -220,10 +220,6 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Counts an enter-to-exit interval of a span's own (less its child spans) on an async
-    /// runtime's worker thread at least `threshold` long as a long poll: it kept the worker
-    /// from its other tasks. `None` counts none. Default
-    /// [`DEFAULT_LONG_POLL`](crate::config::DEFAULT_LONG_POLL); `TRACING_PROF_LONG_POLL`.
     /// Counts the spans of `path` (as the profiles write it, `request -> render`; `*` for
     /// every path without its own) longer than `threshold` as slow (see [`SlowSpan`]).
     ///
@@ -236,9 +232,24 @@ impl ProfilerBuilder {
         self
     }
 
-    /// See [`Profiler::long_polls`].
+    /// Counts an enter-to-exit interval of a span's own (less its child spans) on an async
+    /// runtime's worker thread at least `threshold` long as a long poll: it kept the worker
+    /// from its other tasks. `None` counts none. Default
+    /// [`DEFAULT_LONG_POLL`](crate::config::DEFAULT_LONG_POLL); `TRACING_PROF_LONG_POLL`. See
+    /// [`Profiler::long_polls`].
     pub fn long_poll(mut self, threshold: Option<Duration>) -> Self {
         self.config.long_poll = threshold;
+        self
+    }
+
+    /// How often the aggregator thread reads the heap for its high-water mark
+    /// ([`Profiler::peak`]); `None`: not watched. Default
+    /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY) (100 ms); `TRACING_PROF_PEAK_EVERY`. A
+    /// spike that rises and falls between two readings is not seen; each reading costs the
+    /// aggregator thread what a capture's read of the counters costs (span paths × threads ×
+    /// 32 bytes), the application's threads nothing.
+    pub fn peak_every(mut self, every: Option<Duration>) -> Self {
+        self.config.peak_every = every;
         self
     }
 
@@ -309,6 +320,8 @@ impl ProfilerBuilder {
             paused: AtomicBool::new(false),
             sample_rate: self.config.sample_rate,
             slow_spans: self.config.slow_spans.clone(),
+            peak: ForkSafe::new(None),
+            peak_every: self.config.peak_every,
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,
             cpu_unwind: self.config.cpu_unwind,
@@ -333,6 +346,8 @@ impl ProfilerBuilder {
             toggles_seen: 0,
             // Only records made from now on: older ones belong to an earlier profiler.
             next_giant: tracing_prof_alloc::__private::giant_allocations_end(),
+            peak_watch: crate::peak::PeakWatch::default(),
+            peak_built: None,
         };
         let thread = std::thread::Builder::new()
             .name("tracing-prof".into())

@@ -94,6 +94,9 @@ pub(super) struct Shared {
     pub(super) sample_rate: u64,
     /// The slow-span thresholds configured.
     pub(super) slow_spans: Vec<crate::SlowSpan>,
+    /// The heap's highest reading so far (see `crate::peak`).
+    pub(super) peak: ForkSafe<Option<crate::peak::PeakState>>,
+    pub(super) peak_every: Option<Duration>,
     pub(super) cpu_time: crate::CpuTime,
     pub(super) cpu_hz: u32,
     pub(super) cpu_unwind: crate::Unwind,
@@ -200,6 +203,35 @@ impl Profiler {
     /// `TRACING_PROF_SLOW_SPAN`).
     pub fn slow_spans(&self) -> &[crate::SlowSpan] {
         &self.shared.slow_spans
+    }
+
+    /// The heap at its high-water mark since the profiler started (or since
+    /// [`reset_peak`](Self::reset_peak)): the exact memory of every span path as read at the
+    /// highest total, and the sampled heap stacks as read then (or at an earlier reading of
+    /// the same rise: [`Peak::stacks_at`](tracing_prof_model::Peak::stacks_at)), symbolized
+    /// now. [`Snapshot::peak`] says when and how much. `None` before the first reading that
+    /// found memory in use, or when the watch is off ([`ProfilerBuilder::peak_every`]).
+    ///
+    /// The aggregator thread reads the heap every
+    /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY) (settable): a spike that rises and
+    /// falls between two readings is not seen.
+    ///
+    /// [`Snapshot::peak`]: tracing_prof_model::Snapshot::peak
+    /// [`ProfilerBuilder::peak_every`]: crate::ProfilerBuilder::peak_every
+    pub fn peak(&self) -> Option<Snapshot> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let state = self.shared.peak.lock().clone()?;
+        let every = self.shared.peak_every?;
+        Some(crate::peak::snapshot(
+            &state,
+            every,
+            self.shared.started.elapsed(),
+        ))
+    }
+
+    /// Forgets the peak: the next reading starts a new one (after a deploy's warm-up, say).
+    pub fn reset_peak(&self) {
+        *self.shared.peak.lock() = None;
     }
 
     /// The span paths' counters only, read now (time, latency histograms, errors and memory per

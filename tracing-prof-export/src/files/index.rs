@@ -24,6 +24,12 @@ pub(super) fn text(
         let name = format!("{}.latest.pb.gz", kind.name());
         line(&format!("  {name:<28}{}", kind.description()));
     }
+    for kind in super::PEAK_KINDS.iter().filter(|k| kinds.contains(k)) {
+        let name = format!("{}{}.latest.pb.gz", kind.name(), super::PEAK_SUFFIX);
+        line(&format!(
+            "  {name:<28}the same at the heap's highest since the start"
+        ));
+    }
     if kinds.contains(&ProfileKind::Cpu) {
         line("  (cpu only while CPU sampling runs)");
     }

@@ -33,6 +33,13 @@ pub const DEFAULT_DIR: &str = "profiles";
 /// deleted: 100. `0` keeps everything.
 pub const DEFAULT_KEEP_FILES: usize = 100;
 
+/// The kinds written again at the heap's peak (when they are written at all), as
+/// `{kind}_peak.*`: `heap_peak.latest.pb.gz`, `span_memory_peak.latest.pb.gz`. Written when a
+/// new peak has been read since the last export.
+pub const PEAK_KINDS: [ProfileKind; 2] = [ProfileKind::Heap, ProfileKind::SpanMemory];
+/// What a peak's file names add to the kind's: `_peak`.
+pub const PEAK_SUFFIX: &str = "_peak";
+
 /// Kinds written by default: `spans`, `cpu` (when CPU sampling runs), `span_memory`, `heap`,
 /// `lifetimes`, `threads` (`allocs` is `heap` with another default sample type).
 pub const DEFAULT_KINDS: [ProfileKind; 6] = [
@@ -128,6 +135,8 @@ pub struct FileExporter {
     deltas: bool,
     /// The last exported snapshot, the base of the next delta.
     previous: Option<Snapshot>,
+    /// The heap's peak as last written: written again only when a new one comes.
+    peak_written: Option<std::sync::Arc<Snapshot>>,
     flamegraphs: Vec<(ProfileKind, &'static str)>,
 }
 
@@ -150,6 +159,7 @@ impl FileExporter {
             latest_seen: None,
             deltas: false,
             previous: None,
+            peak_written: None,
             flamegraphs: Vec::new(),
         }
     }
@@ -303,6 +313,21 @@ impl FileExporter {
                 let stem = format!("{}-delta", kind.name());
                 written.push(self.write_export(&stem, &stamp, "pb.gz", &bytes)?.0);
             }
+        }
+        if let Some(peak) = &profile.heap_peak
+            && !self
+                .peak_written
+                .as_ref()
+                .is_some_and(|w| std::sync::Arc::ptr_eq(w, peak))
+        {
+            for kind in PEAK_KINDS {
+                if self.kinds.contains(&kind) && kind.is_available(peak) {
+                    let stem = format!("{}{PEAK_SUFFIX}", kind.name());
+                    let bytes = peak.encode(kind);
+                    written.push(self.write_export(&stem, &stamp, "pb.gz", &bytes)?.0);
+                }
+            }
+            self.peak_written = Some(std::sync::Arc::clone(peak));
         }
         for (kind, sample_type) in self.flamegraphs.clone() {
             if !kind.is_available(profile) {

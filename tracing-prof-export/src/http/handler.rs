@@ -199,6 +199,7 @@ impl PprofHandler {
         let mut seconds = None;
         let mut debug = false;
         let mut every = false;
+        let mut peak = false;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
@@ -216,6 +217,7 @@ impl PprofHandler {
                     debug = v != "0";
                     every = v == "2";
                 }
+                "peak" => peak = v != "0",
                 _ => {} // gc=, sample_index= and the like: accepted and ignored, as Go does
             }
         }
@@ -254,6 +256,26 @@ impl PprofHandler {
         if let (ProfileKind::Cpu, Some(why)) = (kind, self.cpu_not_running()) {
             let msg = format!("{why}\n/debug/pprof/spans has the time per span path.\n");
             return HttpResponse::text(503, msg);
+        }
+        if peak {
+            if !crate::files::PEAK_KINDS.contains(&kind) || seconds.is_some() {
+                return HttpResponse::text(
+                    400,
+                    "peak=1 is for /debug/pprof/heap and /debug/pprof/span_memory, without \
+                     seconds=\n",
+                );
+            }
+            let Some(at_peak) = self.profiler.peak() else {
+                return HttpResponse::text(
+                    404,
+                    "no peak read yet: the heap is read for its peak every 100 ms by default \
+                     (TRACING_PROF_PEAK_EVERY; off here?), once something is allocated\n",
+                );
+            };
+            if debug {
+                return HttpResponse::text(200, text_table(&at_peak, kind));
+            }
+            return HttpResponse::pprof(kind.name(), at_peak.encode(kind));
         }
         let profile = match seconds {
             Some(n) => match self.window(n) {

@@ -56,6 +56,7 @@ pub(super) fn index(profiler: &Profiler) -> HttpResponse {
         <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, by code stack under span path, sampled (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, as heap (alloc_space by default)</td></tr>\n\
         <tr><td><a href=\"span_memory?debug=1\">span_memory</a></td><td>memory per span path, exact (inuse_space by default)</td></tr>\n\
+        <tr><td><a href=\"heap?peak=1&amp;debug=1\">heap?peak=1</a>, <a href=\"span_memory?peak=1&amp;debug=1\">span_memory?peak=1</a></td><td>the same at the heap's highest since the start (read every 100 ms by default)</td></tr>\n\
         <tr><td><a href=\"lifetimes?debug=1\">lifetimes</a></td><td>frees by lifetime and temporary allocations, by code stack, sampled</td></tr>\n\
         <tr><td><a href=\"threads?debug=1\">threads</a></td><td>memory per thread, exact (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"spans?debug=1\">spans</a></td><td>time per span path: count, wall, busy, idle, CPU, off-CPU</td></tr>\n\
@@ -99,6 +100,9 @@ pub(super) fn text_table(snapshot: &Snapshot, kind: ProfileKind) -> String {
         },
         profile.merged().samples.len()
     );
+    if let Some(peak) = &snapshot.peak {
+        let _ = writeln!(out, "{}", peak.describe());
+    }
     if kind.is_sampled(snapshot) && matches!(kind, ProfileKind::Heap | ProfileKind::Allocs) {
         let _ = writeln!(
             out,

@@ -478,11 +478,28 @@ impl Snapshot {
                 "tracing-prof: window of {:.3} s: counters grew by these values in it; in-use is as of its end",
                 self.duration.as_secs_f64()
             ));
+        } else if self.peak.is_some() {
+            out.push(
+                "tracing-prof: cumulative: counters since the profiler started; in-use is as of the peak"
+                    .to_owned(),
+            );
         } else {
             out.push(
                 "tracing-prof: cumulative: counters since the profiler started; in-use is as of the capture"
                     .to_owned(),
             );
+        }
+        let memory_kind = matches!(kind, ProfileKind::Heap | ProfileKind::SpanMemory);
+        if let Some(peak) = &self.peak
+            && memory_kind
+        {
+            out.push(format!("tracing-prof: {}", peak.describe()));
+        }
+        if let Some(m) = &self.process_memory
+            && memory_kind
+            && self.peak.is_none()
+        {
+            out.push(format!("tracing-prof: process memory: {}", m.describe()));
         }
         if self.overflowed_spans > 0 {
             out.push(format!(

@@ -6,6 +6,7 @@
 
 mod durations;
 mod frames;
+mod memory;
 mod paths;
 mod stacks;
 
@@ -19,6 +20,7 @@ pub use frames::{
     ALL_TRIMMED_FRAME, CodeFrame, NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME,
     PATH_SEPARATOR, PROFILER_FRAME, SpanFrame, TABLE_FULL_FRAME, display_path,
 };
+pub use memory::{AllocatorMemory, Peak, ProcessMemory};
 pub use paths::{MemoryStats, PathKind, PathProfile, TimeStats};
 pub use stacks::{CpuSource, CpuStack, Lifetimes, StackProfile};
 use std::collections::HashMap;
@@ -208,6 +210,15 @@ pub struct Snapshot {
     pub stacks: Vec<StackProfile>,
     /// Memory per thread (exact).
     pub threads: Vec<ThreadProfile>,
+    /// Set when this snapshot is the heap at its high-water mark: its span paths' memory and
+    /// its heap stacks are as they were then (time, CPU and threads are not kept).
+    pub peak: Option<Peak>,
+    /// The heap at its high-water mark since the profiler started (or since
+    /// `Profiler::reset_peak`), carried by the aggregator's exports: what files write as
+    /// `heap_peak` and `span_memory_peak`.
+    pub heap_peak: Option<std::sync::Arc<Snapshot>>,
+    /// What the process's resident memory is made of, read at the capture.
+    pub process_memory: Option<ProcessMemory>,
 }
 
 impl Snapshot {
@@ -229,6 +240,9 @@ impl Snapshot {
             temporary_threshold: Duration::from_millis(1),
             stacks: Vec::new(),
             threads: Vec::new(),
+            peak: None,
+            heap_peak: None,
+            process_memory: None,
         }
     }
 
@@ -300,6 +314,10 @@ impl Snapshot {
             temporary_threshold: self.temporary_threshold,
             stacks: self.stacks_since(base),
             threads: self.threads_since(base),
+            // Levels, as in-use is: as of the window's end.
+            peak: self.peak,
+            heap_peak: self.heap_peak.clone(),
+            process_memory: self.process_memory.clone(),
         }
     }
 

@@ -1,0 +1,154 @@
+//! The process's memory beside the heap: the heap's high-water mark ([`Peak`]) and what the
+//! resident set is made of ([`ProcessMemory`]).
+
+use crate::units::{format_bytes, format_utc};
+use std::time::{Duration, SystemTime};
+
+/// The heap at its high-water mark: a snapshot with [`Snapshot::peak`](super::Snapshot::peak)
+/// set holds the exact memory per span path as it was read at the highest total, and the
+/// sampled heap stacks as read at `stacks_at`.
+///
+/// There is no global in-use counter (each thread counts its own, and a free lands in the
+/// freeing thread's table), so the peak is found by reading every thread's table every
+/// `every`: a spike that rises and falls between two readings is not seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Peak {
+    /// When the heap's total in use was read at its highest.
+    pub at: SystemTime,
+    /// Bytes in use then, every span path summed (exact).
+    pub inuse_bytes: u64,
+    /// When the sampled heap stacks were read: at the peak, or at an earlier reading of the
+    /// same rise (they are read again only when the total has grown by 1/32 since, or a second
+    /// has passed).
+    pub stacks_at: SystemTime,
+    /// Bytes in use at `stacks_at`.
+    pub stacks_inuse_bytes: u64,
+    /// How often the heap is read for its peak.
+    pub every: Duration,
+}
+
+impl Peak {
+    /// A peak of `inuse_bytes` read at `at`, its stacks read then, the heap read every `every`.
+    pub fn new(at: SystemTime, inuse_bytes: u64, every: Duration) -> Self {
+        Peak {
+            at,
+            inuse_bytes,
+            stacks_at: at,
+            stacks_inuse_bytes: inuse_bytes,
+            every,
+        }
+    }
+
+    /// The profiles' comment: `at the peak of 64.0 MiB in use, at 2026-11-28 01:02:03.456 UTC`,
+    /// with when its stacks were read and what a shorter spike can hide.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "at the peak of {} in use, at {}",
+            format_bytes(self.inuse_bytes),
+            format_utc(self.at)
+        );
+        if self.stacks_at != self.at {
+            s.push_str(&format!(
+                "; heap stacks as read at {} ({} in use)",
+                format_utc(self.stacks_at),
+                format_bytes(self.stacks_inuse_bytes)
+            ));
+        }
+        s.push_str(&format!(
+            "; the heap is read every {} ms, a spike shorter than that may be missed",
+            self.every.as_millis()
+        ));
+        s
+    }
+}
+
+/// What the process's resident memory is made of at a capture (Linux:
+/// `/proc/self/smaps_rollup`), beside the heap the profiler counts and what the inner
+/// allocator says it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProcessMemory {
+    /// Resident set size.
+    pub rss_bytes: u64,
+    /// Resident anonymous memory (heap, stacks, anonymous mappings).
+    pub anon_bytes: u64,
+    /// Resident file-backed memory (code, mapped files).
+    pub file_bytes: u64,
+    /// The heap in use: every block the tagging allocator handed out and not freed (requested
+    /// sizes, exact).
+    pub heap_inuse_bytes: u64,
+    /// What the inner allocator says, where it can be asked.
+    pub allocator: Option<AllocatorMemory>,
+}
+
+/// What an allocator says of its own memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AllocatorMemory {
+    /// Which allocator, and how it was asked (`glibc mallinfo2`).
+    pub name: String,
+    /// Bytes in blocks handed out, as the allocator counts them (with its rounding and our
+    /// 8-byte headers).
+    pub allocated_bytes: u64,
+    /// Bytes the allocator holds from the system: handed out, cached and fragmented.
+    pub held_bytes: u64,
+}
+
+impl AllocatorMemory {
+    /// An allocator's report.
+    pub fn new(name: impl Into<String>, allocated_bytes: u64, held_bytes: u64) -> Self {
+        AllocatorMemory {
+            name: name.into(),
+            allocated_bytes,
+            held_bytes,
+        }
+    }
+}
+
+impl ProcessMemory {
+    /// Resident anonymous memory the heap in use does not account for: allocator caches and
+    /// fragmentation, thread stacks, direct `mmap`s, C libraries' `malloc` (negative when
+    /// part of the heap is not resident).
+    pub fn unexplained_bytes(&self) -> i64 {
+        self.anon_bytes as i64 - self.heap_inuse_bytes as i64
+    }
+
+    /// One line for people: `RSS 51.0 MiB (anonymous 44.2 MiB, file 6.8 MiB); heap in use
+    /// 13.1 MiB (exact); ...`.
+    pub fn describe(&self) -> String {
+        let b = format_bytes;
+        let signed = |v: i64| {
+            if v < 0 {
+                format!("-{}", b(v.unsigned_abs()))
+            } else {
+                b(v as u64)
+            }
+        };
+        let mut s = format!(
+            "RSS {} (anonymous {}, file {}); heap in use {} (exact)",
+            b(self.rss_bytes),
+            b(self.anon_bytes),
+            b(self.file_bytes),
+            b(self.heap_inuse_bytes)
+        );
+        match &self.allocator {
+            Some(a) => s.push_str(&format!(
+                "; {} holds {} ({} allocated): its caches and fragmentation {}, \
+                 anonymous memory no allocator block explains (thread stacks, direct mmap, \
+                 other allocators) {}",
+                a.name,
+                b(a.held_bytes),
+                b(a.allocated_bytes),
+                signed(a.held_bytes as i64 - self.heap_inuse_bytes as i64),
+                signed(self.anon_bytes as i64 - a.held_bytes as i64)
+            )),
+            None => s.push_str(&format!(
+                "; anonymous memory the heap does not explain {} (allocator caches and \
+                 fragmentation, thread stacks, direct mmap)",
+                signed(self.unexplained_bytes())
+            )),
+        }
+        s
+    }
+}
