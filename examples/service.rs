@@ -147,6 +147,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         total.inuse_objects
     );
 
+    if let Some(m) = &profile.process_memory {
+        println!("Process memory: {}.\n", m.describe());
+    }
     print_cpu(&profile, &profiler.stats().cpu);
     otel.finish(&profile);
     print_stacks(&profile);

@@ -119,6 +119,15 @@ impl Loaded {
             .any(|c| c.starts_with("tracing-prof: cumulative"))
     }
 
+    /// What one of our memory profiles says of the process's resident memory at its capture
+    /// (RSS, anonymous and file, the heap, what the heap does not explain).
+    pub(crate) fn process_memory(&self) -> Option<&str> {
+        self.profile
+            .comments
+            .iter()
+            .find_map(|c| c.strip_prefix("tracing-prof: process memory: "))
+    }
+
     /// One line: the name, the program, when (the window's start, or when it was taken) and
     /// over how long.
     pub(crate) fn describe(&self) -> String {

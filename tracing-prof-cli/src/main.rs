@@ -329,9 +329,12 @@ fn run(command: Command) -> Result<(), CliError> {
                 By::Span => latency_table(&p, &top.rows),
                 By::Function => String::new(),
             };
+            let header = match loaded.process_memory() {
+                Some(m) => format!("{}\nprocess memory: {m}", loaded.describe()),
+                None => loaded.describe(),
+            };
             print(&format!(
-                "{}\n{}: {} in all{}{}\n{}{latency}",
-                loaded.describe(),
+                "{header}\n{}: {} in all{}{}\n{}{latency}",
                 top.sample_type,
                 units::format_value(top.total, &top.unit),
                 select::describe(&a.select, &p),

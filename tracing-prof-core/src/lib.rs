@@ -59,6 +59,7 @@ mod pause;
 mod peak;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;
+mod process_memory;
 mod profiler;
 mod running;
 mod runtime;
@@ -78,6 +79,7 @@ pub use entered::MAX_DEPTH;
 pub use layer::ProfileLayer;
 pub use otel_resource::{AttributeValue, resource_from_env};
 pub use peak::DEFAULT_PEAK_EVERY;
+pub use process_memory::{AllocatorStats, GlibcMalloc};
 pub use profiler::{
     BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,

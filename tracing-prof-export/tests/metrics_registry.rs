@@ -85,6 +85,12 @@ fn our_families_beside_the_applications_read_at_each_encoding() {
         first.contains("# TYPE tracing_prof_exports counter"),
         "health: {first}"
     );
+    // The process's memory: its resident set from /proc, beside the heap.
+    let rss: u64 = value(&first, "tracing_prof_process_resident_bytes ")
+        .parse()
+        .unwrap();
+    assert!(rss > 1 << 20, "{rss}");
+    assert!(first.contains("tracing_prof_heap_inuse_bytes "), "{first}");
     // promtool reads the Prometheus text format (OpenMetrics' counters name their family
     // without `_total`, which it takes for a missing help text).
     let mut plain = String::new();

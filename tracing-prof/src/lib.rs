@@ -73,8 +73,8 @@ pub use tracing_prof_model as model;
 
 pub use tracing_prof_alloc::{ReallocMode, TaggingAllocator};
 pub use tracing_prof_core::{
-    Budget, Config, ConfigError, ProfileLayer, Profiler, ProfilerBuilder, ProfilerGuard, Sink,
-    TraceLinks,
+    AllocatorStats, Budget, Config, ConfigError, GlibcMalloc, ProfileLayer, Profiler,
+    ProfilerBuilder, ProfilerGuard, Sink, TraceLinks,
 };
 pub use tracing_prof_export::{
     FileExporter, HttpServer, PprofHandler, PyroscopeConfig, PyroscopeExporter,

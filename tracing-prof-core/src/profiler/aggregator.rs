@@ -228,6 +228,7 @@ impl Aggregator {
         }
         let mut profile = crate::capture(self.shared.started.elapsed());
         profile.heap_peak = self.peak_snapshot();
+        profile.process_memory = self.shared.process_memory(&profile);
         for p in &profile.paths {
             if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
                 let (path, count) = (p.display_path(), p.time.long_polls);

@@ -63,6 +63,7 @@ impl std::fmt::Debug for BuildError {
 pub struct ProfilerBuilder {
     pub(super) config: Config,
     pub(super) sinks: Vec<Box<dyn Sink>>,
+    pub(super) allocator_stats: Option<Box<dyn crate::AllocatorStats>>,
 }
 
 impl fmt::Debug for ProfilerBuilder {
@@ -71,6 +72,7 @@ impl fmt::Debug for ProfilerBuilder {
         f.debug_struct("ProfilerBuilder")
             .field("config", &self.config)
             .field("sinks", &sinks)
+            .field("allocator_stats", &self.allocator_stats)
             .finish()
     }
 }
@@ -242,6 +244,18 @@ impl ProfilerBuilder {
         self
     }
 
+    /// What the allocator the tagging allocator wraps says of its memory, beside the resident
+    /// set and the heap in use ([`Profiler::process_memory`]): [`GlibcMalloc`] for
+    /// `std::alloc::System` on glibc, or your own [`AllocatorStats`]. None by default: the
+    /// resident set and the exact heap are there without it.
+    ///
+    /// [`GlibcMalloc`]: crate::GlibcMalloc
+    /// [`AllocatorStats`]: crate::AllocatorStats
+    pub fn allocator_stats(mut self, stats: impl crate::AllocatorStats) -> Self {
+        self.allocator_stats = Some(Box::new(stats));
+        self
+    }
+
     /// How often the aggregator thread reads the heap for its high-water mark
     /// ([`Profiler::peak`]); `None`: not watched. Default
     /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY) (100 ms); `TRACING_PROF_PEAK_EVERY`. A
@@ -321,6 +335,7 @@ impl ProfilerBuilder {
             sample_rate: self.config.sample_rate,
             slow_spans: self.config.slow_spans.clone(),
             peak: ForkSafe::new(None),
+            allocator_stats: self.allocator_stats,
             peak_every: self.config.peak_every,
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,

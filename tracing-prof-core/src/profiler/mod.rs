@@ -97,12 +97,25 @@ pub(super) struct Shared {
     /// The heap's highest reading so far (see `crate::peak`).
     pub(super) peak: ForkSafe<Option<crate::peak::PeakState>>,
     pub(super) peak_every: Option<Duration>,
+    /// What the wrapped allocator says of its memory, when the application said which.
+    pub(super) allocator_stats: Option<Box<dyn crate::AllocatorStats>>,
     pub(super) cpu_time: crate::CpuTime,
     pub(super) cpu_hz: u32,
     pub(super) cpu_unwind: crate::Unwind,
 }
 
 impl Shared {
+    /// The process's memory beside the heap `snapshot` counts, every path's and the
+    /// profiler's own (see [`Profiler::process_memory`]).
+    pub(super) fn process_memory(
+        &self,
+        snapshot: &Snapshot,
+    ) -> Option<tracing_prof_model::ProcessMemory> {
+        let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
+        let heap = snapshot.paths.iter().map(|p| p.memory.inuse_bytes).sum();
+        crate::process_memory::read(heap, self.allocator_stats.as_deref())
+    }
+
     /// Pauses (`true`) or resumes profiling; returns whether that changed anything.
     fn set_paused(&self, paused: bool) -> bool {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
@@ -196,7 +209,20 @@ impl Profiler {
     pub fn snapshot(&self) -> Snapshot {
         let mut p = crate::capture(self.shared.started.elapsed());
         p.suspected_leaks = self.suspected_leaks();
+        p.process_memory = self.shared.process_memory(&p);
         p
+    }
+
+    /// What the process's resident memory is made of now: the resident set and its
+    /// anonymous and file-backed parts (`/proc/self/smaps_rollup`), the heap in use (exact),
+    /// what the wrapped allocator holds ([`ProfilerBuilder::allocator_stats`]), and so what
+    /// the heap does not explain. `None` where `/proc` cannot say. Every snapshot carries it
+    /// too ([`Snapshot::process_memory`]).
+    ///
+    /// [`ProfilerBuilder::allocator_stats`]: crate::ProfilerBuilder::allocator_stats
+    /// [`Snapshot::process_memory`]: tracing_prof_model::Snapshot::process_memory
+    pub fn process_memory(&self) -> Option<tracing_prof_model::ProcessMemory> {
+        self.paths_snapshot().process_memory
     }
 
     /// The slow-span thresholds it was built with ([`ProfilerBuilder::slow_span`],
@@ -239,7 +265,9 @@ impl Profiler {
     /// nothing is symbolized but new CPU samples, and the cost grows with span paths × threads
     /// seen. `outlived` is not read (0).
     pub fn paths_snapshot(&self) -> Snapshot {
-        crate::capture_paths(self.shared.started.elapsed())
+        let mut p = crate::capture_paths(self.shared.started.elapsed());
+        p.process_memory = self.shared.process_memory(&p);
+        p
     }
 
     /// What is running now, as Go's goroutine dump shows goroutines: each thread that entered a

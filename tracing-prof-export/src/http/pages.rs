@@ -51,7 +51,11 @@ pub(super) fn index(profiler: &Profiler) -> HttpResponse {
     } else {
         "<p>Profiling is running.</p>\n"
     };
-    let state = format!("{state}{}", health(profiler));
+    let memory = match profiler.process_memory() {
+        Some(m) => format!("<p>Process memory: {}.</p>\n", html_escape(&m.describe())),
+        None => String::new(),
+    };
+    let state = format!("{state}{}{memory}", health(profiler));
     let body = "<table>\n\
         <tr><td><a href=\"heap?debug=1\">heap</a></td><td>memory held now, by code stack under span path, sampled (inuse_space by default)</td></tr>\n\
         <tr><td><a href=\"allocs?debug=1\">allocs</a></td><td>memory allocated since start, as heap (alloc_space by default)</td></tr>\n\
@@ -119,4 +123,11 @@ pub(super) fn text_table(snapshot: &Snapshot, kind: ProfileKind) -> String {
         }
     }
     out
+}
+
+/// `s` as HTML text: `&`, `<` and `>` escaped.
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -198,6 +198,7 @@ impl SpanMetrics {
             histograms,
             bounds: self.bounds,
             stats: stats.map(health),
+            process: snapshot.process_memory.clone(),
         }
     }
 
@@ -430,6 +431,7 @@ struct Collector {
     histograms: Vec<String>,
     bounds: (usize, usize),
     stats: Option<Health>,
+    process: Option<tracing_prof_model::ProcessMemory>,
 }
 
 /// A label set of one span path.
@@ -600,6 +602,38 @@ impl prometheus_client::collector::Collector for Collector {
                 family
                     .encode_family(&labels)?
                     .encode_counter::<NoLabelSet, u64, f64>(count, None)?;
+            }
+        }
+        if let Some(m) = &self.process {
+            let mut gauges = vec![
+                (
+                    "tracing_prof_process_resident",
+                    "Resident set size (/proc/self/smaps_rollup Rss).",
+                    m.rss_bytes,
+                ),
+                (
+                    "tracing_prof_process_resident_anonymous",
+                    "Resident anonymous memory (heap, stacks, anonymous mappings).",
+                    m.anon_bytes,
+                ),
+                (
+                    "tracing_prof_heap_inuse",
+                    "The heap in use: blocks handed out by the tagging allocator and not freed \
+                     (requested sizes, exact).",
+                    m.heap_inuse_bytes,
+                ),
+            ];
+            if let Some(a) = &m.allocator {
+                gauges.push((
+                    "tracing_prof_allocator_held",
+                    "Bytes the wrapped allocator holds from the system (its own report).",
+                    a.held_bytes,
+                ));
+            }
+            for (name, help, v) in gauges {
+                encoder
+                    .encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Gauge)?
+                    .encode_gauge(&(v as i64))?;
             }
         }
         if let Some(h) = &self.stats {
