@@ -41,6 +41,7 @@ use tracing_prof_model::{CodeFrame, Snapshot, StackProfile, ThreadProfile};
 mod binary;
 mod budget;
 mod capture;
+mod cgroup;
 mod clock;
 pub mod config;
 mod cpu;
@@ -49,6 +50,7 @@ mod entered;
 mod exemplars;
 mod fork;
 mod in_flight;
+mod incident;
 pub mod labels;
 mod layer;
 mod leak;
@@ -81,7 +83,7 @@ pub use otel_resource::{AttributeValue, resource_from_env};
 pub use peak::DEFAULT_PEAK_EVERY;
 pub use process_memory::{AllocatorStats, GlibcMalloc};
 pub use profiler::{
-    BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, LongPolls, Profiler,
+    BuildError, Delivery, DeliveryProbe, FlushTimeout, GiantReport, Incident, LongPolls, Profiler,
     ProfilerBuilder, ProfilerGuard, ServiceStatus, Sink, SinkError, SinkStats, Stats,
 };
 pub use span_path::MAX_SPAN_PATHS;

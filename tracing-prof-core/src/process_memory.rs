@@ -1,6 +1,7 @@
 //! What the process's resident memory is made of, beside the heap the profiler counts: the
-//! resident set from `/proc/self/smaps_rollup` and, where the application says which
-//! allocator it wraps ([`AllocatorStats`]), what that allocator holds.
+//! resident set from `/proc/self/smaps_rollup`, where the application says which allocator it
+//! wraps ([`AllocatorStats`]) what that allocator holds, and the cgroup's limit (see
+//! `crate::cgroup`).
 
 use tracing_prof_model::{AllocatorMemory, ProcessMemory};
 
@@ -70,6 +71,7 @@ impl AllocatorStats for GlibcMalloc {
 pub(crate) fn read(
     heap_inuse_bytes: u64,
     allocator: Option<&dyn AllocatorStats>,
+    cgroup: Option<&crate::cgroup::MemoryCgroup>,
 ) -> Option<ProcessMemory> {
     let text = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
     let (rss, anon) = parse_rollup(&text)?;
@@ -79,6 +81,7 @@ pub(crate) fn read(
     m.file_bytes = rss.saturating_sub(anon);
     m.heap_inuse_bytes = heap_inuse_bytes;
     m.allocator = allocator.and_then(AllocatorStats::read);
+    m.cgroup = cgroup.and_then(crate::cgroup::MemoryCgroup::read);
     Some(m)
 }
 
@@ -110,7 +113,7 @@ mod tests {
 
     #[test]
     fn this_process_has_a_resident_set_and_glibc_says_what_it_holds() {
-        let m = read(1, Some(&GlibcMalloc)).expect("Linux 4.14 or later");
+        let m = read(1, Some(&GlibcMalloc), None).expect("Linux 4.14 or later");
         assert!(m.rss_bytes > 0 && m.anon_bytes > 0 && m.anon_bytes <= m.rss_bytes);
         assert_eq!(m.file_bytes, m.rss_bytes - m.anon_bytes);
         if cfg!(target_env = "gnu") {

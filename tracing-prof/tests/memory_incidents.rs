@@ -243,3 +243,166 @@ fn memory_the_allocator_never_saw_is_what_the_heap_does_not_explain() {
     assert_eq!(unsafe { libc::munmap(p, len) }, 0);
     drop(guard);
 }
+
+/// The v1 memory hierarchy's directory of this process's cgroup, when this host has one we
+/// can make cgroups in (root on a host with cgroup v1's memory controller, as this project's
+/// machines are); why not otherwise.
+fn v1_memory_cgroup() -> Result<std::path::PathBuf, String> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+    let ours = cgroup
+        .lines()
+        .find_map(|l| {
+            let mut p = l.splitn(3, ':');
+            let (_, c, path) = (p.next()?, p.next()?, p.next()?);
+            c.split(',').any(|c| c == "memory").then(|| path.to_owned())
+        })
+        .ok_or("no cgroup v1 memory controller on this host (cgroup v2 only)")?;
+    let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(ours.trim_start_matches('/'));
+    let probe = dir.join(format!("tracing-prof-probe-{}", std::process::id()));
+    std::fs::create_dir(&probe)
+        .map_err(|e| format!("cannot make a cgroup in {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_dir(&probe);
+    Ok(dir)
+}
+
+/// What a child does in its cgroup (`TRACING_PROF_TEST_OOM_CHILD`): `heap` grows its heap
+/// to 232 MiB under one span; `cache` writes 230 MiB to a file (page cache only).
+fn oom_child(mode: &str, profiles: &str) {
+    // Wait to be moved into the test's cgroup, so that what follows is charged there.
+    while !std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .contains("tracing-prof-oom-")
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .sink(FileExporter::new(profiles))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("oom_grow").in_scope(|| match mode {
+            "heap" => {
+                let mut held = Vec::new();
+                for _ in 0..29 {
+                    held.push(vec![1u8; 8 * MIB]);
+                    std::thread::sleep(Duration::from_millis(40));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                held.len()
+            }
+            _ => {
+                use std::io::Write;
+                let path = std::path::Path::new(profiles).join("cache.bin");
+                let mut f = std::fs::File::create(&path).unwrap();
+                let block = vec![7u8; MIB];
+                for _ in 0..230 {
+                    f.write_all(&block).unwrap();
+                }
+                drop(f);
+                std::thread::sleep(Duration::from_millis(500));
+                let _ = std::fs::remove_file(path);
+                0
+            }
+        })
+    });
+    drop(guard);
+}
+
+/// A child process in a v1 memory cgroup of 256 MiB made by the test: its heap growing to
+/// 232 MiB under one span writes an incident at 80% and at 90% of the limit, each holding
+/// the profiles of that moment (the span with its bytes) and saying why; a child that only
+/// fills the page cache with 230 MiB writes none (the working set leaves inactive file pages
+/// out). Files under a test root cover v2 and mixed hosts (`tracing-prof-core`'s cgroup
+/// tests).
+#[test]
+fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
+    if let (Ok(mode), Ok(dir)) = (
+        std::env::var("TRACING_PROF_TEST_OOM_CHILD"),
+        std::env::var("TRACING_PROF_TEST_OOM_DIR"),
+    ) {
+        return oom_child(&mode, &dir);
+    }
+    let _serial = serial();
+    let parent = match v1_memory_cgroup() {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("SKIPPED: the real-cgroup incident test: {why}");
+            return;
+        }
+    };
+    for mode in ["heap", "cache"] {
+        let cgroup = parent.join(format!("tracing-prof-oom-{}-{mode}", std::process::id()));
+        std::fs::create_dir(&cgroup).unwrap();
+        std::fs::write(
+            cgroup.join("memory.limit_in_bytes"),
+            (256 * MIB).to_string(),
+        )
+        .unwrap();
+        let profiles = tempfile::Builder::new()
+            .prefix("tracing-prof-oom-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache",
+                "--nocapture",
+            ])
+            .env("TRACING_PROF_TEST_OOM_CHILD", mode)
+            .env("TRACING_PROF_TEST_OOM_DIR", profiles.path())
+            .spawn()
+            .unwrap();
+        std::fs::write(cgroup.join("cgroup.procs"), child.id().to_string()).unwrap();
+        let status = child.wait().unwrap();
+        // The usage counting page cache went past 80% all the same.
+        let max_usage: usize = std::fs::read_to_string(cgroup.join("memory.max_usage_in_bytes"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_dir(&cgroup);
+        assert!(max_usage > 220 * MIB, "{mode}: max usage {max_usage}");
+        assert!(status.success(), "{mode}: {status:?}");
+        let incidents = profiles.path().join("incidents");
+        let mut found: Vec<String> = std::fs::read_dir(&incidents)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        if mode == "cache" {
+            assert!(found.is_empty(), "page cache is no incident: {found:?}");
+            continue;
+        }
+        let with = |cause: &str| found.iter().find(|f| f.contains(cause)).cloned();
+        let at90 = with("-memory-90pct-").unwrap_or_else(|| panic!("{found:?}"));
+        assert!(with("-memory-80pct-").is_some(), "{found:?}");
+        let folder = incidents.join(at90);
+        let text = std::fs::read_to_string(folder.join("incident.txt")).unwrap();
+        assert!(
+            text.contains("the working set reached 9") && text.contains("256.0 MiB memory limit"),
+            "{text}"
+        );
+        assert!(text.contains("cgroup v1 /"), "{text}");
+        let span_memory = tracing_prof::model::Profile::decode(
+            &std::fs::read(folder.join("span_memory.pb.gz")).unwrap(),
+        )
+        .unwrap();
+        let k = span_memory.sample_type_index("inuse_space").unwrap();
+        let grow: i64 = span_memory
+            .samples
+            .iter()
+            .filter(|s| matches!(&s.stack[..], [f] if f.function.ends_with("oom_grow")))
+            .map(|s| s.values[k])
+            .sum();
+        assert!(
+            // The chunks so far, and the vector that holds them.
+            grow >= (200 * MIB) as i64 && grow <= (232 * MIB) as i64 + 1024,
+            "{grow} bytes under oom_grow at 90%"
+        );
+        assert!(folder.join("heap_peak.pb.gz").exists());
+    }
+}

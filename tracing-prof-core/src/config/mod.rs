@@ -4,14 +4,38 @@ pub(crate) mod env;
 pub(crate) mod parse;
 
 use crate::CpuClock;
+/// `80,90,95`: percentages from 1 to 100, ascending after sorting, without repeats; `off` or
+/// `0`: none.
+pub(crate) fn parse_thresholds(s: &str) -> Result<Vec<u8>, String> {
+    if matches!(s.trim(), "off" | "0" | "") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim().trim_end_matches('%');
+        match part.parse::<u8>() {
+            Ok(n) if (1..=100).contains(&n) => out.push(n),
+            _ => {
+                return Err(format!(
+                    "expected percentages of the memory limit from 1 to 100, separated by \
+                     commas (80,90,95), or off; got {part:?}"
+                ));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
 #[cfg(test)]
 use env::unknown_variables;
 pub use env::{
     ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES,
     ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL,
-    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_PEAK_EVERY,
-    ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL,
-    ENV_TRACE_LINKS, ENV_VARS,
+    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_OOM_THRESHOLDS,
+    ENV_PEAK_EVERY, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY,
+    ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
 pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
@@ -62,6 +86,10 @@ pub const DEFAULT_GIANT_BYTES: Option<usize> = None;
 /// An enter-to-exit interval of a span's own on an async runtime's worker at least this long is
 /// a long poll: 10 ms.
 pub const DEFAULT_LONG_POLL: Option<Duration> = Some(Duration::from_millis(10));
+
+/// Shares of the cgroup's memory limit, in percent, whose crossing writes a memory incident:
+/// 80%, 90% and 95%.
+pub const DEFAULT_OOM_THRESHOLDS: [u8; 3] = [80, 90, 95];
 
 /// The shortest period of the heap's peak watch: 10 ms.
 pub const MIN_PEAK_EVERY: Duration = Duration::from_millis(10);
@@ -224,6 +252,9 @@ pub struct Config {
     /// How often the heap is read for its high-water mark (see
     /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY)); `None`: not watched.
     pub peak_every: Option<Duration>,
+    /// Shares of the cgroup's memory limit (percent, ascending) whose crossing by the working
+    /// set writes a memory incident; empty: none. See [`DEFAULT_OOM_THRESHOLDS`].
+    pub oom_thresholds: Vec<u8>,
     /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
     pub trace_links: crate::TraceLinks,
     /// With the `opentelemetry` feature, whether the profiler publishes the OpenTelemetry
@@ -260,6 +291,7 @@ impl Default for Config {
             slow_spans: Vec::new(),
             long_poll: DEFAULT_LONG_POLL,
             peak_every: Some(crate::DEFAULT_PEAK_EVERY),
+            oom_thresholds: DEFAULT_OOM_THRESHOLDS.to_vec(),
             trace_links: crate::TraceLinks::default(),
             process_context: true,
             flush_on_sigterm: true,
@@ -382,6 +414,9 @@ impl Config {
             },
         })? {
             self.peak_every = d;
+        }
+        if let Some(t) = env_var(ENV_OOM_THRESHOLDS, parse_thresholds)? {
+            self.oom_thresholds = t;
         }
         if let Some(on) = env_var(ENV_FLUSH_ON_SIGTERM, parse_bool)? {
             self.flush_on_sigterm = on;

@@ -44,6 +44,8 @@ pub(super) struct Aggregator {
     pub(super) next_giant: u64,
     /// Reads the heap for its peak (see `crate::peak`).
     pub(super) peak_watch: crate::peak::PeakWatch,
+    /// The cgroup memory thresholds armed (see `crate::incident`).
+    pub(super) oom: crate::incident::OomWatch,
     /// The peak's snapshot as last exported, by its `seq`: built again only for a new peak.
     pub(super) peak_built: Option<(u64, Arc<tracing_prof_model::Snapshot>)>,
 }
@@ -57,18 +59,29 @@ impl Aggregator {
         let mut next = Instant::now() + self.interval;
         let mut next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
         let mut drains = 0u64;
-        let mut next_peak = Instant::now();
+        // The heap's peak and the cgroup's thresholds are read at one rate.
+        let watch_oom = self.oom.is_on() && self.shared.cgroup.is_some();
+        let tick = self
+            .shared
+            .peak_every
+            .or(watch_oom.then_some(crate::DEFAULT_PEAK_EVERY));
+        let mut next_tick = Instant::now();
         loop {
-            if let Some(every) = self.shared.peak_every
-                && Instant::now() >= next_peak
+            if let Some(every) = tick
+                && Instant::now() >= next_tick
             {
-                self.read_peak();
-                next_peak = Instant::now() + every;
+                if self.shared.peak_every.is_some() {
+                    self.read_peak();
+                }
+                if watch_oom {
+                    self.watch_oom(&mut no_events);
+                }
+                next_tick = Instant::now() + every;
             }
             let sampling = tracing_prof_cpu::is_running();
             let mut wake = if sampling { next.min(next_drain) } else { next };
-            if self.shared.peak_every.is_some() {
-                wake = wake.min(next_peak);
+            if tick.is_some() {
+                wake = wake.min(next_tick);
             }
             if self.toggle_signal {
                 wake = wake.min(Instant::now() + crate::pause::TOGGLE_POLL);
@@ -118,6 +131,59 @@ impl Aggregator {
         }
         let mut state = self.shared.peak.lock();
         self.peak_watch.read(&mut state);
+    }
+
+    /// Reads the cgroup's working set; a threshold crossed writes an incident at once.
+    fn watch_oom(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
+        let Some(now) = self.shared.cgroup.as_ref().and_then(|c| c.read()) else {
+            return;
+        };
+        let Some(threshold) = self.oom.check(now.used()) else {
+            return;
+        };
+        let reason = format!(
+            "the working set reached {:.1}% of the cgroup's {} memory limit (threshold {threshold}%): {}",
+            now.used() * 100.0,
+            tracing_prof_model::units::format_bytes(now.limit_bytes),
+            now.describe()
+        );
+        self.incident(format!("memory-{threshold}pct"), reason, no_events);
+    }
+
+    /// Takes a snapshot now and hands it to every sink as an incident; says so to the
+    /// application's subscriber.
+    fn incident(
+        &mut self,
+        cause: String,
+        reason: String,
+        no_events: &mut Option<tracing::dispatcher::DefaultGuard>,
+    ) {
+        let mut snapshot = crate::capture(self.shared.started.elapsed());
+        snapshot.heap_peak = self.peak_snapshot();
+        snapshot.process_memory = self.shared.process_memory(&snapshot);
+        snapshot.suspected_leaks = self.shared.leaks.lock().clone();
+        let incident = super::Incident::new(cause, reason, snapshot);
+        let mut kept = Vec::new();
+        for sink in &mut self.sinks {
+            let name = sink.name().to_owned();
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.incident(&incident)))
+                    .unwrap_or_else(|_| Err("the sink panicked".into()));
+            match result {
+                Ok(()) => kept.push(name),
+                Err(e) => eprintln!("tracing-prof: {name}: memory incident not written: {e}"),
+            }
+        }
+        self.shared.incidents.fetch_add(1, Ordering::Relaxed);
+        drop(no_events.take());
+        tracing::warn!(
+            target: "tracing_prof::incident",
+            cause = %incident.cause,
+            kept_by = %kept.join(", "),
+            "memory incident: {}",
+            incident.reason
+        );
+        *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
     }
 
     /// The peak's snapshot for this export: built when the peak is new since the last.

@@ -256,6 +256,26 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Shares of the cgroup's memory limit, in percent, whose crossing by the working set
+    /// (usage less inactive page cache, as the OOM killer and the kubelet see it) writes a
+    /// memory incident at once, through every sink that writes them ([`Sink::incident`]:
+    /// files, into `incidents/`). Once per crossing, again after the working set has fallen 5
+    /// points below. Default [`DEFAULT_OOM_THRESHOLDS`](crate::config::DEFAULT_OOM_THRESHOLDS)
+    /// (80, 90, 95); none where no limit is set; `TRACING_PROF_OOM_THRESHOLDS`. Read by the
+    /// aggregator thread at the peak watch's rate.
+    ///
+    /// [`Sink::incident`]: crate::Sink::incident
+    pub fn oom_thresholds(mut self, percent: impl IntoIterator<Item = u8>) -> Self {
+        let mut t: Vec<u8> = percent
+            .into_iter()
+            .filter(|p| (1..=100).contains(p))
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        self.config.oom_thresholds = t;
+        self
+    }
+
     /// How often the aggregator thread reads the heap for its high-water mark
     /// ([`Profiler::peak`]); `None`: not watched. Default
     /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY) (100 ms); `TRACING_PROF_PEAK_EVERY`. A
@@ -336,6 +356,8 @@ impl ProfilerBuilder {
             slow_spans: self.config.slow_spans.clone(),
             peak: ForkSafe::new(None),
             allocator_stats: self.allocator_stats,
+            cgroup: crate::cgroup::MemoryCgroup::find(std::path::Path::new("/")),
+            incidents: AtomicU64::new(0),
             peak_every: self.config.peak_every,
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,
@@ -362,6 +384,7 @@ impl ProfilerBuilder {
             // Only records made from now on: older ones belong to an earlier profiler.
             next_giant: tracing_prof_alloc::__private::giant_allocations_end(),
             peak_watch: crate::peak::PeakWatch::default(),
+            oom: crate::incident::OomWatch::new(&self.config.oom_thresholds),
             peak_built: None,
         };
         let thread = std::thread::Builder::new()

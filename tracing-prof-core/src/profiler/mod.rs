@@ -14,7 +14,7 @@ mod sink;
 
 pub use builder::{BuildError, ProfilerBuilder};
 pub use guard::{FlushTimeout, ProfilerGuard};
-pub use sink::{Delivery, DeliveryProbe, ServiceStatus, Sink, SinkError, SinkStats};
+pub use sink::{Delivery, DeliveryProbe, Incident, ServiceStatus, Sink, SinkError, SinkStats};
 
 use crate::fork::ForkSafe;
 use crate::runtime::RUNTIME;
@@ -70,6 +70,9 @@ pub struct Stats {
     /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying
     /// again); [`Profiler::services`] says which and why.
     pub services_down: usize,
+    /// Memory incidents written (thresholds of the cgroup's limit crossed; see
+    /// [`ProfilerBuilder::oom_thresholds`](crate::ProfilerBuilder::oom_thresholds)).
+    pub incidents: u64,
 }
 
 #[derive(Debug)]
@@ -99,6 +102,10 @@ pub(super) struct Shared {
     pub(super) peak_every: Option<Duration>,
     /// What the wrapped allocator says of its memory, when the application said which.
     pub(super) allocator_stats: Option<Box<dyn crate::AllocatorStats>>,
+    /// The process's memory cgroup, found at build.
+    pub(super) cgroup: Option<crate::cgroup::MemoryCgroup>,
+    /// Memory incidents written.
+    pub(super) incidents: AtomicU64,
     pub(super) cpu_time: crate::CpuTime,
     pub(super) cpu_hz: u32,
     pub(super) cpu_unwind: crate::Unwind,
@@ -113,7 +120,7 @@ impl Shared {
     ) -> Option<tracing_prof_model::ProcessMemory> {
         let _profiler = tracing_prof_alloc::TagGuard::new(Tag::PROFILER);
         let heap = snapshot.paths.iter().map(|p| p.memory.inuse_bytes).sum();
-        crate::process_memory::read(heap, self.allocator_stats.as_deref())
+        crate::process_memory::read(heap, self.allocator_stats.as_deref(), self.cgroup.as_ref())
     }
 
     /// Pauses (`true`) or resumes profiling; returns whether that changed anything.
@@ -320,6 +327,7 @@ impl Profiler {
             cpu: tracing_prof_cpu::stats(),
             paused: self.is_paused(),
             services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
+            incidents: self.shared.incidents.load(Ordering::Relaxed),
         }
     }
 

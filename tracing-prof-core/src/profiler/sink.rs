@@ -21,11 +21,43 @@ pub trait Sink: Send + 'static {
     /// Exports one snapshot (cumulative: counters since the profiler started).
     fn export(&mut self, snapshot: &Snapshot) -> Result<(), SinkError>;
 
+    /// Keeps the evidence of a memory incident (a threshold of the cgroup's limit crossed):
+    /// the file exporter writes it into `incidents/`. The default keeps nothing.
+    fn incident(&mut self, incident: &Incident) -> Result<(), SinkError> {
+        let _ = incident;
+        Ok(())
+    }
+
     /// For a sink that delivers after `export` returns (a push queue): a way to read its
     /// delivery counters from any thread, asked once when the profiler is built, shown by
     /// [`Profiler::sink_stats`](super::Profiler::sink_stats). `None` (the default): `export`'s result is the whole story.
     fn delivery(&self) -> Option<DeliveryProbe> {
         None
+    }
+}
+
+/// A memory incident: why, and a snapshot taken at once (its `heap_peak` and
+/// `process_memory` set), for [`Sink::incident`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Incident {
+    /// A short name for file names: `memory-90pct`.
+    pub cause: String,
+    /// What happened, in words: `the working set reached 91.2% of the cgroup's 256.0 MiB
+    /// limit (threshold 90%)`.
+    pub reason: String,
+    /// Everything as it stood when it happened.
+    pub snapshot: Snapshot,
+}
+
+impl Incident {
+    /// An incident `cause` (a name for files), said by `reason`, with its `snapshot`.
+    pub fn new(cause: impl Into<String>, reason: impl Into<String>, snapshot: Snapshot) -> Self {
+        Incident {
+            cause: cause.into(),
+            reason: reason.into(),
+            snapshot,
+        }
     }
 }
 

@@ -50,6 +50,12 @@ pub(super) fn text(
     line(&format!(
         "{CAPTURES_DIR}/ holds every export's files, KIND.PID.TIMESTAMP.RUN.pb.gz ({kept})."
     ));
+    line(&format!(
+        "{}/ holds memory incidents, a folder each (TIMESTAMP-CAUSE-RUN, {} says why), when the",
+        super::INCIDENTS_DIR,
+        super::INCIDENT_FILE
+    ));
+    line("working set nears the cgroup's memory limit.");
     line("");
     line("Open them:");
     let mut cmd = |c: &str, what: &str| line(&format!("  {c:<60}{what}"));

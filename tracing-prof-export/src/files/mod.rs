@@ -7,12 +7,14 @@ use std::time::UNIX_EPOCH;
 use tracing_prof_core::{Sink, SinkError};
 
 mod error;
+mod incidents;
 mod index;
 mod names;
 mod safe;
 
 pub use error::FileError;
 use error::io_error;
+pub use incidents::{INCIDENT_FILE, INCIDENTS_DIR, KEEP_INCIDENTS};
 
 use names::{other_writer, run_id, utc_stamp};
 use safe::{TMP_PREFIX, TMP_SUFFIX, os_error, tmp_builder, tmp_file, write_all};
@@ -137,6 +139,8 @@ pub struct FileExporter {
     previous: Option<Snapshot>,
     /// The heap's peak as last written: written again only when a new one comes.
     peak_written: Option<std::sync::Arc<Snapshot>>,
+    /// This run's incident folders, oldest first (see [`KEEP_INCIDENTS`]).
+    incidents: std::collections::VecDeque<PathBuf>,
     flamegraphs: Vec<(ProfileKind, &'static str)>,
 }
 
@@ -160,6 +164,7 @@ impl FileExporter {
             deltas: false,
             previous: None,
             peak_written: None,
+            incidents: std::collections::VecDeque::new(),
             flamegraphs: Vec::new(),
         }
     }
@@ -476,6 +481,10 @@ impl Sink for FileExporter {
 
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         self.write(profile).map(drop).map_err(Into::into)
+    }
+
+    fn incident(&mut self, incident: &tracing_prof_core::Incident) -> Result<(), SinkError> {
+        self.write_incident(incident).map(drop).map_err(Into::into)
     }
 }
 

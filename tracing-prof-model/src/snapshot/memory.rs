@@ -80,6 +80,64 @@ pub struct ProcessMemory {
     pub heap_inuse_bytes: u64,
     /// What the inner allocator says, where it can be asked.
     pub allocator: Option<AllocatorMemory>,
+    /// The memory limit of the process's cgroup and its usage, where one is set.
+    pub cgroup: Option<CgroupMemory>,
+}
+
+/// The memory limit of the process's cgroup (the level, from its own up, with the least room
+/// left) and its usage as the OOM killer and the kubelet see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CgroupMemory {
+    /// cgroup v1 or v2.
+    pub version: u8,
+    /// The cgroup whose limit this is, in its hierarchy (`/kubepods/pod1`).
+    pub level: String,
+    /// `memory.max` (v2) or `memory.limit_in_bytes` (v1).
+    pub limit_bytes: u64,
+    /// `memory.current` or `memory.usage_in_bytes`: page cache included.
+    pub usage_bytes: u64,
+    /// The usage less inactive file pages (`inactive_file`, v1's `total_inactive_file`): what
+    /// the kubelet evicts on and what reclaim cannot give back cheaply.
+    pub working_set_bytes: u64,
+    /// OOM kills in that cgroup so far (`memory.events` or `memory.oom_control`), where the
+    /// kernel says.
+    pub oom_kills: Option<u64>,
+}
+
+impl CgroupMemory {
+    /// A v`version` cgroup `level` limited to `limit_bytes`, nothing used yet.
+    pub fn new(version: u8, level: impl Into<String>, limit_bytes: u64) -> Self {
+        CgroupMemory {
+            version,
+            level: level.into(),
+            limit_bytes,
+            ..CgroupMemory::default()
+        }
+    }
+
+    /// The working set as a share of the limit (0 to 1 and beyond).
+    pub fn used(&self) -> f64 {
+        self.working_set_bytes as f64 / self.limit_bytes.max(1) as f64
+    }
+
+    /// `cgroup v1 /kubepods/pod1: working set 250.0 MiB of its 512.0 MiB limit (48.8%; usage
+    /// 450.0 MiB with page cache)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "cgroup v{} {}: working set {} of its {} limit ({:.1}%; usage {} with page cache)",
+            self.version,
+            self.level,
+            format_bytes(self.working_set_bytes),
+            format_bytes(self.limit_bytes),
+            self.used() * 100.0,
+            format_bytes(self.usage_bytes)
+        );
+        if let Some(n) = self.oom_kills.filter(|&n| n > 0) {
+            s.push_str(&format!("; {n} OOM kills in it so far"));
+        }
+        s
+    }
 }
 
 /// What an allocator says of its own memory.
@@ -148,6 +206,10 @@ impl ProcessMemory {
                  fragmentation, thread stacks, direct mmap)",
                 signed(self.unexplained_bytes())
             )),
+        }
+        if let Some(c) = &self.cgroup {
+            s.push_str("; ");
+            s.push_str(&c.describe());
         }
         s
     }

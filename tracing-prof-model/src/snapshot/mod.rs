@@ -20,7 +20,7 @@ pub use frames::{
     ALL_TRIMMED_FRAME, CodeFrame, NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME,
     PATH_SEPARATOR, PROFILER_FRAME, SpanFrame, TABLE_FULL_FRAME, display_path,
 };
-pub use memory::{AllocatorMemory, Peak, ProcessMemory};
+pub use memory::{AllocatorMemory, CgroupMemory, Peak, ProcessMemory};
 pub use paths::{MemoryStats, PathKind, PathProfile, TimeStats};
 pub use stacks::{CpuSource, CpuStack, Lifetimes, StackProfile};
 use std::collections::HashMap;

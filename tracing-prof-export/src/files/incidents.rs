@@ -1,0 +1,107 @@
+//! Memory incidents as files: `incidents/TIMESTAMP-CAUSE/`, one folder per incident, holding
+//! the profiles of that moment, the heap's peak and an `incident.txt` that says why.
+
+use super::error::io_error;
+use super::names::utc_stamp;
+use super::{FileError, FileExporter, PEAK_KINDS, PEAK_SUFFIX, safe};
+use std::fs;
+use std::path::PathBuf;
+use std::time::UNIX_EPOCH;
+use tracing_prof_core::Incident;
+use tracing_prof_model::ProfileKind;
+
+/// The folder of incidents, in the profile directory.
+pub const INCIDENTS_DIR: &str = "incidents";
+/// Incident folders of one run kept: the newest 16 (a service that keeps crossing a threshold
+/// does not fill the disk).
+pub const KEEP_INCIDENTS: usize = 16;
+/// What an incident's folder says of it.
+pub const INCIDENT_FILE: &str = "incident.txt";
+
+impl FileExporter {
+    /// Writes `incident` into `incidents/TIMESTAMP-CAUSE/`: every kind this exporter writes as
+    /// of that moment (`heap.pb.gz`, ...), the heap's peak (`heap_peak.pb.gz`,
+    /// `span_memory_peak.pb.gz`) and [`INCIDENT_FILE`]; returns the folder. Created and
+    /// judged as the profile directory is; the newest [`KEEP_INCIDENTS`] of this run are kept.
+    pub fn write_incident(&mut self, incident: &Incident) -> Result<PathBuf, FileError> {
+        self.make_dirs()?;
+        let base = self.dir.join(INCIDENTS_DIR);
+        match fs::create_dir(&base) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            other => other.map_err(io_error("create directory", &base))?,
+        }
+        safe::check_owner(&base)?;
+        let snapshot = &incident.snapshot;
+        let us = snapshot
+            .time
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
+        let cause: String = incident
+            .cause
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let dir = base.join(format!("{}-{cause}-{}", utc_stamp(us), self.run));
+        fs::create_dir(&dir).map_err(io_error("create directory", &dir))?;
+        safe::check_owner(&dir)?;
+        let mut files = Vec::new();
+        for kind in self.kinds.clone() {
+            if kind.is_available(snapshot) {
+                let name = format!("{}.pb.gz", kind.name());
+                self.write_file(&dir, &name, &snapshot.encode(kind))?;
+                files.push((name, kind));
+            }
+        }
+        if let Some(peak) = &snapshot.heap_peak {
+            for kind in PEAK_KINDS {
+                if self.kinds.contains(&kind) && kind.is_available(peak) {
+                    let name = format!("{}{PEAK_SUFFIX}.pb.gz", kind.name());
+                    self.write_file(&dir, &name, &peak.encode(kind))?;
+                    files.push((name, kind));
+                }
+            }
+        }
+        self.write_file(&dir, INCIDENT_FILE, text(incident, &files).as_bytes())?;
+        self.incidents.push_back(dir.clone());
+        while self.incidents.len() > KEEP_INCIDENTS {
+            if let Some(old) = self.incidents.pop_front() {
+                let _ = fs::remove_dir_all(old);
+            }
+        }
+        Ok(dir)
+    }
+}
+
+/// [`INCIDENT_FILE`]'s text: why, the process's memory, the peak, and the files with a command
+/// each.
+fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
+    let s = &incident.snapshot;
+    let mut t = format!(
+        "Memory incident at {}: {}\n\n",
+        tracing_prof_model::units::format_utc(s.time),
+        incident.reason
+    );
+    if let Some(m) = &s.process_memory {
+        t.push_str(&format!("Process memory: {}.\n\n", m.describe()));
+    }
+    if let Some(p) = s.heap_peak.as_ref().and_then(|p| p.peak) {
+        t.push_str(&format!("The heap's peak so far: {}.\n\n", p.describe()));
+    }
+    t.push_str("Files (the profiles as of that moment, and the heap at its peak):\n");
+    for (name, kind) in files {
+        t.push_str(&format!("  {name:<28}{}\n", kind.description()));
+    }
+    t.push_str(
+        "\nOpen them:\n  tracing-prof top --by span span_memory.pb.gz      which span paths hold the memory\n  \
+         go tool pprof -http=: heap.pb.gz                 the code that holds it\n  \
+         tracing-prof top --by span span_memory_peak.pb.gz at the heap's peak\n",
+    );
+    t
+}
