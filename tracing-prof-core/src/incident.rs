@@ -67,3 +67,69 @@ mod tests {
         assert!(!OomWatch::new(&[]).is_on());
     }
 }
+
+/// What the flight recorder's triggers remember: when each cause last wrote an incident, the
+/// slow-span counts and the heap peak last seen.
+#[derive(Debug, Default)]
+pub(crate) struct Triggers {
+    last: std::collections::HashMap<&'static str, std::time::Instant>,
+    /// Per span path with a slow-span threshold: its slow spans so far.
+    slow: std::collections::HashMap<String, u64>,
+    /// The heap peak of the last peak-growth incident.
+    peak_written: u64,
+}
+
+/// A heap peak writes an incident when it is at least this many times the last one written...
+const PEAK_GROWTH: u64 = 2;
+/// ...and at least this large.
+const PEAK_MIN_BYTES: u64 = 64 << 20;
+
+impl Triggers {
+    /// Whether `cause` may write an incident now: not within `gap` of its last.
+    pub(crate) fn may(&mut self, cause: &'static str, gap: std::time::Duration) -> bool {
+        let now = std::time::Instant::now();
+        match self.last.get(cause) {
+            Some(t) if now.duration_since(*t) < gap => false,
+            _ => {
+                self.last.insert(cause, now);
+                true
+            }
+        }
+    }
+
+    /// The span paths of `snapshot` with more spans slower than their threshold than last
+    /// seen: `(path, new slow spans, threshold)`.
+    pub(crate) fn slow_spans(
+        &mut self,
+        snapshot: &tracing_prof_model::Snapshot,
+        thresholds: &[crate::SlowSpan],
+    ) -> Vec<(String, u64, std::time::Duration)> {
+        let mut out = Vec::new();
+        if thresholds.is_empty() {
+            return out;
+        }
+        for p in &snapshot.paths {
+            let label = p.display_path();
+            let Some(t) = crate::SlowSpan::for_path(thresholds, &label) else {
+                continue;
+            };
+            let ns = t.threshold.as_nanos().min(u128::from(u64::MAX)) as u64;
+            let count = tracing_prof_model::spans_slower_than(&p.time.durations, ns);
+            let seen = self.slow.entry(label.clone()).or_insert(0);
+            if count > *seen {
+                out.push((label, count - *seen, t.threshold));
+            }
+            *seen = count;
+        }
+        out
+    }
+
+    /// Whether a heap peak of `bytes` is a growth worth an incident.
+    pub(crate) fn peak_grew(&mut self, bytes: u64) -> bool {
+        if bytes >= PEAK_MIN_BYTES && bytes >= self.peak_written.saturating_mul(PEAK_GROWTH) {
+            self.peak_written = bytes;
+            return true;
+        }
+        false
+    }
+}

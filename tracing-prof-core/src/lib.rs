@@ -48,6 +48,7 @@ mod cpu;
 mod entered;
 #[cfg(feature = "opentelemetry")]
 mod exemplars;
+mod flight;
 mod fork;
 mod in_flight;
 mod incident;
@@ -78,6 +79,7 @@ pub use capture::{capture, capture_paths};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
 pub use config::{Config, ConfigError, CpuTime, SlowSpan, ToggleSignal, Unwind};
 pub use entered::MAX_DEPTH;
+pub use flight::{DEFAULT_FLIGHT_BYTES, DEFAULT_FLIGHT_LENGTH, FlightFile};
 pub use layer::ProfileLayer;
 pub use otel_resource::{AttributeValue, resource_from_env};
 pub use peak::DEFAULT_PEAK_EVERY;

@@ -68,6 +68,16 @@ pub fn format_utc(t: std::time::SystemTime) -> String {
     format!("{date} {secs}.{ms:03} UTC")
 }
 
+/// `YYYYMMDDTHHMMSS.mmmZ`, for names of files and folders.
+pub fn format_utc_compact(t: std::time::SystemTime) -> String {
+    let (date, secs, ms) = utc_parts(t);
+    format!(
+        "{}T{}.{ms:03}Z",
+        date.replace('-', ""),
+        secs.replace(':', "")
+    )
+}
+
 fn utc_parts(t: std::time::SystemTime) -> (String, String, u32) {
     let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs() as i64;

@@ -406,3 +406,128 @@ fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
         assert!(folder.join("heap_peak.pb.gz").exists());
     }
 }
+
+/// The flight recorder keeps the windows of its last length and nothing older, served as a
+/// tar.gz that `tar` lists and whose profiles `go tool pprof` reads; a slow span writes an
+/// incident holding them.
+#[test]
+fn the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .flight_recorder(Some((Duration::from_millis(1500), 8 << 20)))
+        .slow_span("fr_request", Duration::from_millis(20))
+        .sink(FileExporter::new(dir.path()))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let request = |ms: u64| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("fr_request").in_scope(|| {
+                std::hint::black_box(vec![3u8; 4096]);
+                std::thread::sleep(Duration::from_millis(ms));
+            })
+        })
+    };
+    // Six exports 500 ms apart, fast requests only: five windows made, the last 1.5 s kept.
+    for _ in 0..6 {
+        request(1);
+        guard.flush(Duration::from_secs(30)).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let profiler = guard.profiler().clone();
+    let files = profiler.flight_recording();
+    let windows: std::collections::BTreeSet<&str> = files
+        .iter()
+        .map(|f| f.0.split('/').next().unwrap())
+        .collect();
+    assert!(
+        (3..=4).contains(&windows.len()),
+        "the windows of the last 1.5 s: {windows:?}"
+    );
+    let (kept, bytes) = profiler.stats().flight_recorder;
+    assert_eq!(kept, windows.len());
+    assert_eq!(bytes, files.iter().map(|f| f.1.len()).sum::<usize>());
+    // Each window has its own numbers: one request of the path in each.
+    let spans = files
+        .iter()
+        .find(|f| f.0.ends_with("/spans.pb.gz"))
+        .unwrap();
+    let p = tracing_prof::model::Profile::decode(&spans.1).unwrap();
+    let k = p.sample_type_index("spans").unwrap();
+    let n: i64 = p
+        .samples
+        .iter()
+        .filter(|s| matches!(&s.stack[..], [f] if f.function.ends_with("fr_request")))
+        .map(|s| s.values[k])
+        .sum();
+    assert_eq!(n, 1, "one request in each window");
+    assert!(
+        !dir.path().join("incidents").exists(),
+        "no trigger yet: no span slower than 20 ms"
+    );
+
+    // Served as a tar.gz.
+    let handler = tracing_prof::export::PprofHandler::new(profiler.clone());
+    let tgz = handler.handle("GET", "/debug/pprof/flightrecorder", None);
+    assert_eq!(tgz.status, 200);
+    let archive = dir.path().join("flight.tar.gz");
+    std::fs::write(&archive, &tgz.body).unwrap();
+    let listing = std::process::Command::new("tar")
+        .arg("tzf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert_eq!(listing.lines().count(), files.len(), "{listing}");
+    assert!(
+        listing.lines().all(|l| l.starts_with("flightrecorder/")),
+        "{listing}"
+    );
+    if common::have_go() {
+        let out = std::process::Command::new("tar")
+            .arg("xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(out.success());
+        let first = dir.path().join("flightrecorder").join(&files[0].0);
+        let top = common::pprof(&["-top"], &first);
+        assert!(!top.is_empty());
+    }
+
+    // A slow span: at the next export, an incident with the recording.
+    request(30);
+    guard.flush(Duration::from_secs(30)).unwrap();
+    let incidents: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join("incidents"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    let folder = &incidents[0];
+    assert!(
+        folder.to_string_lossy().contains("-slow-span-"),
+        "{folder:?}"
+    );
+    let text = std::fs::read_to_string(folder.join("incident.txt")).unwrap();
+    assert!(
+        text.contains("1 spans of `fr_request` slower than 20ms"),
+        "{text}"
+    );
+    let flight: Vec<_> = std::fs::read_dir(folder.join("flight")).unwrap().collect();
+    assert!((3..=5).contains(&flight.len()), "{flight:?}");
+    // Once per recorder length: another slow span right away writes none.
+    request(30);
+    guard.flush(Duration::from_secs(30)).unwrap();
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("incidents"))
+            .unwrap()
+            .count(),
+        1
+    );
+    assert_eq!(profiler.stats().incidents, 1);
+    drop(guard);
+}

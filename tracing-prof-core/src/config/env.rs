@@ -47,6 +47,9 @@ pub const ENV_FLUSH_ON_SIGTERM: &str = "TRACING_PROF_FLUSH_ON_SIGTERM";
 /// How often the heap is read for its peak, a duration like [`ENV_INTERVAL`] (at least 10 ms;
 /// `0` or `off`: not watched).
 pub const ENV_PEAK_EVERY: &str = "TRACING_PROF_PEAK_EVERY";
+/// How far back the flight recorder reaches, a duration like [`ENV_INTERVAL`] (default 5m;
+/// `off`: no recorder).
+pub const ENV_FLIGHT_RECORDER: &str = "TRACING_PROF_FLIGHT_RECORDER";
 /// Shares of the cgroup memory limit whose crossing writes a memory incident: percentages
 /// separated by commas (`80,90,95`, the default), or `off`.
 pub const ENV_OOM_THRESHOLDS: &str = "TRACING_PROF_OOM_THRESHOLDS";
@@ -83,6 +86,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_SLOW_SPAN",
     "TRACING_PROF_PEAK_EVERY",
     "TRACING_PROF_OOM_THRESHOLDS",
+    "TRACING_PROF_FLIGHT_RECORDER",
     "TRACING_PROF_FLUSH_ON_SIGTERM",
     // The exporters' (`tracing-prof-export`).
     "TRACING_PROF_DIR",

@@ -4,44 +4,21 @@ pub(crate) mod env;
 pub(crate) mod parse;
 
 use crate::CpuClock;
-/// `80,90,95`: percentages from 1 to 100, ascending after sorting, without repeats; `off` or
-/// `0`: none.
-pub(crate) fn parse_thresholds(s: &str) -> Result<Vec<u8>, String> {
-    if matches!(s.trim(), "off" | "0" | "") {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for part in s.split(',') {
-        let part = part.trim().trim_end_matches('%');
-        match part.parse::<u8>() {
-            Ok(n) if (1..=100).contains(&n) => out.push(n),
-            _ => {
-                return Err(format!(
-                    "expected percentages of the memory limit from 1 to 100, separated by \
-                     commas (80,90,95), or off; got {part:?}"
-                ));
-            }
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    Ok(out)
-}
 
 #[cfg(test)]
 use env::unknown_variables;
 pub use env::{
-    ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES,
-    ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL,
-    ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_OOM_THRESHOLDS,
-    ENV_PEAK_EVERY, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY,
-    ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
+    ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLIGHT_RECORDER,
+    ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES, ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS,
+    ENV_LABEL_VALUES, ENV_LEAK_LEVEL, ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL,
+    ENV_MAX_SPAN_PATHS, ENV_OOM_THRESHOLDS, ENV_PEAK_EVERY, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT,
+    ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
 pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
 use parse::{
     check_giant_bytes, check_interval, check_leak_snapshots, parse_interval, parse_leak_snapshots,
-    parse_max_paths,
+    parse_max_paths, parse_thresholds,
 };
 pub(crate) use parse::{parse_bool, parse_duration, parse_label_fields};
 use std::time::Duration;
@@ -255,6 +232,9 @@ pub struct Config {
     /// Shares of the cgroup's memory limit (percent, ascending) whose crossing by the working
     /// set writes a memory incident; empty: none. See [`DEFAULT_OOM_THRESHOLDS`].
     pub oom_thresholds: Vec<u8>,
+    /// How far back the flight recorder reaches and the most bytes it holds; `None`: off.
+    /// See [`DEFAULT_FLIGHT_LENGTH`](crate::DEFAULT_FLIGHT_LENGTH).
+    pub flight_recorder: Option<(Duration, usize)>,
     /// Which spans' OpenTelemetry ids label CPU samples; see [`TraceLinks`](crate::TraceLinks).
     pub trace_links: crate::TraceLinks,
     /// With the `opentelemetry` feature, whether the profiler publishes the OpenTelemetry
@@ -292,6 +272,7 @@ impl Default for Config {
             long_poll: DEFAULT_LONG_POLL,
             peak_every: Some(crate::DEFAULT_PEAK_EVERY),
             oom_thresholds: DEFAULT_OOM_THRESHOLDS.to_vec(),
+            flight_recorder: Some((crate::DEFAULT_FLIGHT_LENGTH, crate::DEFAULT_FLIGHT_BYTES)),
             trace_links: crate::TraceLinks::default(),
             process_context: true,
             flush_on_sigterm: true,
@@ -414,6 +395,15 @@ impl Config {
             },
         })? {
             self.peak_every = d;
+        }
+        if let Some(f) = env_var(ENV_FLIGHT_RECORDER, |s| match s {
+            "0" | "off" => Ok(None),
+            _ => parse_duration(s).map(Some),
+        })? {
+            let bytes = self
+                .flight_recorder
+                .map_or(crate::DEFAULT_FLIGHT_BYTES, |(_, b)| b);
+            self.flight_recorder = f.map(|length| (length, bytes));
         }
         if let Some(t) = env_var(ENV_OOM_THRESHOLDS, parse_thresholds)? {
             self.oom_thresholds = t;

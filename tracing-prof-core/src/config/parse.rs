@@ -142,3 +142,26 @@ pub(crate) fn parse_label_fields(s: &str) -> Result<Vec<String>, String> {
     }
     Ok(fields)
 }
+/// `80,90,95`: percentages from 1 to 100, ascending after sorting, without repeats; `off` or
+/// `0`: none.
+pub(crate) fn parse_thresholds(s: &str) -> Result<Vec<u8>, String> {
+    if matches!(s.trim(), "off" | "0" | "") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim().trim_end_matches('%');
+        match part.parse::<u8>() {
+            Ok(n) if (1..=100).contains(&n) => out.push(n),
+            _ => {
+                return Err(format!(
+                    "expected percentages of the memory limit from 1 to 100, separated by \
+                     commas (80,90,95), or off; got {part:?}"
+                ));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}

@@ -46,6 +46,10 @@ pub(super) struct Aggregator {
     pub(super) peak_watch: crate::peak::PeakWatch,
     /// The cgroup memory thresholds armed (see `crate::incident`).
     pub(super) oom: crate::incident::OomWatch,
+    /// The flight recorder, when on (see `crate::flight`).
+    pub(super) flight: Option<crate::flight::FlightRecorder>,
+    /// What its triggers remember.
+    pub(super) triggers: crate::incident::Triggers,
     /// The peak's snapshot as last exported, by its `seq`: built again only for a new peak.
     pub(super) peak_built: Option<(u64, Arc<tracing_prof_model::Snapshot>)>,
 }
@@ -147,7 +151,7 @@ impl Aggregator {
             tracing_prof_model::units::format_bytes(now.limit_bytes),
             now.describe()
         );
-        self.incident(format!("memory-{threshold}pct"), reason, no_events);
+        self.incident(format!("memory-{threshold}pct"), reason, None, no_events);
     }
 
     /// Takes a snapshot now and hands it to every sink as an incident; says so to the
@@ -156,13 +160,18 @@ impl Aggregator {
         &mut self,
         cause: String,
         reason: String,
+        snapshot: Option<tracing_prof_model::Snapshot>,
         no_events: &mut Option<tracing::dispatcher::DefaultGuard>,
     ) {
-        let mut snapshot = crate::capture(self.shared.started.elapsed());
-        snapshot.heap_peak = self.peak_snapshot();
-        snapshot.process_memory = self.shared.process_memory(&snapshot);
-        snapshot.suspected_leaks = self.shared.leaks.lock().clone();
-        let incident = super::Incident::new(cause, reason, snapshot);
+        let snapshot = snapshot.unwrap_or_else(|| {
+            let mut s = crate::capture(self.shared.started.elapsed());
+            s.heap_peak = self.peak_snapshot();
+            s.process_memory = self.shared.process_memory(&s);
+            s.suspected_leaks = self.shared.leaks.lock().clone();
+            s
+        });
+        let mut incident = super::Incident::new(cause, reason, snapshot);
+        incident.flight = crate::flight::files(&self.shared.flight.lock());
         let mut kept = Vec::new();
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
@@ -292,12 +301,14 @@ impl Aggregator {
         if self.shared.peak_every.is_some() {
             self.read_peak();
         }
+        let mut new_long_polls = Vec::new();
         let mut profile = crate::capture(self.shared.started.elapsed());
         profile.heap_peak = self.peak_snapshot();
         profile.process_memory = self.shared.process_memory(&profile);
         for p in &profile.paths {
             if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
                 let (path, count) = (p.display_path(), p.time.long_polls);
+                new_long_polls.push(path.clone());
                 events.push(Box::new(move || log_long_poll(&path, count)));
             }
         }
@@ -353,6 +364,51 @@ impl Aggregator {
                         self.reported.insert(name, msg);
                     }
                 }
+            }
+        }
+        self.record_flight(&profile, &new_long_polls, no_events);
+    }
+
+    /// Keeps this export's window in the flight recorder, then writes an incident with the
+    /// recording for what its triggers saw: a slow span since the last export, a path's first
+    /// long poll, a heap peak that doubled; each cause at most once per recorder length.
+    fn record_flight(
+        &mut self,
+        profile: &tracing_prof_model::Snapshot,
+        new_long_polls: &[String],
+        no_events: &mut Option<tracing::dispatcher::DefaultGuard>,
+    ) {
+        let Some(recorder) = &mut self.flight else {
+            return;
+        };
+        recorder.record(profile);
+        *self.shared.flight.lock() = recorder.windows();
+        let gap = recorder.length();
+        let mut causes: Vec<(&'static str, String)> = Vec::new();
+        let slow = self.triggers.slow_spans(profile, &self.shared.slow_spans);
+        if let Some((path, n, threshold)) = slow.first() {
+            causes.push((
+                "slow-span",
+                format!("{n} spans of `{path}` slower than {threshold:?} since the last export"),
+            ));
+        }
+        if let Some(path) = new_long_polls.first() {
+            causes.push((
+                "long-poll",
+                format!("span path `{path}` blocked an async worker thread (a long poll)"),
+            ));
+        }
+        if let Some(peak) = profile.heap_peak.as_ref().and_then(|p| p.peak)
+            && self.triggers.peak_grew(peak.inuse_bytes)
+        {
+            causes.push((
+                "peak-growth",
+                format!("a new heap peak: {}", peak.describe()),
+            ));
+        }
+        for (cause, reason) in causes {
+            if self.triggers.may(cause, gap) {
+                self.incident(cause.to_owned(), reason, Some(profile.clone()), no_events);
             }
         }
     }

@@ -276,6 +276,23 @@ impl ProfilerBuilder {
         self
     }
 
+    /// The flight recorder: the last `length` of exports kept in memory as windows (each
+    /// interval's numbers of every kind, gzip'd pprof), at most `bytes` of them, oldest
+    /// dropped first; written with every incident, served at `/debug/pprof/flightrecorder`
+    /// ([`Profiler::flight_recording`]). `None`: off. Default 5 minutes and 8 MiB
+    /// ([`DEFAULT_FLIGHT_LENGTH`](crate::DEFAULT_FLIGHT_LENGTH),
+    /// [`DEFAULT_FLIGHT_BYTES`](crate::DEFAULT_FLIGHT_BYTES)); `TRACING_PROF_FLIGHT_RECORDER`
+    /// sets the length. Its memory: those bytes and the last export's snapshot (the base of
+    /// the next window), on the aggregator thread; nothing on the application's threads.
+    /// Besides a memory threshold, these write an incident with the recording, at most once
+    /// per recorder length each: a slow span ([`slow_span`](Self::slow_span)) closed since the
+    /// last export, a path's first long poll, a heap peak twice the last one written (64 MiB
+    /// at least).
+    pub fn flight_recorder(mut self, length_and_bytes: Option<(Duration, usize)>) -> Self {
+        self.config.flight_recorder = length_and_bytes;
+        self
+    }
+
     /// How often the aggregator thread reads the heap for its high-water mark
     /// ([`Profiler::peak`]); `None`: not watched. Default
     /// [`DEFAULT_PEAK_EVERY`](crate::DEFAULT_PEAK_EVERY) (100 ms); `TRACING_PROF_PEAK_EVERY`. A
@@ -358,6 +375,7 @@ impl ProfilerBuilder {
             allocator_stats: self.allocator_stats,
             cgroup: crate::cgroup::MemoryCgroup::find(std::path::Path::new("/")),
             incidents: AtomicU64::new(0),
+            flight: ForkSafe::new(Vec::new()),
             peak_every: self.config.peak_every,
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,
@@ -385,6 +403,11 @@ impl ProfilerBuilder {
             next_giant: tracing_prof_alloc::__private::giant_allocations_end(),
             peak_watch: crate::peak::PeakWatch::default(),
             oom: crate::incident::OomWatch::new(&self.config.oom_thresholds),
+            flight: self
+                .config
+                .flight_recorder
+                .map(|(length, bytes)| crate::flight::FlightRecorder::new(length, bytes)),
+            triggers: crate::incident::Triggers::default(),
             peak_built: None,
         };
         let thread = std::thread::Builder::new()

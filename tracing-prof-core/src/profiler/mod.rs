@@ -73,6 +73,9 @@ pub struct Stats {
     /// Memory incidents written (thresholds of the cgroup's limit crossed; see
     /// [`ProfilerBuilder::oom_thresholds`](crate::ProfilerBuilder::oom_thresholds)).
     pub incidents: u64,
+    /// The flight recorder's windows kept, and their bytes (see
+    /// [`ProfilerBuilder::flight_recorder`](crate::ProfilerBuilder::flight_recorder)).
+    pub flight_recorder: (usize, usize),
 }
 
 #[derive(Debug)]
@@ -106,6 +109,8 @@ pub(super) struct Shared {
     pub(super) cgroup: Option<crate::cgroup::MemoryCgroup>,
     /// Memory incidents written.
     pub(super) incidents: AtomicU64,
+    /// The flight recorder's windows as of the last export (see `crate::flight`).
+    pub(super) flight: ForkSafe<Vec<Arc<crate::flight::FlightWindow>>>,
     pub(super) cpu_time: crate::CpuTime,
     pub(super) cpu_hz: u32,
     pub(super) cpu_unwind: crate::Unwind,
@@ -262,6 +267,16 @@ impl Profiler {
         ))
     }
 
+    /// The flight recorder's windows: the last minutes of exports
+    /// ([`ProfilerBuilder::flight_recorder`](crate::ProfilerBuilder::flight_recorder), 5 by
+    /// default), each interval's own numbers of every kind as gzip'd pprof, named
+    /// `END/KIND.pb.gz` (`20261128T010203.456Z/heap.pb.gz`), oldest first. Empty before the
+    /// second export, or with the recorder off. `/debug/pprof/flightrecorder` serves them as
+    /// a tar.gz; every incident keeps them.
+    pub fn flight_recording(&self) -> Vec<crate::FlightFile> {
+        crate::flight::files(&self.shared.flight.lock())
+    }
+
     /// Forgets the peak: the next reading starts a new one (after a deploy's warm-up, say).
     pub fn reset_peak(&self) {
         *self.shared.peak.lock() = None;
@@ -328,6 +343,7 @@ impl Profiler {
             paused: self.is_paused(),
             services_down: self.shared.services.lock().iter().filter(|s| !s.up).count(),
             incidents: self.shared.incidents.load(Ordering::Relaxed),
+            flight_recorder: crate::flight::held(&self.shared.flight.lock()),
         }
     }
 

@@ -48,6 +48,9 @@ pub struct Incident {
     pub reason: String,
     /// Everything as it stood when it happened.
     pub snapshot: Snapshot,
+    /// The flight recorder's windows: the minutes before (see
+    /// [`Profiler::flight_recording`](super::Profiler::flight_recording)).
+    pub flight: Vec<crate::FlightFile>,
 }
 
 impl Incident {
@@ -57,6 +60,7 @@ impl Incident {
             cause: cause.into(),
             reason: reason.into(),
             snapshot,
+            flight: Vec::new(),
         }
     }
 }

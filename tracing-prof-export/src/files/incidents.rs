@@ -17,6 +17,8 @@ pub const INCIDENTS_DIR: &str = "incidents";
 pub const KEEP_INCIDENTS: usize = 16;
 /// What an incident's folder says of it.
 pub const INCIDENT_FILE: &str = "incident.txt";
+/// The flight recorder's windows in an incident's folder: `flight/END/KIND.pb.gz`.
+pub const FLIGHT_DIR: &str = "flight";
 
 impl FileExporter {
     /// Writes `incident` into `incidents/TIMESTAMP-CAUSE/`: every kind this exporter writes as
@@ -68,6 +70,16 @@ impl FileExporter {
                 }
             }
         }
+        // The flight recorder's windows: flight/END/KIND.pb.gz.
+        let flight = dir.join(FLIGHT_DIR);
+        for (name, bytes) in &incident.flight {
+            let Some((window, file)) = name.split_once('/') else {
+                continue;
+            };
+            let into = flight.join(window);
+            fs::create_dir_all(&into).map_err(io_error("create directory", &into))?;
+            self.write_file(&into, file, bytes)?;
+        }
         self.write_file(&dir, INCIDENT_FILE, text(incident, &files).as_bytes())?;
         self.incidents.push_back(dir.clone());
         while self.incidents.len() > KEEP_INCIDENTS {
@@ -97,6 +109,18 @@ fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
     t.push_str("Files (the profiles as of that moment, and the heap at its peak):\n");
     for (name, kind) in files {
         t.push_str(&format!("  {name:<28}{}\n", kind.description()));
+    }
+    if !incident.flight.is_empty() {
+        let windows: std::collections::BTreeSet<&str> = incident
+            .flight
+            .iter()
+            .filter_map(|(n, _)| n.split_once('/').map(|w| w.0))
+            .collect();
+        t.push_str(&format!(
+            "  {FLIGHT_DIR}/                     the flight recorder: {} windows before it, each \
+             interval's own numbers (END/KIND.pb.gz)\n",
+            windows.len()
+        ));
     }
     t.push_str(
         "\nOpen them:\n  tracing-prof top --by span span_memory.pb.gz      which span paths hold the memory\n  \

@@ -14,7 +14,7 @@ mod safe;
 
 pub use error::FileError;
 use error::io_error;
-pub use incidents::{INCIDENT_FILE, INCIDENTS_DIR, KEEP_INCIDENTS};
+pub use incidents::{FLIGHT_DIR, INCIDENT_FILE, INCIDENTS_DIR, KEEP_INCIDENTS};
 
 use names::{other_writer, run_id, utc_stamp};
 use safe::{TMP_PREFIX, TMP_SUFFIX, os_error, tmp_builder, tmp_file, write_all};

@@ -225,6 +225,7 @@ impl PprofHandler {
             "/debug/pprof" => return index(&self.profiler),
             "/debug/pprof/goroutine" => return self.goroutine(debug, every),
             "/debug/pprof/cmdline" => return cmdline(),
+            "/debug/pprof/flightrecorder" => return self.flight_recording(),
             "/debug/pprof/live" => return self.live(seconds.unwrap_or(1)),
             "/debug/pprof/symbol" => {
                 return HttpResponse::text(
@@ -288,6 +289,27 @@ impl PprofHandler {
             return HttpResponse::text(200, text_table(&profile, kind));
         }
         HttpResponse::pprof(kind.name(), profile.encode(kind))
+    }
+
+    /// `/debug/pprof/flightrecorder`: the flight recorder's windows as a tar.gz
+    /// (`flightrecorder/END/KIND.pb.gz`); `404` while it holds none.
+    fn flight_recording(&self) -> HttpResponse {
+        let files = self.profiler.flight_recording();
+        if files.is_empty() {
+            return HttpResponse::text(
+                404,
+                "the flight recorder holds no window yet (one per export after the first), or \
+                 is off (TRACING_PROF_FLIGHT_RECORDER)\n",
+            );
+        }
+        match flight_tar(&files) {
+            Ok(body) => {
+                let mut r = HttpResponse::file("flightrecorder.tar.gz", body);
+                r.content_type = "application/gzip";
+                r
+            }
+            Err(e) => HttpResponse::text(500, format!("cannot build the archive: {e}\n")),
+        }
     }
 
     /// `/metrics`: the span paths' counters read now, and the profiler's health.
@@ -402,6 +424,29 @@ impl Drop for Window<'_> {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `files` as a gzip'd tar, each under `flightrecorder/`, read-only for everyone, stamped
+/// with the time it is made.
+fn flight_tar(files: &[tracing_prof_core::FlightFile]) -> std::io::Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o444);
+        header.set_mtime(now);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(
+            &mut header,
+            format!("flightrecorder/{name}"),
+            bytes.as_slice(),
+        )?;
+    }
+    tar.into_inner()?.finish()
 }
 
 #[cfg(test)]

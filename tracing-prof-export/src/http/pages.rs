@@ -67,6 +67,7 @@ pub(super) fn index(profiler: &Profiler) -> HttpResponse {
         <tr><td><a href=\"cpu?debug=1\">cpu</a></td><td>CPU time by code stack under span path, sampled, since start</td></tr>\n\
         <tr><td><a href=\"profile?seconds=5&amp;debug=1\">profile</a></td><td>CPU profile of the next <code>seconds</code> (default 30), as Go's</td></tr>\n\
         <tr><td><a href=\"goroutine?debug=1\">goroutine</a></td><td>what runs now: open spans per span path, oldest first (<code>?debug=2</code>: each one), and the span path each thread is in</td></tr>\n\
+        <tr><td><a href=\"flightrecorder\">flightrecorder</a></td><td>the flight recorder: the last minutes of exports, each interval's own profiles, as a tar.gz</td></tr>\n\
         <tr><td><a href=\"cmdline\">cmdline</a></td><td>the command line</td></tr>\n\
         <tr><td>live</td><td>one window (<code>?seconds=N</code>, default 1) for <code>tracing-prof live URL</code>, a terminal view</td></tr>\n\
         </table>\n<p>Add <code>?seconds=N</code> for what happens in the next N seconds, <code>?debug=1</code> for text.\n\
