@@ -16,6 +16,7 @@
 //! `captures/`: every capture). Bad input is an error message and exit status 1, never
 //! a panic; usage errors exit with 2.
 
+mod chart;
 mod input;
 mod live;
 mod report;

@@ -89,6 +89,17 @@ fn table(p: &Profile, sample_type: &str, grouping: Grouping, limit: usize) -> St
 pub(crate) fn html(profiles: &[Loaded], limit: usize) -> String {
     let mut body = String::new();
     let mut toc = String::new();
+    // Memory over time first, above the list of profiles.
+    let mut chart = String::new();
+    if let Some((start, captures, lines)) = crate::chart::memory_lines(profiles) {
+        chart.push_str(&format!(
+            "<section id=\"memory\"><h2>Memory over time</h2><p class=\"meta\">The exact \
+             in-use bytes of the top span paths at each of the {} span_memory captures given; \
+             dashed and marked: paths the captures call suspected leaks.</p>{}</section>",
+            captures,
+            crate::chart::svg(start, &lines)
+        ));
+    }
     for (i, l) in profiles.iter().enumerate() {
         let p = &l.profile;
         let anchor = format!("p{i}");
@@ -155,7 +166,7 @@ pub(crate) fn html(profiles: &[Loaded], limit: usize) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"generator\" content=\"tracing-prof {}\">\
          <title>tracing-prof report</title><style>{STYLE}</style></head>\
-         <body><h1>tracing-prof report</h1><ul class=\"toc\">{toc}</ul>{body}\
+         <body><h1>tracing-prof report</h1>{chart}<ul class=\"toc\">{toc}</ul>{body}\
          <p class=\"meta\">Flame graphs: click to zoom, Ctrl-F to search. Span frames carry \
          [span]; the frames above them are the code that ran inside the span.</p></body></html>\n",
         env!("CARGO_PKG_VERSION")

@@ -490,6 +490,57 @@ fn assert_top(rows: &[Vec<String>], expected: &BTreeMap<String, i64>, what: &str
     );
 }
 
+/// The report over a run's captures starts with memory over time: a line per top span path
+/// through each of its 7 span_memory captures (the latest name, the same file, not twice), the
+/// example's deliberate leak dashed and marked.
+#[test]
+fn the_report_charts_memory_over_time_with_the_leak_marked() {
+    let out = std::env::temp_dir().join(format!(
+        "tracing-prof-cli-chart-{}.html",
+        std::process::id()
+    ));
+    ok(&[
+        "report",
+        &fixture("run"),
+        &fixture("run/captures"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let page = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let chart = &page[page.find("<section id=\"memory\">").expect("the chart")..];
+    let chart = &chart[..chart.find("</section>").unwrap()];
+    assert!(
+        chart.contains("each of the 7 span_memory captures"),
+        "{chart}"
+    );
+    let lines: Vec<&str> = chart.split("<polyline ").skip(1).collect();
+    assert_eq!(lines.len(), 8, "the top 8 paths");
+    for l in &lines {
+        let points = l
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(points.split(' ').count(), 7, "a point per capture: {l}");
+    }
+    let leak = lines
+        .iter()
+        .find(|l| l.contains("data-path=\"request -&gt; session_store\""))
+        .unwrap();
+    assert!(leak.contains("stroke-dasharray"), "{leak}");
+    assert!(
+        chart.contains("request -&gt; session_store — LEAK?"),
+        "{chart}"
+    );
+    assert!(
+        page.find("id=\"memory\"") < page.find("class=\"toc\""),
+        "first"
+    );
+}
+
 /// The README's SQL, run on a directory the example service wrote (timestamped cumulative
 /// captures and the `latest` names of the newest), answers what `go tool pprof` says of the
 /// same files. (The README's first query summed every capture and the `latest` copy: 2.5 times
