@@ -241,6 +241,9 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
     );
 }
 
+/// Span paths drawn under the total in the memory chart: the three holding the most.
+const CHART_PATHS: usize = 3;
+
 fn chart(f: &mut Frame, area: Rect, app: &App) {
     let width = ZOOMS[app.zoom];
     let to = app.cursor + 1;
@@ -268,25 +271,81 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
             .bounds([-(width as f64 - 1.0), 0.0])
             .labels([start.clone(), end.clone()])
     };
+    // The span paths holding the most at the cursor, each a line of its own under the total;
+    // a suspected leak in red, named so.
+    let leaks: Vec<String> = data::path_rows(&app.history, app.cursor)
+        .into_iter()
+        .filter(|r| r.leak)
+        .map(|r| r.name)
+        .collect();
+    let mut held: Vec<(&String, &i64)> = app
+        .history
+        .tick(app.cursor)
+        .map(|t| t.path_inuse.iter().filter(|(_, b)| **b > 0).collect())
+        .unwrap_or_default();
+    held.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let paths: Vec<(String, Vec<(f64, f64)>, Color)> = held
+        .iter()
+        .take(CHART_PATHS)
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let points = ticks
+                .iter()
+                .map(|(n, t)| {
+                    let b = t.path_inuse.get(*name).copied().unwrap_or(0);
+                    (x(*n), b as f64 / 1048576.0)
+                })
+                .collect();
+            let leak = leaks.contains(name);
+            let color = if leak {
+                Color::Red
+            } else {
+                [Color::Yellow, Color::Magenta, Color::Blue][i % 3]
+            };
+            let label = if leak {
+                format!("{name} LEAK?")
+            } else {
+                (*name).clone()
+            };
+            (label, points, color)
+        })
+        .collect();
     let max = |v: &[(f64, f64)]| v.iter().map(|p| p.1).fold(0.0_f64, f64::max).max(1e-9) * 1.1;
-    let draw =
-        |f: &mut Frame, area: Rect, title: String, unit: &str, points: &[(f64, f64)], color| {
-            let top = max(points);
-            let dataset = Dataset::default()
+    let draw = |f: &mut Frame,
+                area: Rect,
+                title: String,
+                unit: &str,
+                points: &[(f64, f64)],
+                color,
+                lines: &[(String, Vec<(f64, f64)>, Color)]| {
+        let top = max(points);
+        let mut datasets = vec![
+            Dataset::default()
                 .marker(Marker::Braille)
                 .graph_type(GraphType::Line)
                 .style(Style::new().fg(color))
-                .data(points);
-            let chart = Chart::new(vec![dataset])
-                .block(Block::bordered().title(title))
-                .x_axis(x_axis())
-                .y_axis(
-                    Axis::default()
-                        .bounds([0.0, top])
-                        .labels([format!("0 {unit}"), format!("{top:.1} {unit}")]),
-                );
-            f.render_widget(chart, area);
-        };
+                .data(points),
+        ];
+        for (name, points, color) in lines {
+            datasets.push(
+                Dataset::default()
+                    .name(name.clone())
+                    .marker(Marker::Braille)
+                    .graph_type(GraphType::Line)
+                    .style(Style::new().fg(*color))
+                    .data(points),
+            );
+        }
+        let chart = Chart::new(datasets)
+            .block(Block::bordered().title(title))
+            .x_axis(x_axis())
+            .y_axis(
+                Axis::default()
+                    .bounds([0.0, top])
+                    .labels([format!("0 {unit}"), format!("{top:.1} {unit}")]),
+            );
+        f.render_widget(chart, area);
+    };
     let last = |v: &[(f64, f64)]| v.last().map_or(0.0, |p| p.1);
     draw(
         f,
@@ -295,6 +354,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
         "MiB",
         &memory,
         Color::Cyan,
+        &paths,
     );
     if cpu.is_empty() {
         f.render_widget(
@@ -309,6 +369,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
             "%",
             &cpu,
             Color::Green,
+            &[],
         );
     }
 }
@@ -543,6 +604,8 @@ mod tests {
             s.contains("00:15:47") && s.contains("00:16:46"),
             "the time axis in clock time, 59 s apart: {s}"
         );
+        // The path holding the memory has a line of its own, named, marked as the leak.
+        assert!(s.contains("request -> db_query LEAK?"), "{s}");
         press(&mut app, KeyCode::Char('5'));
         let s = screen(&app);
         assert!(s.contains("Open spans: 3"), "{s}");
