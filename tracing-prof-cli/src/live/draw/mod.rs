@@ -244,6 +244,9 @@ fn drill(f: &mut Frame, area: Rect, app: &App, path: &str) {
 /// Span paths drawn under the total in the memory chart: the three holding the most.
 const CHART_PATHS: usize = 3;
 
+/// A named line of a chart: its name, its points, its color.
+type ChartLine = (String, Vec<(f64, f64)>, Color);
+
 fn chart(f: &mut Frame, area: Rect, app: &App) {
     let width = ZOOMS[app.zoom];
     let to = app.cursor + 1;
@@ -284,7 +287,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
         .map(|t| t.path_inuse.iter().filter(|(_, b)| **b > 0).collect())
         .unwrap_or_default();
     held.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
-    let paths: Vec<(String, Vec<(f64, f64)>, Color)> = held
+    let paths: Vec<ChartLine> = held
         .iter()
         .take(CHART_PATHS)
         .enumerate()
@@ -317,7 +320,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
                 unit: &str,
                 points: &[(f64, f64)],
                 color,
-                lines: &[(String, Vec<(f64, f64)>, Color)]| {
+                lines: &[ChartLine]| {
         let top = max(points);
         let mut datasets = vec![
             Dataset::default()
