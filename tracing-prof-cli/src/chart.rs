@@ -27,8 +27,8 @@ pub(crate) struct Line {
 }
 
 /// The lines of the cumulative `span_memory` captures among `loaded` (ours, by their
-/// comment; the heap's peak is not one), oldest first: the first capture's time, the number
-/// of captures and the lines; `None` with fewer than two captures.
+/// comment; the heap's peak is not one) of the newest capture's process, oldest first: the
+/// first capture's time, the number of captures and the lines; `None` with fewer than two.
 pub(crate) fn memory_lines(loaded: &[Loaded]) -> Option<(SystemTime, usize, Vec<Line>)> {
     let mut captures: Vec<(SystemTime, &Loaded)> = loaded
         .iter()
@@ -36,7 +36,12 @@ pub(crate) fn memory_lines(loaded: &[Loaded]) -> Option<(SystemTime, usize, Vec<
         .filter(|l| !l.name.contains("_peak") && l.is_our_cumulative())
         .filter_map(|l| Some((l.profile.time?, l)))
         .collect();
-    captures.sort_by_key(|c| c.0);
+    // One process's: the newest capture's (a restarted service's runs are not one line);
+    // names without a process (`span_memory.latest.pb.gz`) are the same files again.
+    captures.sort_by_key(|c| (c.0, c.1.process().is_none()));
+    if let Some(pid) = captures.iter().rev().find_map(|(_, l)| l.process()) {
+        captures.retain(|(_, l)| l.process().is_none_or(|p| p == pid));
+    }
     captures.dedup_by_key(|c| c.0);
     if captures.len() < 2 {
         return None;

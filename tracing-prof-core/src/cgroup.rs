@@ -36,21 +36,27 @@ impl MemoryCgroup {
         let cgroup = std::fs::read_to_string(root.join("proc/self/cgroup")).ok()?;
         let mounts = mounts(&mountinfo);
         let under_root = |p: &str| root.join(p.trim_start_matches('/'));
-        // v1: the hierarchy whose super options name `memory`, and our line that lists it.
-        if let Some(m) = mounts
-            .iter()
-            .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == "memory"))
-            && let Some(name) = cgroup.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-                controllers
-                    .split(',')
-                    .any(|c| c == "memory")
-                    .then(|| path.to_owned())
+        // The mount of `fstype` (with `option`) whose root holds the cgroup `name`: a
+        // container's mount shows only its own subtree.
+        let mount_of = |fstype: &str, option: Option<&str>, name: &str| {
+            mounts.iter().find(|m| {
+                m.fstype == fstype
+                    && option.is_none_or(|o| m.options.split(',').any(|x| x == o))
+                    && relative(name, &m.root).is_some()
             })
+        };
+        // v1: our line that lists `memory`, and the hierarchy that holds it.
+        if let Some(name) = cgroup.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_owned())
+        }) && let Some(m) = mount_of("cgroup", Some("memory"), &name)
         {
             let mount = under_root(&m.mount_point);
-            let dir = mount.join(relative(&name, &m.root));
+            let dir = mount.join(relative(&name, &m.root)?);
             return Some(MemoryCgroup {
                 version: 1,
                 mount,
@@ -58,17 +64,16 @@ impl MemoryCgroup {
                 name,
             });
         }
-        // v2: the unified hierarchy, when the memory controller is on in it.
-        let m = mounts.iter().find(|m| m.fstype == "cgroup2")?;
+        // v2: the unified hierarchy, when the memory controller is on for our cgroup (its
+        // `cgroup.controllers` lists what its parent enabled for it).
         let name = cgroup
             .lines()
             .find_map(|l| l.strip_prefix("0::"))?
             .to_owned();
+        let m = mount_of("cgroup2", None, &name)?;
         let mount = under_root(&m.mount_point);
-        let dir = mount.join(relative(&name, &m.root));
-        let controllers = std::fs::read_to_string(dir.join("cgroup.controllers"))
-            .or_else(|_| std::fs::read_to_string(mount.join("cgroup.controllers")))
-            .ok()?;
+        let dir = mount.join(relative(&name, &m.root)?);
+        let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
         controllers
             .split_whitespace()
             .any(|c| c == "memory")
@@ -80,32 +85,73 @@ impl MemoryCgroup {
             })
     }
 
+    /// Whether some level from the process's cgroup up has a memory limit (read once, at
+    /// start: without one there is nothing to watch).
+    pub(crate) fn has_limit(&self) -> bool {
+        self.levels().any(|dir| self.limit(dir).is_some())
+    }
+
+    /// The process's cgroup directory and each one above it, up to the hierarchy's root.
+    fn levels(&self) -> impl Iterator<Item = &Path> {
+        self.dir
+            .ancestors()
+            .take_while(|d| d.starts_with(&self.mount))
+    }
+
+    /// A level's limit, when it has one.
+    fn limit(&self, dir: &Path) -> Option<u64> {
+        if self.version == 2 {
+            // "max": none.
+            std::fs::read_to_string(dir.join("memory.max"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        } else {
+            std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+                .ok()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&l| l < V1_UNLIMITED)
+        }
+    }
+
     /// The limit and usage now, at the level from the process's cgroup up with the least room
     /// left; `None` when no level has a limit.
     pub(crate) fn read(&self) -> Option<CgroupMemory> {
         let mut best: Option<CgroupMemory> = None;
-        let mut dir = self.dir.as_path();
-        loop {
+        for dir in self.levels() {
             if let Some(level) = self.level(dir)
                 && best.as_ref().is_none_or(|b| room(&level) < room(b))
             {
                 best = Some(level);
             }
-            if dir == self.mount {
-                break;
-            }
-            match dir.parent() {
-                Some(parent) if parent.starts_with(&self.mount) => dir = parent,
-                _ => break,
-            }
         }
-        best
+        let mut best = best?;
+        // OOM kills in the process's own cgroup (a parent's count its other children's too).
+        best.oom_kills = self.oom_kills(&self.dir);
+        Some(best)
     }
 
-    /// One level's limit and working set, when it has a limit.
+    /// OOM kills in the cgroup at `dir` (`memory.events` or `memory.oom_control`).
+    fn oom_kills(&self, dir: &Path) -> Option<u64> {
+        let file = if self.version == 2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(dir.join(file))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
+    }
+
+    /// One level's limit and working set, when it has a limit (read first: a level without
+    /// one costs one small file).
     fn level(&self, dir: &Path) -> Option<CgroupMemory> {
+        let limit = self.limit(dir)?;
         let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
-        let number = |file: &str| read(file)?.trim().parse::<u64>().ok();
         let stat = read("memory.stat").unwrap_or_default();
         let stat_field = |key: &str| {
             stat.lines().find_map(|l| {
@@ -113,29 +159,19 @@ impl MemoryCgroup {
                 (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
             })
         };
-        let (limit, usage, inactive_file, events) = if self.version == 2 {
-            let limit = read("memory.max")?.trim().parse::<u64>().ok()?; // "max": none
+        let (usage, inactive_file) = if self.version == 2 {
             (
-                limit,
-                number("memory.current")?,
+                read("memory.current")?.trim().parse::<u64>().ok()?,
                 stat_field("inactive_file").unwrap_or(0),
-                read("memory.events"),
             )
         } else {
-            let limit = number("memory.limit_in_bytes").filter(|&l| l < V1_UNLIMITED)?;
             (
-                limit,
-                number("memory.usage_in_bytes")?,
+                read("memory.usage_in_bytes")?.trim().parse::<u64>().ok()?,
                 stat_field("total_inactive_file")
                     .or_else(|| stat_field("inactive_file"))
                     .unwrap_or(0),
-                read("memory.oom_control"),
             )
         };
-        let oom_kills = events.and_then(|e| {
-            e.lines()
-                .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
-        });
         let level = dir
             .strip_prefix(&self.mount)
             .map(|p| format!("/{}", p.display()))
@@ -143,7 +179,6 @@ impl MemoryCgroup {
         let mut m = CgroupMemory::new(self.version, level, limit);
         m.usage_bytes = usage;
         m.working_set_bytes = usage.saturating_sub(inactive_file);
-        m.oom_kills = oom_kills;
         Some(m)
     }
 }
@@ -154,14 +189,36 @@ fn room(m: &CgroupMemory) -> u64 {
 }
 
 /// `path` (a cgroup, as `/proc/self/cgroup` names it) relative to a mount whose root is
-/// `root` (a container's mount shows only its own subtree).
-fn relative<'a>(path: &'a str, root: &str) -> &'a str {
-    let rest = if root == "/" {
-        path
-    } else {
-        path.strip_prefix(root).unwrap_or(path)
-    };
-    rest.trim_start_matches('/')
+/// `root` (a container's mount shows only its own subtree); `None` when the mount does not
+/// hold it. Compared by path components: `/docker/abc` does not hold `/docker/abcd`.
+fn relative<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+    let rest = Path::new(path).strip_prefix(root).ok()?;
+    let rest = rest.to_str()?;
+    Some(rest.trim_start_matches('/'))
+}
+
+/// A `mountinfo` field with its octal escapes (`\040` for a space) decoded.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(char::from(c));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// One line of `mountinfo`: what the cgroup search needs.
@@ -173,14 +230,14 @@ struct Mount {
 }
 
 /// The mounts of a `mountinfo` text (`ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] -
-/// FSTYPE SOURCE SUPER_OPTS`; escapes such as `\040` are left as they are).
+/// FSTYPE SOURCE SUPER_OPTS`).
 fn mounts(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
             let (before, after) = l.split_once(" - ")?;
             let mut b = before.split(' ');
-            let root = b.nth(3)?.to_owned();
-            let mount_point = b.next()?.to_owned();
+            let root = unescape(b.nth(3)?);
+            let mount_point = unescape(b.next()?);
             let mut a = after.split(' ');
             let fstype = a.next()?.to_owned();
             let options = a.nth(1).unwrap_or("").to_owned();
@@ -270,10 +327,41 @@ mod tests {
         assert_eq!(now.limit_bytes, 512 * m);
         assert_eq!(now.usage_bytes, 450 * m);
         assert_eq!(now.working_set_bytes, 250 * m);
+        assert_eq!(now.oom_kills, Some(2), "the container's own kills");
+    }
+
+    #[test]
+    fn mounts_are_matched_by_whole_path_components_and_unescaped() {
+        // A mount whose root is `/docker/abc` does not hold `/docker/abcd`.
+        assert_eq!(relative("/docker/abcd/x", "/docker/abc"), None);
+        assert_eq!(relative("/docker/abc/x", "/docker/abc"), Some("x"));
+        assert_eq!(relative("/a", "/"), Some("a"));
+        assert_eq!(unescape("/sys/fs/my\\040cgroup"), "/sys/fs/my cgroup");
+        assert_eq!(unescape("a\\9b"), "a\\9b", "not an escape: left as it is");
+        let r = root(&[
+            (
+                "proc/self/mountinfo",
+                "35 31 0:32 /docker/abc /sys/fs/cgroup/memory\\040x ro - cgroup cgroup rw,memory\n",
+            ),
+            ("proc/self/cgroup", "4:memory:/docker/abcd\n"),
+        ]);
         assert_eq!(
-            now.oom_kills, None,
-            "the pod's level has no oom_control here"
+            MemoryCgroup::find(r.path()),
+            None,
+            "that mount does not hold it"
         );
+        let r = root(&[
+            (
+                "proc/self/mountinfo",
+                "35 31 0:32 /docker/abc /sys/fs/cgroup/memory\\040x ro - cgroup cgroup rw,memory\n",
+            ),
+            ("proc/self/cgroup", "4:memory:/docker/abc\n"),
+            ("sys/fs/cgroup/memory x/memory.limit_in_bytes", "1048576\n"),
+            ("sys/fs/cgroup/memory x/memory.usage_in_bytes", "1024\n"),
+        ]);
+        let cg = MemoryCgroup::find(r.path()).unwrap();
+        assert!(cg.has_limit());
+        assert_eq!(cg.read().unwrap().limit_bytes, 1 << 20);
     }
 
     #[test]
@@ -359,6 +447,7 @@ mod tests {
         let cg = MemoryCgroup::find(r.path()).unwrap();
         assert_eq!((cg.version, cg.name.as_str()), (1, "/process_api/17ee"));
         assert_eq!(cg.read(), None, "no level has a limit");
+        assert!(!cg.has_limit(), "so nothing is watched");
         // Only v2, its memory controller off: no memory cgroup at all.
         let r = root(&[
             (

@@ -27,8 +27,8 @@ const KINDS: [ProfileKind; 6] = [
     ProfileKind::Threads,
 ];
 
-/// One recorded file: its name in a recording (`20261128T010203.456Z/heap.pb.gz`: the
-/// window's end, the kind) and its bytes.
+/// One recorded file: its name in a recording (`20261128T010203.456Z-7/heap.pb.gz`: the
+/// window's end and number, the kind) and its bytes.
 pub type FlightFile = (String, Vec<u8>);
 
 /// The recorder (the aggregator's; read by the profiler's handle).
@@ -40,6 +40,8 @@ pub(crate) struct FlightRecorder {
     base: Option<Snapshot>,
     windows: VecDeque<Arc<FlightWindow>>,
     bytes: usize,
+    /// Windows recorded so far: the last part of each window's name.
+    recorded: u64,
 }
 
 /// One window's files, and when it ended.
@@ -71,6 +73,7 @@ impl FlightRecorder {
             base: None,
             windows: VecDeque::new(),
             bytes: 0,
+            recorded: 0,
         }
     }
 
@@ -79,7 +82,14 @@ impl FlightRecorder {
     pub(crate) fn record(&mut self, snapshot: &Snapshot) {
         if let Some(base) = &self.base {
             let window = snapshot.window_since(base);
-            let stamp = tracing_prof_model::units::format_utc_compact(snapshot.time);
+            // The window's end, and its number: two exports in one millisecond (a flush
+            // beside the interval's) are two windows.
+            self.recorded += 1;
+            let stamp = format!(
+                "{}-{}",
+                tracing_prof_model::units::format_utc_compact(snapshot.time),
+                self.recorded
+            );
             let files: Vec<FlightFile> = KINDS
                 .into_iter()
                 .filter(|k| k.is_available(&window))
@@ -145,7 +155,7 @@ mod tests {
             .iter()
             .map(|f| f.0.split('/').next().unwrap())
             .collect();
-        assert_eq!(stamps.first(), Some(&"20270115T080110.000Z"));
+        assert_eq!(stamps.first(), Some(&"20270115T080110.000Z-7"));
         assert_eq!(held(&r.windows()).0, 4);
         assert!(files.iter().any(|f| f.0.ends_with("/spans.pb.gz")));
         assert!(

@@ -13,9 +13,17 @@ pub(crate) struct OomWatch {
 }
 
 impl OomWatch {
+    /// Watches `percent` (sorted, repeats and values outside 1 to 100 dropped).
     pub(crate) fn new(percent: &[u8]) -> Self {
+        let mut t: Vec<u8> = percent
+            .iter()
+            .copied()
+            .filter(|p| (1..=100).contains(p))
+            .collect();
+        t.sort_unstable();
+        t.dedup();
         OomWatch {
-            thresholds: percent.iter().map(|&p| (p, true)).collect(),
+            thresholds: t.into_iter().map(|p| (p, true)).collect(),
         }
     }
 
@@ -65,6 +73,9 @@ mod tests {
         assert_eq!(w.check(0.97), Some(95));
         assert_eq!(w.check(0.97), None);
         assert!(!OomWatch::new(&[]).is_on());
+        assert!(!OomWatch::new(&[0, 101]).is_on());
+        let mut w = OomWatch::new(&[95, 80, 90, 80]);
+        assert_eq!(w.check(0.92), Some(90), "sorted whatever the order given");
     }
 }
 
@@ -98,12 +109,12 @@ impl Triggers {
     }
 
     /// The span paths of `snapshot` with more spans slower than their threshold than last
-    /// seen: `(path, new slow spans, threshold)`.
+    /// seen: `(path, new slow spans, the threshold's bucket bound in nanoseconds)`.
     pub(crate) fn slow_spans(
         &mut self,
         snapshot: &tracing_prof_model::Snapshot,
         thresholds: &[crate::SlowSpan],
-    ) -> Vec<(String, u64, std::time::Duration)> {
+    ) -> Vec<(String, u64, u64)> {
         let mut out = Vec::new();
         if thresholds.is_empty() {
             return out;
@@ -117,15 +128,20 @@ impl Triggers {
             let count = tracing_prof_model::spans_slower_than(&p.time.durations, ns);
             let seen = self.slow.entry(label.clone()).or_insert(0);
             if count > *seen {
-                out.push((label, count - *seen, t.threshold));
+                out.push((label, count - *seen, tracing_prof_model::slow_bound(ns)));
             }
             *seen = count;
         }
         out
     }
 
-    /// Whether a heap peak of `bytes` is a growth worth an incident.
+    /// Whether a heap peak of `bytes` is a growth worth an incident: twice the last written
+    /// (the first peak seen is the start, not a growth).
     pub(crate) fn peak_grew(&mut self, bytes: u64) -> bool {
+        if self.peak_written == 0 {
+            self.peak_written = bytes.max(1);
+            return false;
+        }
         if bytes >= PEAK_MIN_BYTES && bytes >= self.peak_written.saturating_mul(PEAK_GROWTH) {
             self.peak_written = bytes;
             return true;

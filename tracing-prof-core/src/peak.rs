@@ -1,8 +1,8 @@
 //! The heap's high-water mark, found by reading the allocator's per-thread tables from the
 //! aggregator thread every [`DEFAULT_PEAK_EVERY`]: nothing is added to the allocation path.
 //!
-//! Each reading sums the in-use bytes of every tag over every thread's table (the same read a
-//! capture makes: tags × threads × 32 bytes). A reading above the highest so far keeps that
+//! Each reading sums the in-use bytes of every tag but the profiler's own over every thread's
+//! table (the same read a capture makes: tags × threads × 32 bytes). A reading above the highest so far keeps that
 //! reading's totals per tag (exact, as read) and, when the total has grown by 1/32 since the
 //! sampled heap stacks were last kept or a second has passed, the heap sampler's stack buckets
 //! as raw addresses (symbolized only when the peak is exported or asked for). A spike that
@@ -11,8 +11,10 @@
 use crate::capture::{paths_of, stacks_of};
 use crate::runtime::RUNTIME;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tracing_prof_alloc::__private::{StackTotals, TagTotals};
+use tracing_prof_alloc::Tag;
 use tracing_prof_model::{CpuSource, Peak, Snapshot, TimeStats};
 
 /// How often the heap is read for its peak, by default: 100 ms.
@@ -24,21 +26,25 @@ const STACKS_GROWTH: u64 = 32;
 /// ...or when this long has passed.
 const STACKS_AGE: Duration = Duration::from_secs(1);
 
-/// The highest reading so far.
-#[derive(Clone, Debug)]
+/// The highest reading so far; replaced whole (shared as an `Arc`, never changed in place).
+#[derive(Debug)]
 pub(crate) struct PeakState {
     at: SystemTime,
     inuse: u64,
     /// In use per tag at `at`, by tag.
     totals: Vec<TagTotals>,
-    /// The heap sampler's buckets, raw, at `stacks_at`.
-    stacks: Vec<StackTotals>,
+    /// The heap sampler's buckets, raw, at `stacks_at` (shared with the next peaks of the
+    /// same rise until read again).
+    stacks: Arc<Vec<StackTotals>>,
     stacks_at: SystemTime,
     stacks_read: Instant,
     stacks_inuse: u64,
     /// Counts the peaks kept: a new one, a new number.
     pub(crate) seq: u64,
 }
+
+/// The peak as shared: replaced under its lock, read by cloning the `Arc`.
+pub(crate) type SharedPeak = crate::fork::ForkSafe<Option<Arc<PeakState>>>;
 
 /// Reads the heap for its peak (the aggregator's).
 #[derive(Debug, Default)]
@@ -48,45 +54,62 @@ pub(crate) struct PeakWatch {
 }
 
 impl PeakWatch {
-    /// One reading: a new peak replaces `state`'s. Returns the total in use read.
-    pub(crate) fn read(&mut self, state: &mut Option<PeakState>) -> u64 {
+    /// One reading: a new peak replaces `shared`'s. The tables are read, and the stacks when
+    /// due, with no lock of ours held (the span path table's lock is taken first, alone, as a
+    /// fork takes it); `shared`'s lock only to look and to swap. The profiler's own memory is
+    /// not counted: the peak is the application's.
+    pub(crate) fn read(&mut self, shared: &SharedPeak) {
         let n = RUNTIME.paths.tags();
         self.scratch.clear();
         self.scratch.resize(n, TagTotals::default());
         tracing_prof_alloc::__private::read_totals(&mut self.scratch);
-        let inuse: u64 = self.scratch.iter().map(TagTotals::inuse_bytes).sum();
-        if state.as_ref().is_some_and(|s| inuse <= s.inuse) || inuse == 0 {
-            return inuse;
+        let profiler = Tag::PROFILER.get() as usize;
+        let inuse: u64 = self
+            .scratch
+            .iter()
+            .enumerate()
+            .filter(|(tag, _)| *tag != profiler)
+            .map(|(_, t)| t.inuse_bytes())
+            .sum();
+        let last = shared.lock().clone();
+        if inuse == 0 || last.as_ref().is_some_and(|s| inuse <= s.inuse) {
+            return;
         }
         let now = (SystemTime::now(), Instant::now());
+        let kept = last.filter(|s| {
+            let grown = inuse - s.stacks_inuse.min(inuse) >= s.stacks_inuse / STACKS_GROWTH;
+            !grown && now.1.duration_since(s.stacks_read) < STACKS_AGE
+        });
+        let (stacks, stacks_at, stacks_read, stacks_inuse) = match kept {
+            Some(s) => (
+                Arc::clone(&s.stacks),
+                s.stacks_at,
+                s.stacks_read,
+                s.stacks_inuse,
+            ),
+            None => (
+                Arc::new(tracing_prof_alloc::__private::read_stacks()),
+                now.0,
+                now.1,
+                inuse,
+            ),
+        };
         self.seq += 1;
-        let seq = self.seq;
-        match state {
-            Some(s) => {
-                s.at = now.0;
-                s.inuse = inuse;
-                s.seq = seq;
-                s.totals.clone_from(&self.scratch);
-                let grown = inuse - s.stacks_inuse.min(inuse) >= s.stacks_inuse / STACKS_GROWTH;
-                if grown || now.1.duration_since(s.stacks_read) >= STACKS_AGE {
-                    s.stacks = tracing_prof_alloc::__private::read_stacks();
-                    (s.stacks_at, s.stacks_read, s.stacks_inuse) = (now.0, now.1, inuse);
-                }
-            }
-            None => {
-                *state = Some(PeakState {
-                    at: now.0,
-                    inuse,
-                    totals: self.scratch.clone(),
-                    stacks: tracing_prof_alloc::__private::read_stacks(),
-                    stacks_at: now.0,
-                    stacks_read: now.1,
-                    stacks_inuse: inuse,
-                    seq,
-                });
-            }
+        let next = Arc::new(PeakState {
+            at: now.0,
+            inuse,
+            totals: self.scratch.clone(),
+            stacks,
+            stacks_at,
+            stacks_read,
+            stacks_inuse,
+            seq: self.seq,
+        });
+        let mut slot = shared.lock();
+        // A reset while reading: start from this reading all the same.
+        if slot.as_ref().is_none_or(|s| s.inuse < inuse) {
+            *slot = Some(next);
         }
-        inuse
     }
 }
 
@@ -115,7 +138,7 @@ pub(crate) fn snapshot(state: &PeakState, every: Duration, duration: Duration) -
     .map(|(_, p)| p)
     .collect();
     snapshot.stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stacks_of(state.stacks.clone(), &by_tag)
+        stacks_of(state.stacks.as_ref().clone(), &by_tag)
     }))
     .unwrap_or_default();
     if !snapshot.stacks.is_empty() {

@@ -19,9 +19,10 @@ pub trait AllocatorStats: Send + Sync + std::fmt::Debug + 'static {
     fn read(&self) -> Option<AllocatorMemory>;
 }
 
-/// glibc's `malloc` (`std::alloc::System` on Linux with glibc): `mallinfo2`, found at run time
-/// (glibc 2.33 and later; `None` before, or on another C library). It walks every arena
-/// under its lock: call it at a capture's rate, not more.
+/// glibc's `malloc` (`std::alloc::System` on Linux with glibc): `mallinfo2`, glibc's own
+/// (its versioned symbol, whatever allocator is preloaded), found at run time (glibc 2.33
+/// and later; `None` before, or on another C library). It walks every arena under its lock:
+/// call it at a capture's rate, not more.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GlibcMalloc;
 
@@ -42,15 +43,25 @@ struct MallInfo2 {
 }
 
 impl AllocatorStats for GlibcMalloc {
+    #[cfg(target_env = "gnu")]
     fn read(&self) -> Option<AllocatorMemory> {
         type MallInfo2Fn = unsafe extern "C" fn() -> MallInfo2;
         static FOUND: std::sync::OnceLock<Option<MallInfo2Fn>> = std::sync::OnceLock::new();
         let f = (*FOUND.get_or_init(|| {
-            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name is always sound to call;
-            // it returns null when no loaded object defines the symbol.
-            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
-            // SAFETY: glibc's `mallinfo2` has exactly this signature (malloc.h: `struct
-            // mallinfo2 mallinfo2(void)`), and a non-null symbol of that name is it.
+            // SAFETY: dlvsym with RTLD_DEFAULT and NUL-terminated name and version is always
+            // sound to call; it returns null when no loaded object defines that version of
+            // the symbol. Asking for glibc's version (GLIBC_2.33) finds glibc's own, not an
+            // allocator preloaded in front of it.
+            let p = unsafe {
+                libc::dlvsym(
+                    libc::RTLD_DEFAULT,
+                    c"mallinfo2".as_ptr(),
+                    c"GLIBC_2.33".as_ptr(),
+                )
+            };
+            // SAFETY: glibc's `mallinfo2@GLIBC_2.33` has exactly this signature (malloc.h:
+            // `struct mallinfo2 mallinfo2(void)`), and `MallInfo2` is that struct, field for
+            // field.
             (!p.is_null())
                 .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, MallInfo2Fn>(p) })
         }))?;
@@ -62,6 +73,12 @@ impl AllocatorStats for GlibcMalloc {
             (m.uordblks + m.hblkhd) as u64,
             (m.arena + m.hblkhd) as u64,
         ))
+    }
+
+    /// Not glibc: nothing to ask.
+    #[cfg(not(target_env = "gnu"))]
+    fn read(&self) -> Option<AllocatorMemory> {
+        None
     }
 }
 

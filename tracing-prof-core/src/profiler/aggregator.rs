@@ -95,7 +95,9 @@ impl Aggregator {
                 }
             }
             match inbox.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-                Err(RecvTimeoutError::Timeout) if Instant::now() < next && !sampling => {}
+                // Woken for the peak or the toggle, not for a drain or an export.
+                Err(RecvTimeoutError::Timeout)
+                    if Instant::now() < next && (!sampling || Instant::now() < next_drain) => {}
                 Err(RecvTimeoutError::Timeout) if Instant::now() < next => {
                     // A drain tick: keep the samplers' rings from filling up.
                     next_drain = Instant::now() + crate::cpu::DRAIN_EVERY;
@@ -106,22 +108,22 @@ impl Aggregator {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    self.export(&mut no_events);
+                    self.export(&mut no_events, false);
                     next += self.interval;
                     if next < Instant::now() {
                         next = Instant::now() + self.interval; // fell behind: skip, don't burst
                     }
                 }
                 Ok(Command::Flush(reply)) => {
-                    self.export(&mut no_events);
+                    self.export(&mut no_events, false);
                     let _ = reply.send(());
                 }
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    self.export(&mut no_events);
+                    self.export(&mut no_events, true);
                     return None;
                 }
                 Ok(Command::Terminate(reply)) => {
-                    self.export(&mut no_events);
+                    self.export(&mut no_events, true);
                     return Some(reply);
                 }
             }
@@ -133,8 +135,7 @@ impl Aggregator {
         if self.shared.paused.load(Ordering::Acquire) {
             return;
         }
-        let mut state = self.shared.peak.lock();
-        self.peak_watch.read(&mut state);
+        self.peak_watch.read(&self.shared.peak);
     }
 
     /// Reads the cgroup's working set; a threshold crossed writes an incident at once.
@@ -163,6 +164,13 @@ impl Aggregator {
         snapshot: Option<tracing_prof_model::Snapshot>,
         no_events: &mut Option<tracing::dispatcher::DefaultGuard>,
     ) {
+        if !self.sinks.iter().any(|s| s.keeps_incidents()) {
+            // Nothing would keep it: say it, capture nothing.
+            drop(no_events.take());
+            tracing::warn!(target: "tracing_prof::incident", cause = %cause, "incident (no sink keeps incidents): {reason}");
+            *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+            return;
+        }
         let snapshot = snapshot.unwrap_or_else(|| {
             let mut s = crate::capture(self.shared.started.elapsed());
             s.heap_peak = self.peak_snapshot();
@@ -171,7 +179,8 @@ impl Aggregator {
             s
         });
         let mut incident = super::Incident::new(cause, reason, snapshot);
-        incident.flight = crate::flight::files(&self.shared.flight.lock());
+        let windows = self.shared.flight.lock().clone();
+        incident.flight = crate::flight::files(&windows);
         let mut kept = Vec::new();
         for sink in &mut self.sinks {
             let name = sink.name().to_owned();
@@ -183,13 +192,15 @@ impl Aggregator {
                 Err(e) => eprintln!("tracing-prof: {name}: memory incident not written: {e}"),
             }
         }
-        self.shared.incidents.fetch_add(1, Ordering::Relaxed);
+        if !kept.is_empty() {
+            self.shared.incidents.fetch_add(1, Ordering::Relaxed);
+        }
         drop(no_events.take());
         tracing::warn!(
             target: "tracing_prof::incident",
             cause = %incident.cause,
             kept_by = %kept.join(", "),
-            "memory incident: {}",
+            "incident: {}",
             incident.reason
         );
         *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
@@ -198,20 +209,15 @@ impl Aggregator {
     /// The peak's snapshot for this export: built when the peak is new since the last.
     fn peak_snapshot(&mut self) -> Option<Arc<tracing_prof_model::Snapshot>> {
         let every = self.shared.peak_every?;
-        let state = {
-            let state = self.shared.peak.lock();
-            match (&*state, &self.peak_built) {
-                (None, _) => None,
-                (Some(s), Some((seq, _))) if s.seq == *seq => {
-                    return self.peak_built.clone().map(|b| b.1);
-                }
-                (Some(s), _) => Some(s.clone()),
-            }
-        };
-        let Some(state) = state else {
+        let Some(state) = self.shared.peak.lock().clone() else {
             self.peak_built = None;
             return None;
         };
+        if let Some((seq, built)) = &self.peak_built
+            && *seq == state.seq
+        {
+            return Some(Arc::clone(built));
+        }
         let built = Arc::new(crate::peak::snapshot(
             &state,
             every,
@@ -242,7 +248,10 @@ impl Aggregator {
     ///
     /// `no_events` is this thread's no-op dispatcher guard: its own work never reaches the
     /// application's subscriber, except the leak events, which are meant for it.
-    fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>) {
+    ///
+    /// The final export (`last`, at shutdown or SIGTERM) records no flight window and writes
+    /// no incident: the process is ending, and a SIGTERM's end must not cut a folder short.
+    fn export(&mut self, no_events: &mut Option<tracing::dispatcher::DefaultGuard>, last: bool) {
         if self.sinks.is_empty()
             && self.leaks.is_none()
             && !self.giants
@@ -305,6 +314,10 @@ impl Aggregator {
         let mut profile = crate::capture(self.shared.started.elapsed());
         profile.heap_peak = self.peak_snapshot();
         profile.process_memory = self.shared.process_memory(&profile);
+        self.shared
+            .process_memory_last
+            .lock()
+            .clone_from(&profile.process_memory);
         for p in &profile.paths {
             if p.time.long_polls > 0 && self.long_polls_reported.insert(p.frames.clone()) {
                 let (path, count) = (p.display_path(), p.time.long_polls);
@@ -366,7 +379,9 @@ impl Aggregator {
                 }
             }
         }
-        self.record_flight(&profile, &new_long_polls, no_events);
+        if !last {
+            self.record_flight(&profile, &new_long_polls, no_events);
+        }
     }
 
     /// Keeps this export's window in the flight recorder, then writes an incident with the
@@ -382,14 +397,20 @@ impl Aggregator {
             return;
         };
         recorder.record(profile);
-        *self.shared.flight.lock() = recorder.windows();
+        let windows = recorder.windows();
+        let held = windows.len();
+        *self.shared.flight.lock() = windows;
         let gap = recorder.length();
         let mut causes: Vec<(&'static str, String)> = Vec::new();
         let slow = self.triggers.slow_spans(profile, &self.shared.slow_spans);
-        if let Some((path, n, threshold)) = slow.first() {
+        if let Some((path, n, bound)) = slow.first() {
             causes.push((
                 "slow-span",
-                format!("{n} spans of `{path}` slower than {threshold:?} since the last export"),
+                format!(
+                    "{n} spans of `{path}` slower than {} since the last export (its threshold, \
+                     at the nearest bucket bound)",
+                    tracing_prof_model::units::format_nanos(*bound)
+                ),
             ));
         }
         if let Some(path) = new_long_polls.first() {
@@ -400,6 +421,7 @@ impl Aggregator {
         }
         if let Some(peak) = profile.heap_peak.as_ref().and_then(|p| p.peak)
             && self.triggers.peak_grew(peak.inuse_bytes)
+            && held > 0
         {
             causes.push((
                 "peak-growth",

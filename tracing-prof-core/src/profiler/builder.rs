@@ -373,14 +373,24 @@ impl ProfilerBuilder {
             slow_spans: self.config.slow_spans.clone(),
             peak: ForkSafe::new(None),
             allocator_stats: self.allocator_stats,
-            cgroup: crate::cgroup::MemoryCgroup::find(std::path::Path::new("/")),
+            cgroup: crate::cgroup::MemoryCgroup::find(std::path::Path::new("/"))
+                .filter(crate::cgroup::MemoryCgroup::has_limit),
+            process_memory_last: ForkSafe::new(None),
             incidents: AtomicU64::new(0),
             flight: ForkSafe::new(Vec::new()),
-            peak_every: self.config.peak_every,
+            // At least MIN_PEAK_EVERY however it was set (a zero period would spin).
+            peak_every: self
+                .config
+                .peak_every
+                .map(|d| d.max(crate::config::MIN_PEAK_EVERY)),
             cpu_time: self.config.cpu_time,
             cpu_hz: self.config.cpu_hz,
             cpu_unwind: self.config.cpu_unwind,
         });
+        // The process's memory at start, for /metrics until the first export reads it again.
+        let at_start =
+            tracing_prof_model::Snapshot::new(std::time::SystemTime::now(), Duration::ZERO);
+        *shared.process_memory_last.lock() = shared.process_memory(&at_start);
         if let Some(e) = cpu_error {
             eprintln!("tracing-prof: CPU sampling is off: {e}");
             *shared.cpu_error.lock() = Some(e.to_string());

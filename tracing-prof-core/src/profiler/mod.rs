@@ -70,8 +70,10 @@ pub struct Stats {
     /// Services that are not working now (a `/debug/pprof` server whose port is taken, trying
     /// again); [`Profiler::services`] says which and why.
     pub services_down: usize,
-    /// Memory incidents written (thresholds of the cgroup's limit crossed; see
-    /// [`ProfilerBuilder::oom_thresholds`](crate::ProfilerBuilder::oom_thresholds)).
+    /// Incidents kept by a sink (thresholds of the cgroup's memory limit crossed, see
+    /// [`ProfilerBuilder::oom_thresholds`](crate::ProfilerBuilder::oom_thresholds); the
+    /// flight recorder's triggers, see
+    /// [`ProfilerBuilder::flight_recorder`](crate::ProfilerBuilder::flight_recorder)).
     pub incidents: u64,
     /// The flight recorder's windows kept, and their bytes (see
     /// [`ProfilerBuilder::flight_recorder`](crate::ProfilerBuilder::flight_recorder)).
@@ -101,12 +103,15 @@ pub(super) struct Shared {
     /// The slow-span thresholds configured.
     pub(super) slow_spans: Vec<crate::SlowSpan>,
     /// The heap's highest reading so far (see `crate::peak`).
-    pub(super) peak: ForkSafe<Option<crate::peak::PeakState>>,
+    pub(super) peak: crate::peak::SharedPeak,
     pub(super) peak_every: Option<Duration>,
     /// What the wrapped allocator says of its memory, when the application said which.
     pub(super) allocator_stats: Option<Box<dyn crate::AllocatorStats>>,
-    /// The process's memory cgroup, found at build.
+    /// The process's memory cgroup, found at build (`None` too where no level has a limit).
     pub(super) cgroup: Option<crate::cgroup::MemoryCgroup>,
+    /// The process's memory as the last export read it: what `/metrics` and
+    /// [`Profiler::paths_snapshot`] carry, so that a scrape reads no `/proc` file.
+    pub(super) process_memory_last: ForkSafe<Option<tracing_prof_model::ProcessMemory>>,
     /// Memory incidents written.
     pub(super) incidents: AtomicU64,
     /// The flight recorder's windows as of the last export (see `crate::flight`).
@@ -227,14 +232,22 @@ impl Profiler {
 
     /// What the process's resident memory is made of now: the resident set and its
     /// anonymous and file-backed parts (`/proc/self/smaps_rollup`), the heap in use (exact),
-    /// what the wrapped allocator holds ([`ProfilerBuilder::allocator_stats`]), and so what
-    /// the heap does not explain. `None` where `/proc` cannot say. Every snapshot carries it
-    /// too ([`Snapshot::process_memory`]).
+    /// what the wrapped allocator holds ([`ProfilerBuilder::allocator_stats`]), the cgroup's
+    /// limit, and so what the heap does not explain. `None` where `/proc` cannot say. Every
+    /// snapshot carries it too ([`Snapshot::process_memory`]); [`paths_snapshot`] and
+    /// `/metrics` carry the last export's reading.
+    ///
+    /// A read, not a cached value: `smaps_rollup` walks the process's mappings under the
+    /// kernel's `mmap_lock`, and glibc's `mallinfo2` takes each arena's lock. Call it at a
+    /// capture's rate.
+    ///
+    /// [`paths_snapshot`]: Self::paths_snapshot
     ///
     /// [`ProfilerBuilder::allocator_stats`]: crate::ProfilerBuilder::allocator_stats
     /// [`Snapshot::process_memory`]: tracing_prof_model::Snapshot::process_memory
     pub fn process_memory(&self) -> Option<tracing_prof_model::ProcessMemory> {
-        self.paths_snapshot().process_memory
+        let paths = crate::capture_paths(self.shared.started.elapsed());
+        self.shared.process_memory(&paths)
     }
 
     /// The slow-span thresholds it was built with ([`ProfilerBuilder::slow_span`],
@@ -270,11 +283,13 @@ impl Profiler {
     /// The flight recorder's windows: the last minutes of exports
     /// ([`ProfilerBuilder::flight_recorder`](crate::ProfilerBuilder::flight_recorder), 5 by
     /// default), each interval's own numbers of every kind as gzip'd pprof, named
-    /// `END/KIND.pb.gz` (`20261128T010203.456Z/heap.pb.gz`), oldest first. Empty before the
+    /// `END-N/KIND.pb.gz` (`20261128T010203.456Z-7/heap.pb.gz`: the window's end and
+    /// number), oldest first. Empty before the
     /// second export, or with the recorder off. `/debug/pprof/flightrecorder` serves them as
     /// a tar.gz; every incident keeps them.
     pub fn flight_recording(&self) -> Vec<crate::FlightFile> {
-        crate::flight::files(&self.shared.flight.lock())
+        let windows = self.shared.flight.lock().clone();
+        crate::flight::files(&windows)
     }
 
     /// Forgets the peak: the next reading starts a new one (after a deploy's warm-up, say).
@@ -288,7 +303,7 @@ impl Profiler {
     /// seen. `outlived` is not read (0).
     pub fn paths_snapshot(&self) -> Snapshot {
         let mut p = crate::capture_paths(self.shared.started.elapsed());
-        p.process_memory = self.shared.process_memory(&p);
+        p.process_memory = self.shared.process_memory_last.lock().clone();
         p
     }
 

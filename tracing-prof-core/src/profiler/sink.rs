@@ -21,11 +21,18 @@ pub trait Sink: Send + 'static {
     /// Exports one snapshot (cumulative: counters since the profiler started).
     fn export(&mut self, snapshot: &Snapshot) -> Result<(), SinkError>;
 
-    /// Keeps the evidence of a memory incident (a threshold of the cgroup's limit crossed):
-    /// the file exporter writes it into `incidents/`. The default keeps nothing.
+    /// Keeps the evidence of an incident (a threshold of the cgroup's memory limit crossed,
+    /// or a flight recorder trigger): the file exporter writes it into `incidents/`. The
+    /// default keeps nothing.
     fn incident(&mut self, incident: &Incident) -> Result<(), SinkError> {
         let _ = incident;
         Ok(())
+    }
+
+    /// Whether [`incident`](Self::incident) keeps anything: when no sink does, an incident is
+    /// only said (a `warn` event), nothing is captured for it. Default `false`.
+    fn keeps_incidents(&self) -> bool {
+        false
     }
 
     /// For a sink that delivers after `export` returns (a push queue): a way to read its
@@ -36,8 +43,9 @@ pub trait Sink: Send + 'static {
     }
 }
 
-/// A memory incident: why, and a snapshot taken at once (its `heap_peak` and
-/// `process_memory` set), for [`Sink::incident`].
+/// An incident (the cgroup's memory limit near, or a flight recorder trigger): why, and a
+/// snapshot taken at once (its `heap_peak` and `process_memory` set), for
+/// [`Sink::incident`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Incident {

@@ -1,4 +1,4 @@
-//! Memory incidents as files: `incidents/TIMESTAMP-CAUSE/`, one folder per incident, holding
+//! Incidents as files: `incidents/TIMESTAMP-CAUSE/`, one folder per incident, holding
 //! the profiles of that moment, the heap's peak and an `incident.txt` that says why.
 
 use super::error::io_error;
@@ -12,19 +12,20 @@ use tracing_prof_model::ProfileKind;
 
 /// The folder of incidents, in the profile directory.
 pub const INCIDENTS_DIR: &str = "incidents";
-/// Incident folders of one run kept: the newest 16 (a service that keeps crossing a threshold
-/// does not fill the disk).
+/// Incident folders kept in the directory, of every run: the newest 16 (a service that keeps
+/// crossing a threshold, or restarting after OOM kills, does not fill the disk).
 pub const KEEP_INCIDENTS: usize = 16;
 /// What an incident's folder says of it.
 pub const INCIDENT_FILE: &str = "incident.txt";
-/// The flight recorder's windows in an incident's folder: `flight/END/KIND.pb.gz`.
+/// The flight recorder's windows in an incident's folder: `flight/END-N/KIND.pb.gz`.
 pub const FLIGHT_DIR: &str = "flight";
 
 impl FileExporter {
     /// Writes `incident` into `incidents/TIMESTAMP-CAUSE/`: every kind this exporter writes as
     /// of that moment (`heap.pb.gz`, ...), the heap's peak (`heap_peak.pb.gz`,
-    /// `span_memory_peak.pb.gz`) and [`INCIDENT_FILE`]; returns the folder. Created and
-    /// judged as the profile directory is; the newest [`KEEP_INCIDENTS`] of this run are kept.
+    /// `span_memory_peak.pb.gz`), the flight recorder's windows (`flight/END-N/KIND.pb.gz`)
+    /// and [`INCIDENT_FILE`]; returns the folder. Created and judged as the profile directory
+    /// is; the newest [`KEEP_INCIDENTS`] folders, of every run, are kept.
     pub fn write_incident(&mut self, incident: &Incident) -> Result<PathBuf, FileError> {
         self.make_dirs()?;
         let base = self.dir.join(INCIDENTS_DIR);
@@ -52,6 +53,8 @@ impl FileExporter {
             .collect();
         let dir = base.join(format!("{}-{cause}-{}", utc_stamp(us), self.run));
         fs::create_dir(&dir).map_err(io_error("create directory", &dir))?;
+        // Pruned with the others even when writing it fails half-way (a full disk).
+        prune(&base, KEEP_INCIDENTS.saturating_sub(1));
         safe::check_owner(&dir)?;
         let mut files = Vec::new();
         for kind in self.kinds.clone() {
@@ -81,13 +84,32 @@ impl FileExporter {
             self.write_file(&into, file, bytes)?;
         }
         self.write_file(&dir, INCIDENT_FILE, text(incident, &files).as_bytes())?;
-        self.incidents.push_back(dir.clone());
-        while self.incidents.len() > KEEP_INCIDENTS {
-            if let Some(old) = self.incidents.pop_front() {
-                let _ = fs::remove_dir_all(old);
-            }
-        }
         Ok(dir)
+    }
+}
+
+/// Deletes all but the newest `keep` incident folders in `base`, of every run (a service
+/// restarted after each OOM kill writes its own; they must not fill the disk): the folders
+/// whose names start with a timestamp, oldest first by name. Best effort.
+fn prune(base: &std::path::Path, keep: usize) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    let mut folders: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            let stamped = name.len() > 16
+                && name.as_bytes()[8] == b'T'
+                && name.as_bytes()[..8].iter().all(u8::is_ascii_digit);
+            stamped.then(|| (name, e.path()))
+        })
+        .collect();
+    folders.sort();
+    let extra = folders.len().saturating_sub(keep);
+    for (_, path) in folders.into_iter().take(extra) {
+        let _ = fs::remove_dir_all(path);
     }
 }
 
@@ -96,7 +118,8 @@ impl FileExporter {
 fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
     let s = &incident.snapshot;
     let mut t = format!(
-        "Memory incident at {}: {}\n\n",
+        "Incident ({}) at {}: {}\n\n",
+        incident.cause,
         tracing_prof_model::units::format_utc(s.time),
         incident.reason
     );
@@ -118,7 +141,7 @@ fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
             .collect();
         t.push_str(&format!(
             "  {FLIGHT_DIR}/                     the flight recorder: {} windows before it, each \
-             interval's own numbers (END/KIND.pb.gz)\n",
+             interval's own numbers (END-N/KIND.pb.gz)\n",
             windows.len()
         ));
     }

@@ -51,11 +51,13 @@ pub(super) fn text(
         "{CAPTURES_DIR}/ holds every export's files, KIND.PID.TIMESTAMP.RUN.pb.gz ({kept})."
     ));
     line(&format!(
-        "{}/ holds memory incidents, a folder each (TIMESTAMP-CAUSE-RUN, {} says why), when the",
+        "{}/ holds incidents, a folder each (TIMESTAMP-CAUSE-RUN, {} says why): the working",
         super::INCIDENTS_DIR,
         super::INCIDENT_FILE
     ));
-    line("working set nears the cgroup's memory limit.");
+    line(
+        "set near the cgroup's memory limit, a slow span, a first long poll, a doubled heap peak.",
+    );
     line("");
     line("Open them:");
     let mut cmd = |c: &str, what: &str| line(&format!("  {c:<60}{what}"));

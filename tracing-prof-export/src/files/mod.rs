@@ -139,8 +139,6 @@ pub struct FileExporter {
     previous: Option<Snapshot>,
     /// The heap's peak as last written: written again only when a new one comes.
     peak_written: Option<std::sync::Arc<Snapshot>>,
-    /// This run's incident folders, oldest first (see [`KEEP_INCIDENTS`]).
-    incidents: std::collections::VecDeque<PathBuf>,
     flamegraphs: Vec<(ProfileKind, &'static str)>,
 }
 
@@ -164,7 +162,6 @@ impl FileExporter {
             deltas: false,
             previous: None,
             peak_written: None,
-            incidents: std::collections::VecDeque::new(),
             flamegraphs: Vec::new(),
         }
     }
@@ -485,6 +482,10 @@ impl Sink for FileExporter {
 
     fn incident(&mut self, incident: &tracing_prof_core::Incident) -> Result<(), SinkError> {
         self.write_incident(incident).map(drop).map_err(Into::into)
+    }
+
+    fn keeps_incidents(&self) -> bool {
+        true
     }
 }
 

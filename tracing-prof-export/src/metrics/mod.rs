@@ -203,7 +203,10 @@ impl SpanMetrics {
     }
 
     /// Registers these metrics, read from `profiler` at each scrape, into an application's own
-    /// `prometheus_client` registry, beside its metrics: one `/metrics` for both.
+    /// `prometheus_client` registry, beside its metrics: one `/metrics` for both. The
+    /// encoding then reads the span path tables on the thread that encodes the registry (what
+    /// [`Profiler::paths_snapshot`](tracing_prof_core::Profiler::paths_snapshot) costs: span
+    /// paths × threads, and symbolizing new CPU samples); it counts as the profiler's own.
     ///
     /// Behind the `prometheus-client-registry` feature, because it ties the application to
     /// the `prometheus-client` release we build with (0.26): a registry of another 0.x
@@ -511,12 +514,17 @@ struct ProfilerCollector {
 #[cfg(feature = "prometheus-client-registry")]
 impl prometheus_client::collector::Collector for ProfilerCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snapshot = self.profiler.paths_snapshot();
-        let stats = self.profiler.stats();
-        let collector = self
-            .metrics
-            .collector(&snapshot, Some(&stats), self.profiler.slow_spans());
-        prometheus_client::collector::Collector::encode(&collector, encoder)
+        // The application's thread, encoding its registry: what this allocates counts as the
+        // profiler's own.
+        let collector = tracing_prof_core::as_profiler(|| {
+            let snapshot = self.profiler.paths_snapshot();
+            let stats = self.profiler.stats();
+            self.metrics
+                .collector(&snapshot, Some(&stats), self.profiler.slow_spans())
+        });
+        tracing_prof_core::as_profiler(|| {
+            prometheus_client::collector::Collector::encode(&collector, encoder)
+        })
     }
 }
 
