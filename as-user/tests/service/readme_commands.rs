@@ -114,14 +114,16 @@ fn expand(arg: &str, dir: &Path) -> Vec<String> {
     vec![sub.join(rest).to_string_lossy().into_owned()]
 }
 
-/// A plain GET: the status line and the body.
+/// A plain GET: the status line and the body (as text, lossily).
 fn get(url: &str) -> (String, String) {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap());
     let mut s = std::net::TcpStream::connect(host).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
+    // Bodies may be binary (a profile, the flight recorder's tar.gz).
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     (head.lines().next().unwrap().to_owned(), body.to_owned())
 }
