@@ -16,8 +16,9 @@
 //! - `default`: as the README installs it: `TaggingAllocator<Jemalloc>`, `init_from_env()`'s
 //!   defaults (heap sampling at 512 KiB, CPU sampling at 100 Hz, files every 10 s) and
 //!   `/debug/pprof` on (`TRACING_PROF_HTTP_ADDR`);
-//! - `no-cpu-sampling`, `no-heap-sampling`, `no-exports` (interval of an hour): the default
-//!   less one thing;
+//! - `no-cpu-sampling`, `no-heap-sampling`, `no-exports` (interval of an hour),
+//!   `no-memory-watch` (no peak watch, flight recorder or OOM thresholds): the default less one
+//!   thing;
 //! - `alloc-only`: the tagging allocator and nothing else (the header's cost);
 //! - `off-layer-only`: the span layer alone, plain jemalloc.
 //!
@@ -40,12 +41,13 @@ use tracing_subscriber::prelude::*;
 static GLOBAL: switch::Switch = switch::Switch;
 
 const ENV: &str = "TRACING_PROF_BENCH_CHILD";
-const MODES: [&str; 7] = [
+const MODES: [&str; 8] = [
     "off",
     "default",
     "no-cpu-sampling",
     "no-heap-sampling",
     "no-exports",
+    "no-memory-watch",
     "alloc-only",
     "off-layer-only",
 ];
@@ -184,6 +186,11 @@ fn server(mode: &str) {
             "no-cpu-sampling" => setenv("TRACING_PROF_CPU_HZ", "0"),
             "no-heap-sampling" => setenv("TRACING_PROF_SAMPLE_RATE", "0"),
             "no-exports" => setenv("TRACING_PROF_INTERVAL", "1h"),
+            "no-memory-watch" => {
+                setenv("TRACING_PROF_PEAK_EVERY", "off");
+                setenv("TRACING_PROF_FLIGHT_RECORDER", "off");
+                setenv("TRACING_PROF_OOM_THRESHOLDS", "off");
+            }
             _ => {}
         }
         let guard = match mode {

@@ -78,8 +78,8 @@ impl FlightRecorder {
     }
 
     /// Records the window from the last export to `snapshot` (cumulative), then keeps
-    /// `snapshot` as the next base.
-    pub(crate) fn record(&mut self, snapshot: &Snapshot) {
+    /// `snapshot` (moved, not copied) as the next base.
+    pub(crate) fn record(&mut self, snapshot: Snapshot) {
         if let Some(base) = &self.base {
             let window = snapshot.window_since(base);
             // The window's end, and its number: two exports in one millisecond (a flush
@@ -103,8 +103,16 @@ impl FlightRecorder {
                 bytes,
             }));
         }
-        self.base = Some(snapshot.clone());
-        self.evict(snapshot.time);
+        let end = snapshot.time;
+        // The old base goes before the new one is kept: one snapshot held, not two.
+        self.base = None;
+        self.base = Some(snapshot);
+        self.evict(end);
+    }
+
+    /// The last export recorded (the next window's base).
+    pub(crate) fn last(&self) -> Option<&Snapshot> {
+        self.base.as_ref()
     }
 
     /// Drops windows that ended more than the recorder's length before `now`, then the
@@ -147,7 +155,7 @@ mod tests {
     fn windows_of_the_last_minutes_and_nothing_older_or_past_its_bytes() {
         let mut r = FlightRecorder::new(Duration::from_secs(30), 1 << 20);
         for s in (0..=100).step_by(10) {
-            r.record(&at(s));
+            r.record(at(s));
         }
         // Windows ending at 70, 80, 90 and 100 s are within 30 s of the last (100 s).
         let files = files(&r.windows());
@@ -166,7 +174,7 @@ mod tests {
         let one = held(&r.windows()).1 / 4;
         let mut r = FlightRecorder::new(Duration::from_secs(30), one);
         for s in (0..=100).step_by(10) {
-            r.record(&at(s));
+            r.record(at(s));
         }
         assert_eq!(held(&r.windows()).0, 1);
         assert!(held(&r.windows()).1 <= one);

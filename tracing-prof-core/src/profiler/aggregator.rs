@@ -380,7 +380,7 @@ impl Aggregator {
             }
         }
         if !last {
-            self.record_flight(&profile, &new_long_polls, no_events);
+            self.record_flight(profile, &new_long_polls, no_events);
         }
     }
 
@@ -389,20 +389,23 @@ impl Aggregator {
     /// long poll, a heap peak that doubled; each cause at most once per recorder length.
     fn record_flight(
         &mut self,
-        profile: &tracing_prof_model::Snapshot,
+        profile: tracing_prof_model::Snapshot,
         new_long_polls: &[String],
         no_events: &mut Option<tracing::dispatcher::DefaultGuard>,
     ) {
         let Some(recorder) = &mut self.flight else {
             return;
         };
+        // The triggers read this export before the recorder keeps it (moved: the base of the
+        // next window is this snapshot, not a copy).
+        let slow = self.triggers.slow_spans(&profile, &self.shared.slow_spans);
+        let peak = profile.heap_peak.as_ref().and_then(|p| p.peak);
         recorder.record(profile);
         let windows = recorder.windows();
         let held = windows.len();
         *self.shared.flight.lock() = windows;
         let gap = recorder.length();
         let mut causes: Vec<(&'static str, String)> = Vec::new();
-        let slow = self.triggers.slow_spans(profile, &self.shared.slow_spans);
         if let Some((path, n, bound)) = slow.first() {
             causes.push((
                 "slow-span",
@@ -419,7 +422,7 @@ impl Aggregator {
                 format!("span path `{path}` blocked an async worker thread (a long poll)"),
             ));
         }
-        if let Some(peak) = profile.heap_peak.as_ref().and_then(|p| p.peak)
+        if let Some(peak) = peak
             && self.triggers.peak_grew(peak.inuse_bytes)
             && held > 0
         {
@@ -430,7 +433,8 @@ impl Aggregator {
         }
         for (cause, reason) in causes {
             if self.triggers.may(cause, gap) {
-                self.incident(cause.to_owned(), reason, Some(profile.clone()), no_events);
+                let snapshot = self.flight.as_ref().and_then(|r| r.last()).cloned();
+                self.incident(cause.to_owned(), reason, snapshot, no_events);
             }
         }
     }
