@@ -99,7 +99,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             let mut total = tracing_prof_examples::Summary::default();
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             runtime.spawn(stop_on_signal(stop.clone()));
-            while started.elapsed() < d && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while started.elapsed() < d {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    println!("stopped by SIGTERM or Ctrl-C: the run ends early");
+                    break;
+                }
                 let s = runtime.block_on(run(&app, &batch));
                 total.handled += s.handled;
                 total.cache_hits += s.cache_hits;

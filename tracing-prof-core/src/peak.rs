@@ -118,6 +118,11 @@ impl PeakWatch {
 pub(crate) fn snapshot(state: &PeakState, every: Duration, duration: Duration) -> Snapshot {
     let all = RUNTIME.paths.all_with_reserved();
     let n = state.totals.len();
+    // The application's heap: the profiler's own is left out, as from the peak's total.
+    let mut totals = state.totals.clone();
+    if let Some(own) = totals.get_mut(Tag::PROFILER.get() as usize) {
+        *own = TagTotals::default();
+    }
     let times = vec![TimeStats::default(); n];
     let outlived = vec![(0.0, 0); n];
     let by_tag = all
@@ -128,7 +133,7 @@ pub(crate) fn snapshot(state: &PeakState, every: Duration, duration: Duration) -
     snapshot.binary = crate::binary::current();
     snapshot.paths = paths_of(
         &all,
-        &state.totals,
+        &totals,
         &times,
         &outlived,
         CpuSource::Off,

@@ -424,12 +424,16 @@ impl Aggregator {
         }
         if let Some(peak) = peak
             && self.triggers.peak_grew(peak.inuse_bytes)
-            && held > 0
         {
             causes.push((
                 "peak-growth",
                 format!("a new heap peak: {}", peak.describe()),
             ));
+        }
+        // Not before the recorder holds a window: its recording is what these incidents are
+        // for (a service's first long poll at its first export writes nothing).
+        if held == 0 {
+            return;
         }
         for (cause, reason) in causes {
             if self.triggers.may(cause, gap) {

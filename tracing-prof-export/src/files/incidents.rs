@@ -8,7 +8,6 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::UNIX_EPOCH;
 use tracing_prof_core::Incident;
-use tracing_prof_model::ProfileKind;
 
 /// The folder of incidents, in the profile directory.
 pub const INCIDENTS_DIR: &str = "incidents";
@@ -61,7 +60,7 @@ impl FileExporter {
             if kind.is_available(snapshot) {
                 let name = format!("{}.pb.gz", kind.name());
                 self.write_file(&dir, &name, &snapshot.encode(kind))?;
-                files.push((name, kind));
+                files.push((name, kind.description().to_owned()));
             }
         }
         if let Some(peak) = &snapshot.heap_peak {
@@ -69,7 +68,7 @@ impl FileExporter {
                 if self.kinds.contains(&kind) && kind.is_available(peak) {
                     let name = format!("{}{PEAK_SUFFIX}.pb.gz", kind.name());
                     self.write_file(&dir, &name, &peak.encode(kind))?;
-                    files.push((name, kind));
+                    files.push((name, format!("{}, at the heap's peak", kind.name())));
                 }
             }
         }
@@ -115,7 +114,7 @@ fn prune(base: &std::path::Path, keep: usize) {
 
 /// [`INCIDENT_FILE`]'s text: why, the process's memory, the peak, and the files with a command
 /// each.
-fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
+fn text(incident: &Incident, files: &[(String, String)]) -> String {
     let s = &incident.snapshot;
     let mut t = format!(
         "Incident ({}) at {}: {}\n\n",
@@ -130,10 +129,15 @@ fn text(incident: &Incident, files: &[(String, ProfileKind)]) -> String {
         t.push_str(&format!("The heap's peak so far: {}.\n\n", p.describe()));
     }
     t.push_str("Files (the profiles as of that moment, and the heap at its peak):\n");
-    for (name, kind) in files {
-        t.push_str(&format!("  {name:<28}{}\n", kind.description()));
+    for (name, what) in files {
+        t.push_str(&format!("  {name:<28} {what}\n"));
     }
-    if !incident.flight.is_empty() {
+    if incident.flight.is_empty() {
+        t.push_str(
+            "  (no flight recording: the recorder is off, or held no window yet; it keeps one \
+             per export after the first)\n",
+        );
+    } else {
         let windows: std::collections::BTreeSet<&str> = incident
             .flight
             .iter()

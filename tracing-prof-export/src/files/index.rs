@@ -27,7 +27,7 @@ pub(super) fn text(
     for kind in super::PEAK_KINDS.iter().filter(|k| kinds.contains(k)) {
         let name = format!("{}{}.latest.pb.gz", kind.name(), super::PEAK_SUFFIX);
         line(&format!(
-            "  {name:<28}the same at the heap's highest since the start"
+            "  {name:<28} the same at the heap's highest since the start"
         ));
     }
     if kinds.contains(&ProfileKind::Cpu) {

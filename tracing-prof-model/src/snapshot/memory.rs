@@ -40,11 +40,12 @@ impl Peak {
         }
     }
 
-    /// The profiles' comment: `at the peak of 64.0 MiB in use, at 2026-11-28 01:02:03.456 UTC`,
-    /// with when its stacks were read and what a shorter spike can hide.
+    /// The profiles' comment: `at the peak of 64.0 MiB in use, at 2026-11-28 01:02:03.456 UTC
+    /// (the application's heap: ...)`, with when its stacks were read and what a shorter spike
+    /// can hide.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "at the peak of {} in use, at {}",
+            "at the peak of {} in use, at {} (the application's heap: the profiler's own left out)",
             format_bytes(self.inuse_bytes),
             format_utc(self.at)
         );

@@ -340,6 +340,10 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
             );
         }
         let chart = Chart::new(datasets)
+            // The paths' names always shown (ratatui hides a legend wider than a quarter of
+            // the chart, and span paths are long).
+            .hidden_legend_constraints((Constraint::Ratio(1, 1), Constraint::Ratio(1, 1)))
+            .legend_position(Some(ratatui::widgets::LegendPosition::TopLeft))
             .block(Block::bordered().title(title))
             .x_axis(x_axis())
             .y_axis(
