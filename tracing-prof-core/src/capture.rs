@@ -58,7 +58,7 @@ pub fn capture(duration: Duration) -> Snapshot {
         .map(|(_, p)| p)
         .collect();
     let stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stacks_of(tracing_prof_alloc::__private::read_stacks(), &by_tag)
+        stacks_of(&tracing_prof_alloc::__private::read_stacks(), &by_tag)
     }))
     .unwrap_or_default();
     let mut snapshot = Snapshot::new(SystemTime::now(), duration);
@@ -173,7 +173,7 @@ pub(crate) fn code_of(
 
 /// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
 /// span paths are equal become one [`StackProfile`].
-pub(crate) fn stacks_of(buckets: Vec<StackTotals>, by_tag: &PathIndex) -> Vec<StackProfile> {
+pub(crate) fn stacks_of(buckets: &[StackTotals], by_tag: &PathIndex) -> Vec<StackProfile> {
     // Every new address in one batch: each compilation unit is read once.
     symbolize::prepare(buckets.iter().flat_map(|b| b.ips.iter().copied()));
     let mut merged: Vec<StackProfile> = Vec::new();

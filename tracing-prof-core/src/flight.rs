@@ -17,15 +17,8 @@ pub const DEFAULT_FLIGHT_LENGTH: Duration = Duration::from_secs(300);
 /// The most the flight recorder's windows hold, by default: 8 MiB of compressed profiles.
 pub const DEFAULT_FLIGHT_BYTES: usize = 8 << 20;
 
-/// The kinds each window keeps (`allocs` is `heap` with another default sample type).
-const KINDS: [ProfileKind; 6] = [
-    ProfileKind::Spans,
-    ProfileKind::Cpu,
-    ProfileKind::SpanMemory,
-    ProfileKind::Heap,
-    ProfileKind::Lifetimes,
-    ProfileKind::Threads,
-];
+/// The kinds each window keeps.
+const KINDS: [ProfileKind; 6] = ProfileKind::DISTINCT;
 
 /// One recorded file: its name in a recording (`20261128T010203.456Z-7/heap.pb.gz`: the
 /// window's end and number, the kind) and its bytes.

@@ -143,7 +143,7 @@ pub(crate) fn snapshot(state: &PeakState, every: Duration, duration: Duration) -
     .map(|(_, p)| p)
     .collect();
     snapshot.stacks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stacks_of(state.stacks.as_ref().clone(), &by_tag)
+        stacks_of(&state.stacks, &by_tag)
     }))
     .unwrap_or_default();
     if !snapshot.stacks.is_empty() {

@@ -33,6 +33,18 @@ impl ProfileKind {
         ProfileKind::Threads,
     ];
 
+    /// Every kind with numbers of its own, in the order files list them (`allocs` is `heap` with
+    /// another default sample type): what the file exporter writes by default and what the
+    /// flight recorder keeps.
+    pub const DISTINCT: [ProfileKind; 6] = [
+        ProfileKind::Spans,
+        ProfileKind::Cpu,
+        ProfileKind::SpanMemory,
+        ProfileKind::Heap,
+        ProfileKind::Lifetimes,
+        ProfileKind::Threads,
+    ];
+
     /// The name used in file names and URLs: `spans`, `cpu`, `heap`, `allocs`, `span_memory`,
     /// `lifetimes`, `threads`.
     pub fn name(self) -> &'static str {

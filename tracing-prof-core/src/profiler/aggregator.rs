@@ -166,9 +166,9 @@ impl Aggregator {
     ) {
         if !self.sinks.iter().any(|s| s.keeps_incidents()) {
             // Nothing would keep it: say it, capture nothing.
-            drop(no_events.take());
-            tracing::warn!(target: "tracing_prof::incident", cause = %cause, "incident (no sink keeps incidents): {reason}");
-            *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+            to_application(no_events, || {
+                tracing::warn!(target: "tracing_prof::incident", cause = %cause, "incident (no sink keeps incidents): {reason}");
+            });
             return;
         }
         let snapshot = snapshot.unwrap_or_else(|| {
@@ -189,21 +189,21 @@ impl Aggregator {
                     .unwrap_or_else(|_| Err("the sink panicked".into()));
             match result {
                 Ok(()) => kept.push(name),
-                Err(e) => eprintln!("tracing-prof: {name}: memory incident not written: {e}"),
+                Err(e) => eprintln!("tracing-prof: {name}: incident not written: {e}"),
             }
         }
         if !kept.is_empty() {
             self.shared.incidents.fetch_add(1, Ordering::Relaxed);
         }
-        drop(no_events.take());
-        tracing::warn!(
-            target: "tracing_prof::incident",
-            cause = %incident.cause,
-            kept_by = %kept.join(", "),
-            "incident: {}",
-            incident.reason
-        );
-        *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+        to_application(no_events, || {
+            tracing::warn!(
+                target: "tracing_prof::incident",
+                cause = %incident.cause,
+                kept_by = %kept.join(", "),
+                "incident: {}",
+                incident.reason
+            );
+        });
     }
 
     /// The peak's snapshot for this export: built when the peak is new since the last.
@@ -335,12 +335,7 @@ impl Aggregator {
             }
         }
         if !events.is_empty() {
-            // These events are meant for the application's subscriber: leave the no-op one.
-            drop(no_events.take());
-            for emit in &events {
-                emit();
-            }
-            *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+            to_application(no_events, || events.iter().for_each(|emit| emit()));
         }
         for (sink, counters) in self.sinks.iter_mut().zip(&self.shared.sinks) {
             let name = sink.name().to_owned();
@@ -442,6 +437,15 @@ impl Aggregator {
             }
         }
     }
+}
+
+/// Runs `emit` with the application's subscriber: events meant for it (leaks, giant
+/// allocations, long polls, incidents) leave this thread's no-op dispatcher (`no_events`),
+/// which is set again after.
+fn to_application(no_events: &mut Option<tracing::dispatcher::DefaultGuard>, emit: impl FnOnce()) {
+    drop(no_events.take());
+    emit();
+    *no_events = Some(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
 }
 
 fn log_giant(g: &GiantReport) {

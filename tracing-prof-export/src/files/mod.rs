@@ -44,14 +44,7 @@ pub const PEAK_SUFFIX: &str = "_peak";
 
 /// Kinds written by default: `spans`, `cpu` (when CPU sampling runs), `span_memory`, `heap`,
 /// `lifetimes`, `threads` (`allocs` is `heap` with another default sample type).
-pub const DEFAULT_KINDS: [ProfileKind; 6] = [
-    ProfileKind::Spans,
-    ProfileKind::Cpu,
-    ProfileKind::SpanMemory,
-    ProfileKind::Heap,
-    ProfileKind::Lifetimes,
-    ProfileKind::Threads,
-];
+pub const DEFAULT_KINDS: [ProfileKind; 6] = ProfileKind::DISTINCT;
 
 /// Sample types drawn by [`FileExporter::flamegraphs`]`(true)`.
 pub const DEFAULT_FLAMEGRAPHS: [(ProfileKind, &str); 5] = [
