@@ -58,7 +58,6 @@ mod leak;
 mod long_poll;
 mod monotonic;
 mod otel_resource;
-mod pause;
 mod peak;
 #[cfg(feature = "opentelemetry")]
 pub mod process_context;
@@ -73,11 +72,12 @@ mod symbolize;
 mod terminate;
 mod threads;
 mod trace_link;
+mod user_signal;
 
 pub use budget::{AllocationSite, Budget, BudgetError, BudgetReport};
 pub use capture::{capture, capture_paths};
 pub use clock::{Clock, CpuClock, CpuSample, SystemClock};
-pub use config::{Config, ConfigError, CpuTime, SlowSpan, ToggleSignal, Unwind};
+pub use config::{Config, ConfigError, CpuTime, SlowSpan, ToggleSignal, Unwind, UserSignal};
 pub use entered::MAX_DEPTH;
 pub use flight::{DEFAULT_FLIGHT_BYTES, DEFAULT_FLIGHT_LENGTH, FlightFile};
 pub use layer::ProfileLayer;

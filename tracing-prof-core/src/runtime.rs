@@ -62,7 +62,7 @@ pub(crate) static RUNTIME: Runtime = Runtime {
 impl Runtime {
     /// Applies the process-wide settings of `config` (a profiler being built): the span path
     /// cap, the label fields, the long-poll threshold, the heap sampler's rate and temporary
-    /// threshold, the toggle signal, and CPU sampling. `Err` for a setting the process refused;
+    /// threshold, the toggle and flight signals, and CPU sampling. `Err` for a setting the process refused;
     /// `Ok(Some(_))` says why CPU sampling could not start (the profiler goes on without it).
     ///
     /// The giant-allocation policy is not applied here: see
@@ -82,11 +82,20 @@ impl Runtime {
                 reason: "the system allocator refused the sample table".into(),
             });
         }
-        if let Some(sig) = config.toggle_signal {
-            crate::pause::install(sig).map_err(|reason| ConfigError::Value {
-                setting: "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
-                reason,
-            })?;
+        for (setting, sig) in [
+            (
+                "toggle_signal (TRACING_PROF_TOGGLE_SIGNAL)",
+                config.toggle_signal,
+            ),
+            (
+                "flight_signal (TRACING_PROF_FLIGHT_SIGNAL)",
+                config.flight_signal,
+            ),
+        ] {
+            if let Some(sig) = sig {
+                crate::user_signal::install(sig)
+                    .map_err(|reason| ConfigError::Value { setting, reason })?;
+            }
         }
         Ok(self
             .cpu

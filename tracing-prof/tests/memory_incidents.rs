@@ -535,3 +535,73 @@ fn the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them() {
     assert_eq!(profiler.stats().incidents, 1);
     drop(guard);
 }
+
+/// The flight signal, when the user names one: each `SIGUSR1` writes an incident (cause
+/// `signal`) with the recording as it is, from the aggregator thread; the toggle signal cannot
+/// be the same one.
+#[test]
+fn the_flight_signal_writes_the_recording_on_demand() {
+    let _serial = serial();
+    use tracing_prof::core::UserSignal;
+    let same = Profiler::builder()
+        .toggle_signal(Some(UserSignal::Usr1))
+        .flight_signal(Some(UserSignal::Usr1))
+        .build();
+    let Err(e) = same else {
+        panic!("one signal for both the toggle and the flight recorder was accepted")
+    };
+    assert!(
+        e.to_string().contains("SIGUSR1 is the toggle signal"),
+        "{e}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, guard) = Profiler::builder()
+        .interval(Duration::from_secs(3600))
+        .flight_recorder(Some((Duration::from_secs(60), 8 << 20)))
+        .flight_signal(Some(UserSignal::Usr1))
+        .sink(FileExporter::new(dir.path()))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    // Three exports: three windows.
+    for _ in 0..3 {
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("fs_request").in_scope(|| std::hint::black_box(vec![5u8; 4096]));
+        });
+        guard.flush(Duration::from_secs(30)).unwrap();
+    }
+    let incidents = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path().join("incidents"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    assert!(incidents().is_empty());
+    for n in 1..=2 {
+        // SAFETY: kill to this process; our handler for SIGUSR1 only adds to a counter.
+        assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGUSR1) }, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while incidents().len() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let found = incidents();
+        assert_eq!(found.len(), n, "{found:?}");
+    }
+    for folder in incidents() {
+        assert!(folder.to_string_lossy().contains("-signal-"), "{folder:?}");
+        let text = std::fs::read_to_string(folder.join("incident.txt")).unwrap();
+        assert!(
+            text.contains("SIGUSR1 received: the flight recorder's recording, on demand"),
+            "{text}"
+        );
+        let windows: Vec<_> = std::fs::read_dir(folder.join("flight")).unwrap().collect();
+        assert_eq!(
+            windows.len(),
+            2,
+            "two windows between three exports: {windows:?}"
+        );
+        assert!(folder.join("heap.pb.gz").exists() && folder.join("span_memory.pb.gz").exists());
+    }
+    assert_eq!(guard.profiler().stats().incidents, 2);
+    drop(guard);
+}

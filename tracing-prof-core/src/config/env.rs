@@ -58,6 +58,9 @@ pub const ENV_OOM_THRESHOLDS: &str = "TRACING_PROF_OOM_THRESHOLDS";
 pub const ENV_SLOW_SPAN: &str = "TRACING_PROF_SLOW_SPAN";
 /// A signal that pauses and resumes profiling: `SIGUSR1` or `SIGUSR2` (unset: none).
 pub const ENV_TOGGLE_SIGNAL: &str = "TRACING_PROF_TOGGLE_SIGNAL";
+/// A signal that writes an incident with the flight recorder's recording: `SIGUSR1` or
+/// `SIGUSR2` (unset: none), not the toggle signal.
+pub const ENV_FLIGHT_SIGNAL: &str = "TRACING_PROF_FLIGHT_SIGNAL";
 
 /// Every `TRACING_PROF_*` setting of tracing-prof: those [`Config::apply_env`](super::Config::apply_env) reads, then
 /// the exporters' (files, `/debug/pprof`, Pyroscope). [`Config::apply_env`](super::Config::apply_env) says on stderr,
@@ -87,6 +90,7 @@ pub const ENV_VARS: &[&str] = &[
     "TRACING_PROF_PEAK_EVERY",
     "TRACING_PROF_OOM_THRESHOLDS",
     "TRACING_PROF_FLIGHT_RECORDER",
+    "TRACING_PROF_FLIGHT_SIGNAL",
     "TRACING_PROF_FLUSH_ON_SIGTERM",
     // The exporters' (`tracing-prof-export`).
     "TRACING_PROF_DIR",

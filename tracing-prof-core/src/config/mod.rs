@@ -9,10 +9,11 @@ use crate::CpuClock;
 use env::unknown_variables;
 pub use env::{
     ENV_CPU_CLOCK, ENV_CPU_HZ, ENV_CPU_TIME, ENV_CPU_UNWIND, ENV_FLIGHT_RECORDER,
-    ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES, ENV_GIANT_REFUSE, ENV_INTERVAL, ENV_LABEL_FIELDS,
-    ENV_LABEL_VALUES, ENV_LEAK_LEVEL, ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS, ENV_LONG_POLL,
-    ENV_MAX_SPAN_PATHS, ENV_OOM_THRESHOLDS, ENV_PEAK_EVERY, ENV_SAMPLE_RATE, ENV_SHUTDOWN_TIMEOUT,
-    ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS, ENV_VARS,
+    ENV_FLIGHT_SIGNAL, ENV_FLUSH_ON_SIGTERM, ENV_GIANT_BYTES, ENV_GIANT_REFUSE, ENV_INTERVAL,
+    ENV_LABEL_FIELDS, ENV_LABEL_VALUES, ENV_LEAK_LEVEL, ENV_LEAK_MIN_BYTES, ENV_LEAK_SNAPSHOTS,
+    ENV_LONG_POLL, ENV_MAX_SPAN_PATHS, ENV_OOM_THRESHOLDS, ENV_PEAK_EVERY, ENV_SAMPLE_RATE,
+    ENV_SHUTDOWN_TIMEOUT, ENV_SLOW_SPAN, ENV_TEMPORARY, ENV_TOGGLE_SIGNAL, ENV_TRACE_LINKS,
+    ENV_VARS,
 };
 use env::{env_var, warn_unknown_variables};
 pub use parse::{MAX_DURATION, MAX_LEAK_SNAPSHOTS, MIN_GIANT_BYTES, MIN_INTERVAL};
@@ -71,36 +72,41 @@ pub const DEFAULT_OOM_THRESHOLDS: [u8; 3] = [80, 90, 95];
 /// The shortest period of the heap's peak watch: 10 ms.
 pub const MIN_PEAK_EVERY: Duration = Duration::from_millis(10);
 
-/// A signal that pauses and resumes profiling (see [`crate::Profiler::pause`]).
+/// A signal a setting names: the one that pauses and resumes profiling
+/// ([`Config::toggle_signal`], see [`crate::Profiler::pause`]), the one that writes the flight
+/// recorder's recording ([`Config::flight_signal`]). Each setting takes its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ToggleSignal {
+pub enum UserSignal {
     /// `SIGUSR1`.
     Usr1,
     /// `SIGUSR2`.
     Usr2,
 }
 
-impl ToggleSignal {
+/// The name [`UserSignal`] had when only the toggle used it.
+pub type ToggleSignal = UserSignal;
+
+impl UserSignal {
     pub(crate) fn number(self) -> libc::c_int {
         match self {
-            ToggleSignal::Usr1 => libc::SIGUSR1,
-            ToggleSignal::Usr2 => libc::SIGUSR2,
+            UserSignal::Usr1 => libc::SIGUSR1,
+            UserSignal::Usr2 => libc::SIGUSR2,
         }
     }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            ToggleSignal::Usr1 => "SIGUSR1",
-            ToggleSignal::Usr2 => "SIGUSR2",
+            UserSignal::Usr1 => "SIGUSR1",
+            UserSignal::Usr2 => "SIGUSR2",
         }
     }
 
     /// `SIGUSR1` or `SIGUSR2`, with or without `SIG`, in any case.
     fn parse(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
-            "USR1" => Ok(ToggleSignal::Usr1),
-            "USR2" => Ok(ToggleSignal::Usr2),
+            "USR1" => Ok(UserSignal::Usr1),
+            "USR2" => Ok(UserSignal::Usr2),
             _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
         }
     }
@@ -220,7 +226,10 @@ pub struct Config {
     /// See [`DEFAULT_LABEL_VALUES`].
     pub label_values: usize,
     /// A signal that pauses and resumes profiling; none by default.
-    pub toggle_signal: Option<ToggleSignal>,
+    pub toggle_signal: Option<UserSignal>,
+    /// A signal that writes an incident with the flight recorder's recording (cause
+    /// `signal`); none by default. Not the toggle signal.
+    pub flight_signal: Option<UserSignal>,
     /// Slow-span thresholds: spans of a path longer than its threshold are counted as slow
     /// (`tracing_prof_span_slow_total` at `/metrics`); none by default. See [`SlowSpan`].
     pub slow_spans: Vec<SlowSpan>,
@@ -268,6 +277,7 @@ impl Default for Config {
             label_fields: Vec::new(),
             label_values: DEFAULT_LABEL_VALUES,
             toggle_signal: None,
+            flight_signal: None,
             slow_spans: Vec::new(),
             long_poll: DEFAULT_LONG_POLL,
             peak_every: Some(crate::DEFAULT_PEAK_EVERY),
@@ -414,8 +424,11 @@ impl Config {
         if let Some(slow) = env_var(ENV_SLOW_SPAN, SlowSpan::parse_list)? {
             self.slow_spans = slow;
         }
-        if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, ToggleSignal::parse)? {
+        if let Some(sig) = env_var(ENV_TOGGLE_SIGNAL, UserSignal::parse)? {
             self.toggle_signal = Some(sig);
+        }
+        if let Some(sig) = env_var(ENV_FLIGHT_SIGNAL, UserSignal::parse)? {
+            self.flight_signal = Some(sig);
         }
         if let Some(fields) = env_var(ENV_LABEL_FIELDS, parse_label_fields)? {
             self.label_fields = fields;
@@ -473,6 +486,17 @@ impl Config {
                 setting: "label_fields",
                 reason,
             })?;
+        if let Some(sig) = self.flight_signal
+            && self.toggle_signal == Some(sig)
+        {
+            return Err(ConfigError::Value {
+                setting: "flight_signal (TRACING_PROF_FLIGHT_SIGNAL)",
+                reason: format!(
+                    "{} is the toggle signal (TRACING_PROF_TOGGLE_SIGNAL) already: give each its own",
+                    sig.name()
+                ),
+            });
+        }
         if !(1..=crate::labels::MAX_LABEL_VALUES).contains(&self.label_values) {
             return Err(ConfigError::Value {
                 setting: "label_values",
@@ -580,11 +604,11 @@ mod tests {
     #[test]
     fn toggle_signals_parse_by_name() {
         for ok in ["SIGUSR2", "usr2", " SigUsr2 "] {
-            assert_eq!(ToggleSignal::parse(ok), Ok(ToggleSignal::Usr2), "{ok}");
+            assert_eq!(UserSignal::parse(ok), Ok(UserSignal::Usr2), "{ok}");
         }
-        assert_eq!(ToggleSignal::parse("SIGUSR1"), Ok(ToggleSignal::Usr1));
+        assert_eq!(UserSignal::parse("SIGUSR1"), Ok(UserSignal::Usr1));
         for bad in ["SIGTERM", "12", ""] {
-            assert!(ToggleSignal::parse(bad).is_err(), "{bad}");
+            assert!(UserSignal::parse(bad).is_err(), "{bad}");
         }
     }
 

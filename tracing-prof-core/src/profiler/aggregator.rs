@@ -37,9 +37,10 @@ pub(super) struct Aggregator {
     pub(super) giants: bool,
     /// Span paths whose long polls were reported (once each).
     pub(super) long_polls_reported: std::collections::HashSet<Vec<tracing_prof_model::SpanFrame>>,
-    /// Whether a toggle signal is configured, and the toggles handled so far.
-    pub(super) toggle_signal: bool,
-    pub(super) toggles_seen: u64,
+    /// The toggle signal and the flight recorder's, each with the count of it handled so far
+    /// (see `crate::user_signal`).
+    pub(super) toggle_signal: Option<(crate::UserSignal, u64)>,
+    pub(super) flight_signal: Option<(crate::UserSignal, u64)>,
     /// `seq` of the last giant allocation read.
     pub(super) next_giant: u64,
     /// Reads the heap for its peak (see `crate::peak`).
@@ -87,15 +88,25 @@ impl Aggregator {
             if tick.is_some() {
                 wake = wake.min(next_tick);
             }
-            if self.toggle_signal {
-                wake = wake.min(Instant::now() + crate::pause::TOGGLE_POLL);
-                if crate::pause::toggles_since(&mut self.toggles_seen) % 2 == 1 {
+            if let Some((sig, seen)) = &mut self.toggle_signal {
+                wake = wake.min(Instant::now() + crate::user_signal::POLL);
+                if crate::user_signal::received_since(*sig, seen) % 2 == 1 {
                     let paused = self.shared.paused.load(Ordering::Acquire);
                     self.shared.set_paused(!paused);
                 }
             }
+            if let Some((sig, seen)) = &mut self.flight_signal {
+                wake = wake.min(Instant::now() + crate::user_signal::POLL);
+                if crate::user_signal::received_since(*sig, seen) > 0 {
+                    let reason = format!(
+                        "{} received: the flight recorder's recording, on demand",
+                        sig.name()
+                    );
+                    self.incident("signal".to_owned(), reason, None, &mut no_events);
+                }
+            }
             match inbox.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-                // Woken for the peak or the toggle, not for a drain or an export.
+                // Woken for the peak or a signal, not for a drain or an export.
                 Err(RecvTimeoutError::Timeout)
                     if Instant::now() < next && (!sampling || Instant::now() < next_drain) => {}
                 Err(RecvTimeoutError::Timeout) if Instant::now() < next => {

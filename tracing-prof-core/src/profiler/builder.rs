@@ -308,8 +308,19 @@ impl ProfilerBuilder {
     /// [`Profiler::pause`]); `TRACING_PROF_TOGGLE_SIGNAL`. None by default: `SIGUSR1` and
     /// `SIGUSR2` kill a process that does not handle them, and a profiler must not change
     /// that unasked. Building fails if the application already handles (or ignores) it.
-    pub fn toggle_signal(mut self, signal: Option<crate::ToggleSignal>) -> Self {
+    pub fn toggle_signal(mut self, signal: Option<crate::UserSignal>) -> Self {
         self.config.toggle_signal = signal;
+        self
+    }
+
+    /// A signal that writes an incident (cause `signal`) with the flight recorder's recording,
+    /// each time it arrives, within 100 ms, from the aggregator thread; `TRACING_PROF_FLIGHT_SIGNAL`.
+    /// None by default, for the toggle's reasons; not the toggle signal. Building fails if the
+    /// application already handles (or ignores) it. A signal delivered while the aggregator is
+    /// busy with an export is handled after it; several delivered between two looks write one
+    /// incident.
+    pub fn flight_signal(mut self, signal: Option<crate::UserSignal>) -> Self {
+        self.config.flight_signal = signal;
         self
     }
 
@@ -407,8 +418,15 @@ impl ProfilerBuilder {
             leak_level: self.config.leak_level,
             giants: self.config.giant_bytes.is_some(),
             long_polls_reported: std::collections::HashSet::new(),
-            toggle_signal: self.config.toggle_signal.is_some(),
-            toggles_seen: 0,
+            // Only signals from now on: earlier ones were an earlier profiler's.
+            toggle_signal: self
+                .config
+                .toggle_signal
+                .map(|sig| (sig, crate::user_signal::received(sig))),
+            flight_signal: self
+                .config
+                .flight_signal
+                .map(|sig| (sig, crate::user_signal::received(sig))),
             // Only records made from now on: older ones belong to an earlier profiler.
             next_giant: tracing_prof_alloc::__private::giant_allocations_end(),
             peak_watch: crate::peak::PeakWatch::default(),
