@@ -25,7 +25,8 @@ pub(crate) struct Select {
 
 /// One profile of a window, ready to encode.
 pub(crate) struct Pushed {
-    /// Pyroscope's name for it: `process_cpu`, `memory`, `span_memory` or `spans`.
+    /// Pyroscope's name for it: `process_cpu`, `memory`, `span_memory`, `spans`, or at the
+    /// heap's peak `memory_peak` and `span_memory_peak`.
     pub(crate) name: &'static str,
     pub(crate) sample_types: Vec<SampleType>,
     /// The pprof message, within [`MAX_SAMPLES`] and [`MAX_PROFILE_BYTES`].
@@ -35,9 +36,15 @@ pub(crate) struct Pushed {
 /// The profiles of one window that have samples: CPU (sampled stacks, or with CPU sampling off
 /// and a CPU clock on, the CPU time of each span path), memory (sampled stacks, or exact span
 /// paths when heap sampling is off), exact memory per span path beside sampled stacks when
-/// `select.span_memory`, and span counts. Returns them and how many samples were merged to
-/// keep within the limits (the smallest first, totals unchanged).
-pub(crate) fn window_profiles(window: &Snapshot, select: Select) -> (Vec<Pushed>, usize) {
+/// `select.span_memory`, and span counts; with a `peak` (a heap peak read since the last push),
+/// memory as it was at the peak (and exact memory per span path then, with
+/// `select.span_memory`). Returns them and how many samples were merged to keep within the
+/// limits (the smallest first, totals unchanged).
+pub(crate) fn window_profiles(
+    window: &Snapshot,
+    select: Select,
+    peak: Option<&Snapshot>,
+) -> (Vec<Pushed>, usize) {
     let mut out: Vec<(&'static str, Profile)> = Vec::new();
     let spans = window.profile(ProfileKind::Spans);
     if ProfileKind::Cpu.is_available(window) {
@@ -63,6 +70,18 @@ pub(crate) fn window_profiles(window: &Snapshot, select: Select) -> (Vec<Pushed>
     if select.span_memory && ProfileKind::Heap.is_sampled(window) {
         // Exact per span path, beside the sampled stacks; unsampled, `memory` is this already.
         out.push(("span_memory", window.profile(ProfileKind::SpanMemory)));
+    }
+    if let Some(peak) = peak {
+        // In use only: its allocation counters are totals since the start, where a series'
+        // are each window's own.
+        let in_use = |kind: ProfileKind| {
+            peak.profile(kind)
+                .with_sample_types(&["inuse_objects", "inuse_space"])
+        };
+        out.extend(in_use(ProfileKind::Heap).map(|p| ("memory_peak", p)));
+        if select.span_memory && ProfileKind::Heap.is_sampled(peak) {
+            out.extend(in_use(ProfileKind::SpanMemory).map(|p| ("span_memory_peak", p)));
+        }
     }
     if select.span_times {
         out.push(("spans", spans));
@@ -101,4 +120,46 @@ pub(crate) fn window_profiles(window: &Snapshot, select: Select) -> (Vec<Pushed>
         })
         .collect();
     (profiles, merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+    use tracing_prof_model::{PathKind, PathProfile, SpanFrame};
+
+    /// A snapshot whose span path `app::name` holds `bytes` in one block (heap sampling off:
+    /// memory is the exact span paths).
+    fn holding(name: &str, bytes: u64) -> Snapshot {
+        let mut s = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
+        let mut p = PathProfile::new(
+            PathKind::Span,
+            vec![SpanFrame::new("app", name, None, None)],
+        );
+        p.memory.alloc_objects = 3;
+        p.memory.alloc_bytes = 3 * bytes;
+        p.memory.inuse_objects = 1;
+        p.memory.inuse_bytes = bytes;
+        s.paths.push(p);
+        s
+    }
+
+    #[test]
+    fn a_peak_goes_as_memory_in_use_at_the_peak() {
+        let window = holding("plateau", 16 << 20);
+        let (without, _) = window_profiles(&window, Select::default(), None);
+        assert!(without.iter().all(|p| !p.name.ends_with("_peak")));
+
+        let peak = holding("spike", 64 << 20);
+        let (with, _) = window_profiles(&window, Select::default(), Some(&peak));
+        let sent: Vec<&str> = with.iter().map(|p| p.name).collect();
+        assert_eq!(sent, ["memory", "memory_peak"]);
+        let p = &with[1];
+        let types: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(types, ["inuse_objects", "inuse_space"]);
+        let profile = Profile::decode(&prost::Message::encode_to_vec(&p.message)).unwrap();
+        assert_eq!(profile.total(1), 64 << 20);
+        assert_eq!(profile.total(0), 1);
+        assert!(profile.samples[0].stack[0].function.ends_with("spike"));
+    }
 }

@@ -151,7 +151,10 @@ fn every_kind_arrives_with_the_snapshots_numbers() {
             });
         }
     });
-    let snapshot = guard.profiler().snapshot();
+    let mut snapshot = guard.profiler().snapshot();
+    // As an export carries it: the heap at its peak, here the same memory.
+    let peak = snapshot.clone();
+    snapshot.heap_peak = Some(std::sync::Arc::new(peak.clone()));
     let receiver = OtlpReceiver::start();
     let mut exporter = exporter(&receiver);
     let stats = exporter.stats();
@@ -185,6 +188,23 @@ fn every_kind_arrives_with_the_snapshots_numbers() {
         // Every sample type of the kind (for spans: counts, wall, busy, idle, CPU...).
         let p = snapshot.profile(kind);
         for i in 0..p.sample_types.len() {
+            for (k, v) in expected(&p, i, series, period_type, 1) {
+                *want.entry(k).or_default() += v;
+            }
+        }
+    }
+    // The peak: memory in use, and exact memory per span path in use, as they were.
+    for (kind, series, period_type) in [
+        (ProfileKind::Heap, "memory_peak", "memory_peak:bytes"),
+        (
+            ProfileKind::SpanMemory,
+            "span_memory_peak",
+            "span_memory_peak:bytes",
+        ),
+    ] {
+        let p = peak.profile(kind);
+        for ty in ["inuse_objects", "inuse_space"] {
+            let i = p.sample_type_index(ty).unwrap();
             for (k, v) in expected(&p, i, series, period_type, 1) {
                 *want.entry(k).or_default() += v;
             }

@@ -90,14 +90,30 @@ fn both_apis_pass_every_rule_of_a_real_server() {
             "memory:alloc_space:bytes:space:bytes",
             "memory:inuse_objects:count:space:bytes",
             "memory:inuse_space:bytes:space:bytes",
+            "memory_peak:inuse_objects:count:space:bytes",
+            "memory_peak:inuse_space:bytes:space:bytes",
             "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
             "process_cpu:samples:count:cpu:nanoseconds",
             "span_memory:alloc_objects:count:space:bytes",
             "span_memory:alloc_space:bytes:space:bytes",
             "span_memory:inuse_objects:count:space:bytes",
             "span_memory:inuse_space:bytes:space:bytes",
+            "span_memory_peak:inuse_objects:count:space:bytes",
+            "span_memory_peak:inuse_space:bytes:space:bytes",
             "spans:spans:count:spans:count",
         ]
+    );
+    // The heap's peak goes once, in the push of the window in which it was read: each one
+    // pushed is higher than the one before.
+    let peaks: Vec<i64> = pushed
+        .iter()
+        .flatten()
+        .filter(|s| label(&s.labels, "__name__") == "span_memory_peak")
+        .map(|s| s.profile.samples.iter().map(|(_, v)| v[1]).sum())
+        .collect();
+    assert!(
+        !peaks.is_empty() && peaks.windows(2).all(|w| w[0] < w[1]),
+        "{peaks:?}"
     );
     let mut store = Ingester1x::default();
     let mut no_delta_label = Ingester1x::default();
@@ -173,7 +189,7 @@ fn both_apis_pass_every_rule_of_a_real_server() {
             "process_cpu:samples:count:cpu:nanoseconds",
             "spans:spans:count:spans:count",
         ],
-        "span_memory would land in `memory` through /ingest: it is not sent there"
+        "span_memory and the peak would land in `memory` through /ingest: they are not sent there"
     );
     let mut store = Ingester1x::default();
     for s in per_interval.iter().flatten() {

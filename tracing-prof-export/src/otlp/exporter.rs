@@ -76,6 +76,7 @@ impl Sink for OtlpExporter {
     /// Encodes and queues; never waits on the network.
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         let window = self.outbox.window(profile);
+        let peak = self.outbox.new_peak(profile);
         let (pushed, merged) = window_profiles(
             &window,
             Select {
@@ -83,6 +84,7 @@ impl Sink for OtlpExporter {
                 span_times: true,
                 span_path_labels: true,
             },
+            peak.as_deref(),
         );
         self.outbox.merged(merged);
         let bodies = encode(&pushed, &self.resource);

@@ -27,6 +27,7 @@
 //! | heap | `alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space` | `memory`, `bytes`, period the sampling rate |
 //! | exact memory per span path (beside sampled heap) | the same four | `span_memory`, `bytes`, period 1 |
 //! | spans | `spans`, `wall`, `busy`, `idle` and the CPU times measured | `spans`, `count`, period 1 |
+//! | the heap at its peak, once a new one is read | `inuse_objects`, `inuse_space` | `memory_peak` (as heap), `span_memory_peak` (as exact memory) |
 //!
 //! Frames are those of the pprof files: span frames (`request [span]`) above the code frames.
 //! A sample's attributes are its string pprof labels (your span fields, `long_poll`...; numeric

@@ -72,11 +72,12 @@ impl Sink for PyroscopeExporter {
     /// Encodes and queues; never waits on the network.
     fn export(&mut self, profile: &Snapshot) -> Result<(), SinkError> {
         let window = self.outbox.window(profile);
+        let peak = self.outbox.new_peak(profile);
         let from = window
             .time
             .checked_sub(window.duration)
             .unwrap_or(window.time);
-        let (series, merged) = series_of(&window, self.api);
+        let (series, merged) = series_of(&window, self.api, peak.as_deref());
         self.outbox.merged(merged);
         if series.is_empty() {
             return Ok(()); // a push without a profile is refused ("no profiles received")

@@ -21,6 +21,7 @@
 //! | `memory` | the `heap` kind: sampled code stacks under span paths (exact span paths when heap sampling is off) | Go's four, `memory:{alloc,inuse}_{objects,space}:...:space:bytes` |
 //! | `span_memory` | exact memory per span path, beside sampled `memory` (push API only: `/ingest` would name it `memory`, counting it twice) | as `memory`, under `span_memory`: bytes and counts, shown as such |
 //! | `spans` | spans closed per span path | `spans:spans:count:spans:count` |
+//! | `memory_peak`, `span_memory_peak` | memory in use at the heap's peak, sampled stacks and exact per span path, in the push of the window in which a new peak was read (push API only, as `span_memory`) | `inuse_objects` and `inuse_space` of `memory`'s and `span_memory`'s |
 //!
 //! Wall, busy and idle time per span path are not pushed: no profile type the UI knows holds
 //! wall time, and under another it would show nanoseconds as plain counts. They are in the

@@ -13,16 +13,23 @@ pub(super) struct Series {
     pub(super) pprof: Vec<u8>,
 }
 
-/// The series of one window, named as the Pyroscope UI knows them (see the module docs).
-pub(super) fn series_of(window: &Snapshot, api: PyroscopeApi) -> (Vec<Series>, usize) {
-    // `/ingest` would name `span_memory` `memory` too (from its sample types), counting
-    // memory twice.
+/// The series of one window, named as the Pyroscope UI knows them (see the module docs), and
+/// on the push API the heap at a `peak` read since the last push.
+pub(super) fn series_of(
+    window: &Snapshot,
+    api: PyroscopeApi,
+    peak: Option<&Snapshot>,
+) -> (Vec<Series>, usize) {
+    // `/ingest` would name `span_memory` and the peak's `memory` too (from their sample
+    // types), counting memory twice.
+    let push = api == PyroscopeApi::Push;
     let (profiles, merged) = window_profiles(
         window,
         Select {
-            span_memory: api == PyroscopeApi::Push,
+            span_memory: push,
             ..Select::default()
         },
+        peak.filter(|_| push),
     );
     let series = profiles
         .into_iter()
@@ -65,7 +72,7 @@ mod tests {
     #[test]
     fn a_window_beyond_pyroscopes_sample_limit_is_merged_not_rejected() {
         let n = MAX_SAMPLES as u64 + 500;
-        let (series, merged) = series_of(&cpu_window(n), PyroscopeApi::Push);
+        let (series, merged) = series_of(&cpu_window(n), PyroscopeApi::Push, None);
         assert_eq!(merged, 501);
         let cpu = series.iter().find(|s| s.name == "process_cpu").unwrap();
         let p = Profile::decode(&cpu.pprof).unwrap();
@@ -80,7 +87,7 @@ mod tests {
         assert_eq!(&*other.stack[0].function, "(501 smaller stacks merged)");
         assert_eq!(other.values[0], (1..=501).sum::<i64>(), "the smallest ones");
 
-        let (series, merged) = series_of(&cpu_window(100), PyroscopeApi::Push);
+        let (series, merged) = series_of(&cpu_window(100), PyroscopeApi::Push, None);
         assert_eq!(merged, 0);
         let names: Vec<&str> = series.iter().map(|s| s.name).collect();
         // No span path and no memory in this window: only CPU.
@@ -109,7 +116,7 @@ mod tests {
             .collect();
         w.cpu_stacks.push(s);
         assert!(w.profile(ProfileKind::Cpu).samples.len() > MAX_SAMPLES);
-        let (series, merged) = series_of(&w, PyroscopeApi::Push);
+        let (series, merged) = series_of(&w, PyroscopeApi::Push, None);
         assert_eq!(merged, 0);
         let cpu = series.iter().find(|s| s.name == "process_cpu").unwrap();
         let p = Profile::decode(&cpu.pprof).unwrap();

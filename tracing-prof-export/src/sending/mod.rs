@@ -204,6 +204,8 @@ pub(crate) use policy_setters;
 /// sent, so that each batch is a window since it ([`Outbox::window`]).
 pub(crate) struct Outbox<B> {
     previous: Option<tracing_prof_model::Snapshot>,
+    /// The heap's peak as last handed out by [`Outbox::new_peak`].
+    peak_sent: Option<Arc<tracing_prof_model::Snapshot>>,
     queue: Option<Sender<B>>,
     /// A receiver of the same queue, to drop the oldest batch when it is full.
     oldest: Receiver<B>,
@@ -248,6 +250,7 @@ impl<B: Send + 'static> Outbox<B> {
             })?;
         Ok(Outbox {
             previous: None,
+            peak_sent: None,
             queue: Some(queue),
             oldest,
             stats,
@@ -276,6 +279,24 @@ impl<B: Send + 'static> Outbox<B> {
         };
         self.previous = Some(profile.clone());
         window
+    }
+
+    /// The heap's peak that `profile` carries, if it is not the one this outbox last handed
+    /// out: a peak is sent once, in the window in which it was read.
+    pub(crate) fn new_peak(
+        &mut self,
+        profile: &tracing_prof_model::Snapshot,
+    ) -> Option<Arc<tracing_prof_model::Snapshot>> {
+        let peak = profile.heap_peak.as_ref()?;
+        if self
+            .peak_sent
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, peak))
+        {
+            return None;
+        }
+        self.peak_sent = Some(Arc::clone(peak));
+        Some(Arc::clone(peak))
     }
 
     /// Counts `n` samples merged to keep a profile within a server's limits.
