@@ -21,8 +21,9 @@ pub const DEFAULT_FLIGHT_BYTES: usize = 8 << 20;
 const KINDS: [ProfileKind; 6] = ProfileKind::DISTINCT;
 
 /// One recorded file: its name in a recording (`20261128T010203.456Z-7/heap.pb.gz`: the
-/// window's end and number, the kind) and its bytes.
-pub type FlightFile = (String, Vec<u8>);
+/// window's end and number, the kind) and its bytes, shared with the recorder: a recording
+/// handed out (to an incident, to `/debug/pprof/flightrecorder`) copies no profile.
+pub type FlightFile = (String, Arc<[u8]>);
 
 /// The recorder (the aggregator's; read by the profiler's handle).
 #[derive(Debug)]
@@ -86,7 +87,12 @@ impl FlightRecorder {
             let files: Vec<FlightFile> = KINDS
                 .into_iter()
                 .filter(|k| k.is_available(&window))
-                .map(|k| (format!("{stamp}/{}.pb.gz", k.name()), window.encode(k)))
+                .map(|k| {
+                    (
+                        format!("{stamp}/{}.pb.gz", k.name()),
+                        window.encode(k).into(),
+                    )
+                })
                 .collect();
             let bytes = files.iter().map(|f| f.1.len()).sum::<usize>();
             self.bytes += bytes;

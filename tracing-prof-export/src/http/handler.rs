@@ -440,11 +440,7 @@ fn flight_tar(files: &[tracing_prof_core::FlightFile]) -> std::io::Result<Vec<u8
         header.set_mode(0o444);
         header.set_mtime(now);
         header.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(
-            &mut header,
-            format!("flightrecorder/{name}"),
-            bytes.as_slice(),
-        )?;
+        tar.append_data(&mut header, format!("flightrecorder/{name}"), &bytes[..])?;
     }
     tar.into_inner()?.finish()
 }
