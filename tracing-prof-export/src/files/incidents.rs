@@ -144,9 +144,11 @@ fn text(incident: &Incident, files: &[(String, String)]) -> String {
             .filter_map(|(n, _)| n.split_once('/').map(|w| w.0))
             .collect();
         t.push_str(&format!(
-            "  {FLIGHT_DIR}/                     the flight recorder: {} windows before it, each \
-             interval's own numbers (END-N/KIND.pb.gz)\n",
-            windows.len()
+            "  {:<28} the flight recorder: {} window{} before it, each interval's own numbers \
+             (END-N/KIND.pb.gz)\n",
+            format!("{FLIGHT_DIR}/"),
+            windows.len(),
+            if windows.len() == 1 { "" } else { "s" }
         ));
     }
     t.push_str(
