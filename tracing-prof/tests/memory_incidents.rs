@@ -571,9 +571,14 @@ fn the_flight_signal_writes_the_recording_on_demand() {
         });
         guard.flush(Duration::from_secs(30)).unwrap();
     }
+    // Whole incidents: one being written is `NAME.partial` until renamed.
     let incidents = || -> Vec<std::path::PathBuf> {
         std::fs::read_dir(dir.path().join("incidents"))
-            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .map(|d| {
+                d.map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_none_or(|x| x != "partial"))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     assert!(incidents().is_empty());

@@ -24,7 +24,9 @@ impl FileExporter {
     /// of that moment (`heap.pb.gz`, ...), the heap's peak (`heap_peak.pb.gz`,
     /// `span_memory_peak.pb.gz`), the flight recorder's windows (`flight/END-N/KIND.pb.gz`)
     /// and [`INCIDENT_FILE`]; returns the folder. Created and judged as the profile directory
-    /// is; the newest [`KEEP_INCIDENTS`] folders, of every run, are kept.
+    /// is; the newest [`KEEP_INCIDENTS`] folders, of every run, are kept. Written as
+    /// `NAME.partial` and renamed when whole: a reader never sees half an incident, and one cut
+    /// short (the process killed while writing it) stays, named so.
     pub fn write_incident(&mut self, incident: &Incident) -> Result<PathBuf, FileError> {
         self.make_dirs()?;
         let base = self.dir.join(INCIDENTS_DIR);
@@ -50,7 +52,9 @@ impl FileExporter {
                 }
             })
             .collect();
-        let dir = base.join(format!("{}-{cause}-{}", utc_stamp(us), self.run));
+        let name = format!("{}-{cause}-{}", utc_stamp(us), self.run);
+        let done = base.join(&name);
+        let dir = base.join(format!("{name}.partial"));
         fs::create_dir(&dir).map_err(io_error("create directory", &dir))?;
         // Pruned with the others even when writing it fails half-way (a full disk).
         prune(&base, KEEP_INCIDENTS.saturating_sub(1));
@@ -83,7 +87,8 @@ impl FileExporter {
             self.write_file(&into, file, bytes)?;
         }
         self.write_file(&dir, INCIDENT_FILE, text(incident, &files).as_bytes())?;
-        Ok(dir)
+        fs::rename(&dir, &done).map_err(io_error("rename", &done))?;
+        Ok(done)
     }
 }
 

@@ -22,12 +22,12 @@ pub(super) fn text(
     line("The newest of each kind, replaced at every export:");
     for kind in kinds {
         let name = format!("{}.latest.pb.gz", kind.name());
-        line(&format!("  {name:<28}{}", kind.description()));
+        line(&format!("  {name:<31}{}", kind.description()));
     }
     for kind in super::PEAK_KINDS.iter().filter(|k| kinds.contains(k)) {
         let name = format!("{}{}.latest.pb.gz", kind.name(), super::PEAK_SUFFIX);
         line(&format!(
-            "  {name:<28} the same at the heap's highest since the start"
+            "  {name:<31}the same at the heap's highest since the start"
         ));
     }
     if kinds.contains(&ProfileKind::Cpu) {
@@ -35,11 +35,11 @@ pub(super) fn text(
     }
     if deltas {
         line(
-            "  KIND-delta.latest.pb.gz     the last interval only: counters over it, memory at its end",
+            "  KIND-delta.latest.pb.gz        the last interval only: counters over it, memory at its end",
         );
     }
     if !flamegraphs.is_empty() {
-        line("  KIND.latest.TYPE.svg        flame graphs of one sample type, for a browser");
+        line("  KIND.latest.TYPE.svg           flame graphs of one sample type, for a browser");
     }
     line("");
     let kept = match keep {
@@ -56,8 +56,9 @@ pub(super) fn text(
         super::INCIDENT_FILE
     ));
     line(
-        "set near the cgroup's memory limit, a slow span, a first long poll, a doubled heap peak.",
+        "set near the cgroup's memory limit, a slow span, a first long poll, a doubled heap peak,",
     );
+    line("the flight signal (TRACING_PROF_FLIGHT_SIGNAL) when one is set.");
     line("");
     line("Open them:");
     let mut cmd = |c: &str, what: &str| line(&format!("  {c:<60}{what}"));

@@ -79,8 +79,8 @@ fn the_directory_holds_the_index_the_newest_files_and_captures() {
     }
     let index = std::fs::read_to_string(dir.join(INDEX_FILE)).unwrap();
     for line in [
-        "  spans.latest.pb.gz          time per span path: count, wall, busy, idle, CPU, off-CPU",
-        "  KIND-delta.latest.pb.gz     the last interval only: counters over it, memory at its end",
+        "  spans.latest.pb.gz             time per span path: count, wall, busy, idle, CPU, off-CPU",
+        "  KIND-delta.latest.pb.gz        the last interval only: counters over it, memory at its end",
         "captures/ holds every export's files, KIND.PID.TIMESTAMP.RUN.pb.gz (the newest 2 \
          exports of each run are kept).",
         "  tracing-prof leaks captures/heap.*.pb.gz                    the code that holds it",
