@@ -154,6 +154,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Some(m) = &profile.process_memory {
         println!("Process memory: {}.\n", m.describe());
     }
+    let incidents = profiler.stats().incidents;
+    if incidents > 0 {
+        println!(
+            "Incidents written: {incidents}, in the profile directory's incidents/ (each \
+             folder's incident.txt says why; docs/incidents.md).\n"
+        );
+    }
     print_cpu(&profile, &profiler.stats().cpu);
     otel.finish(&profile);
     print_stacks(&profile);
