@@ -290,12 +290,13 @@ fn bore_under_load_reads_as_its_source_and_perf_say() {
     // hundred bytes more (its sockets' registrations with tokio's driver, the codec's
     // delimiters, the decoded frame's shared header: 298 B a tunnel here); it gives all of it
     // back when it closes. (The Hello handler's stale-connection tasks, a few hundred bytes
-    // each, are under `control` too, alive in both captures unless 10 s pass between them.)
+    // each, are under `control` too, alive in both captures unless their 10 s ran out in
+    // between, on a slow machine: then they count here too, hence up to 2 KiB over.)
     let inuse = |name: &str| raw(&dir, name).value(&[CONTROL], "inuse_space");
     let held = inuse("open-span_memory") - inuse("closed-span_memory");
     let per = held / CONNECTIONS as i64;
     assert!(
-        (BUFFERS..BUFFERS + 1024).contains(&per),
+        (BUFFERS..BUFFERS + 2048).contains(&per),
         "{held} B held by {CONNECTIONS} tunnels"
     );
     // Spans: one `control` per tunnelled connection has closed (the client's Hello is still open).
