@@ -172,7 +172,7 @@ fn bore_under_load_reads_as_its_source_and_perf_say() {
     std::fs::create_dir_all(&dir).unwrap();
     let perf = perf_runs(&dir);
     let exe = std::env::current_exe().unwrap();
-    let mut cmd = if perf {
+    let cmd = if perf {
         let mut c = Command::new("perf");
         c.args(["record", "-q", "-e", "cpu-clock", "-F", "997"])
             .args(["--call-graph", "dwarf,16384", "-o"])
@@ -183,20 +183,12 @@ fn bore_under_load_reads_as_its_source_and_perf_say() {
     } else {
         Command::new(&exe)
     };
-    let mut child = cmd
-        .args([
-            "--exact",
-            "bore_under_load_reads_as_its_source_and_perf_say",
-            "--nocapture",
-        ])
-        .env(CHILD, &dir)
-        .env("TRACING_PROF_DIR", dir.join("files"))
-        .env("TRACING_PROF_CPU_HZ", "1000")
-        .env("TRACING_PROF_INTERVAL", "1h")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::server_child(
+        cmd,
+        "bore_under_load_reads_as_its_source_and_perf_say",
+        CHILD,
+        &dir,
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     while line.trim() != "listening" {
@@ -433,57 +425,20 @@ impl Shares {
     }
 }
 
-/// Our CPU profile's stacks, as `go tool pprof -raw` reads them, by each frame's full name (its
-/// system name, which `-raw` prints in brackets where it differs from the shown one).
+/// Our CPU profile's stacks, as `go tool pprof -raw` reads them, by each frame's full (system)
+/// name; the sample count of each.
 fn ours_cpu(file: &Path) -> Vec<(Stack, u64)> {
-    let text = common::pprof(&["-raw"], file);
-    let (samples, locations) = text.split_once("\nLocations\n").expect("a Locations table");
-    let locations = locations.split("\nMappings\n").next().unwrap_or_default();
-    // "     1: 0x0 M=1 name file:line s=0(full name)", or "... name :0 s=0" without a file.
-    let mut frames = BTreeMap::new();
-    for l in locations.lines() {
-        let Some((id, rest)) = l.split_once(": 0x") else {
-            continue;
-        };
-        let Ok(id) = id.trim().parse::<u64>() else {
-            continue;
-        };
-        let Some((_, rest)) = rest.split_once(" M=").and_then(|(_, r)| r.split_once(' ')) else {
-            continue;
-        };
-        let Some((named, system)) = rest.rsplit_once(" s=0") else {
-            continue;
-        };
-        let (shown, place) = named.rsplit_once(' ').unwrap_or((named, ":0"));
-        let full = system
-            .strip_prefix('(')
-            .and_then(|s| s.strip_suffix(')'))
-            .unwrap_or(shown);
-        let origin = place.starts_with(':').then(String::new);
-        frames.insert(id, (full.to_owned(), origin));
-    }
-    let mut stacks = Vec::new();
-    for l in samples.lines() {
-        // "      7   7000000: 1 2 3 " — the sample count, the CPU time, then location ids.
-        let Some((values, ids)) = l.split_once(':') else {
-            continue;
-        };
-        let Some(Ok(n)) = values.split_whitespace().next().map(str::parse::<u64>) else {
-            continue;
-        };
-        let stack: Option<Stack> = ids
-            .split_whitespace()
-            .map(|id| {
-                id.parse::<u64>()
-                    .ok()
-                    .and_then(|id| frames.get(&id).cloned())
-            })
-            .collect();
-        if let Some(stack) = stack.filter(|s| !s.is_empty()) {
-            stacks.push((stack, n));
-        }
-    }
-    stacks
+    let (_, samples) = common::raw_samples(file);
+    samples
+        .into_iter()
+        .map(|(values, frames)| {
+            let stack = frames
+                .into_iter()
+                .map(|f| (f.system_name, (!f.has_file).then(String::new)))
+                .collect();
+            (stack, values[0] as u64)
+        })
+        .collect()
 }
 
 /// perf's samples of the same run, unwound with the binary's DWARF, inlined frames included

@@ -25,7 +25,7 @@
 use tracing_prof_test_support as common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use tracing_prof::{ProfileKind, TaggingAllocator};
 use tracing_prof_examples::resp::{self, command, send_all};
 use tracing_subscriber::prelude::*;
@@ -97,20 +97,12 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     }
     let dir = std::env::temp_dir().join(format!("tracing-prof-mini-redis-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "mini_redis_under_load_reads_as_its_source_says",
-            "--nocapture",
-        ])
-        .env(CHILD, &dir)
-        .env("TRACING_PROF_DIR", dir.join("files"))
-        .env("TRACING_PROF_CPU_HZ", "1000")
-        .env("TRACING_PROF_INTERVAL", "1h")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::server_child(
+        Command::new(std::env::current_exe().unwrap()),
+        "mini_redis_under_load_reads_as_its_source_says",
+        CHILD,
+        &dir,
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let addr = resp::server_addr(&mut out);
 

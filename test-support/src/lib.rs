@@ -167,6 +167,28 @@ pub fn pprof(args: &[&str], target: impl AsRef<std::ffi::OsStr>) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// The test binary run again as the profiled server of a real-code test (its own allocations
+/// and CPU stay out of the load generator's): `cmd` is the binary, or a wrapper that runs it
+/// (`perf record ... -- BINARY`); it gets the arguments that run `test` alone, `child_var` set
+/// to `dir` (the child's cue, and where it writes), its exports into `dir/files` at its end only
+/// (`TRACING_PROF_INTERVAL=1h`), CPU sampled at 1000 Hz, and stdin and stdout piped.
+pub fn server_child(
+    mut cmd: Command,
+    test: &str,
+    child_var: &str,
+    dir: &Path,
+) -> std::process::Child {
+    cmd.args(["--exact", test, "--nocapture"])
+        .env(child_var, dir)
+        .env("TRACING_PROF_DIR", dir.join("files"))
+        .env("TRACING_PROF_CPU_HZ", "1000")
+        .env("TRACING_PROF_INTERVAL", "1h")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the server child starts")
+}
+
 /// A profile as `go tool pprof -raw` prints it.
 #[derive(Debug)]
 pub struct Raw {
@@ -208,8 +230,26 @@ impl Raw {
     }
 }
 
-/// Parses `go tool pprof -raw TARGET`.
-pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
+/// One location of `go tool pprof -raw`'s table, as a frame.
+#[derive(Clone, Debug)]
+pub struct RawFrame {
+    /// The function's name as viewers show it.
+    pub name: String,
+    /// Its full (system) name, which `-raw` prints in brackets after `s=N` where it differs
+    /// from the shown one; the shown one otherwise.
+    pub system_name: String,
+    /// Whether the location names a source file (code frames from debug information have one;
+    /// those named from a symbol table alone, `send :0`, do not).
+    pub has_file: bool,
+}
+
+/// One sample of `go tool pprof -raw`: its values (one per sample type) and its frames, leaf
+/// first.
+pub type RawSample = (Vec<i64>, Vec<RawFrame>);
+
+/// Parses `go tool pprof -raw TARGET` sample by sample: the sample type names, then each
+/// sample.
+pub fn raw_samples(file: impl AsRef<std::ffi::OsStr>) -> (Vec<String>, Vec<RawSample>) {
     let text = pprof(&["-raw"], file);
     let mut lines = text.lines();
     for l in lines.by_ref() {
@@ -246,8 +286,9 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
             }
         }
     }
-    // "     1: 0x0 M=2 target::name [span] file.rs:10 s=0"
-    let mut names = BTreeMap::new();
+    // "     1: 0x0 M=2 target::name [span] file.rs:10 s=0", "... send :0 s=0", or with the full
+    // name after `s=0` in brackets.
+    let mut frames = BTreeMap::new();
     for l in lines {
         let Some((id, rest)) = l.split_once(':') else {
             continue;
@@ -255,31 +296,52 @@ pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
         let Ok(id) = id.trim().parse::<u64>() else {
             continue;
         };
-        // After "0x0 M=N ", drop " s=N" and the "file:line" word; the rest is the name,
-        // which may hold spaces ("(no span)", "app::request [span]").
+        // After "0x0 M=N ", the name (which may hold spaces: "(no span)", "app::request
+        // [span]"), the "file:line" word when there is one, then " s=N" and the full name.
         let Some((_, rest)) = rest.split_once(" M=") else {
             continue;
         };
         let Some((_, rest)) = rest.split_once(' ') else {
             continue;
         };
-        let rest = rest.rsplit_once(" s=").map_or(rest, |(r, _)| r);
-        // Less the `file:line` word, when there is one.
-        let name = match rest.rsplit_once(' ') {
+        let (rest, system) = rest.rsplit_once(" s=").unwrap_or((rest, ""));
+        let (name, file) = match rest.rsplit_once(' ') {
             Some((n, at))
                 if at
                     .rsplit_once(':')
                     .is_some_and(|(_, line)| line.chars().all(|c| c.is_ascii_digit())) =>
             {
-                n
+                (n, !at.starts_with(':'))
             }
-            _ => rest,
+            _ => (rest, false),
         };
-        names.insert(id, name.trim().to_owned());
+        let name = name.trim().to_owned();
+        let system_name = system
+            .split_once('(')
+            .and_then(|(_, s)| s.strip_suffix(')'))
+            .map_or_else(|| name.clone(), str::to_owned);
+        frames.insert(
+            id,
+            RawFrame {
+                name,
+                system_name,
+                has_file: file,
+            },
+        );
     }
+    let samples = raw_samples
+        .into_iter()
+        .map(|(vals, locs)| (vals, locs.iter().map(|id| frames[id].clone()).collect()))
+        .collect();
+    (types, samples)
+}
+
+/// Parses `go tool pprof -raw TARGET`: stacks by shown names, root first, values summed.
+pub fn raw(file: impl AsRef<std::ffi::OsStr>) -> Raw {
+    let (types, raw_samples) = raw_samples(file);
     let mut samples: BTreeMap<Vec<String>, Vec<i64>> = BTreeMap::new();
-    for (vals, locs) in raw_samples {
-        let stack: Vec<String> = locs.iter().rev().map(|id| names[id].clone()).collect();
+    for (vals, frames) in raw_samples {
+        let stack: Vec<String> = frames.into_iter().rev().map(|f| f.name).collect();
         let entry = samples.entry(stack).or_insert_with(|| vec![0; vals.len()]);
         for (e, v) in entry.iter_mut().zip(vals) {
             *e += v;

@@ -9,9 +9,49 @@
 //! so in-use memory stays right across a pause, and span enter and exit cost what they always
 //! do.
 
-use crate::UserSignal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+/// A signal a setting names: the one that pauses and resumes profiling
+/// ([`Config::toggle_signal`](crate::Config::toggle_signal), see [`crate::Profiler::pause`]),
+/// the one that writes the flight recorder's recording
+/// ([`Config::flight_signal`](crate::Config::flight_signal)). Each setting takes its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UserSignal {
+    /// `SIGUSR1`.
+    Usr1,
+    /// `SIGUSR2`.
+    Usr2,
+}
+
+/// The name [`UserSignal`] had when only the toggle used it.
+pub type ToggleSignal = UserSignal;
+
+impl UserSignal {
+    pub(crate) fn number(self) -> libc::c_int {
+        match self {
+            UserSignal::Usr1 => libc::SIGUSR1,
+            UserSignal::Usr2 => libc::SIGUSR2,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            UserSignal::Usr1 => "SIGUSR1",
+            UserSignal::Usr2 => "SIGUSR2",
+        }
+    }
+
+    /// `SIGUSR1` or `SIGUSR2`, with or without `SIG`, in any case.
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
+            "USR1" => Ok(UserSignal::Usr1),
+            "USR2" => Ok(UserSignal::Usr2),
+            _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
+        }
+    }
+}
 
 /// How often the aggregator looks for a signal, when one is configured.
 pub(crate) const POLL: Duration = Duration::from_millis(100);
@@ -54,5 +94,21 @@ pub(crate) fn install(signal: UserSignal) -> Result<(), String> {
             signal.name()
         )),
         Err(tracing_prof_cpu::disposition::Refused::Os(e)) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toggle_signals_parse_by_name() {
+        for ok in ["SIGUSR2", "usr2", " SigUsr2 "] {
+            assert_eq!(UserSignal::parse(ok), Ok(UserSignal::Usr2), "{ok}");
+        }
+        assert_eq!(UserSignal::parse("SIGUSR1"), Ok(UserSignal::Usr1));
+        for bad in ["SIGTERM", "12", ""] {
+            assert!(UserSignal::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -392,12 +392,9 @@ fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
         )
         .unwrap();
         let k = span_memory.sample_type_index("inuse_space").unwrap();
-        let grow: i64 = span_memory
-            .samples
-            .iter()
-            .filter(|s| matches!(&s.stack[..], [f] if f.function.ends_with("oom_grow")))
-            .map(|s| s.values[k])
-            .sum();
+        let grow = span_memory
+            .filtered(|s| matches!(&s.stack[..], [f] if f.function.ends_with("oom_grow")))
+            .total(k);
         assert!(
             // The chunks so far, and the vector that holds them.
             grow >= (200 * MIB) as i64 && grow <= (232 * MIB) as i64 + 1024,
@@ -458,12 +455,9 @@ fn the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them() {
     for (name, bytes) in spans {
         let p = tracing_prof::model::Profile::decode(bytes).unwrap();
         let k = p.sample_type_index("spans").unwrap();
-        let n: i64 = p
-            .samples
-            .iter()
-            .filter(|s| matches!(&s.stack[..], [f] if f.function.ends_with("fr_request")))
-            .map(|s| s.values[k])
-            .sum();
+        let n = p
+            .filtered(|s| matches!(&s.stack[..], [f] if f.function.ends_with("fr_request")))
+            .total(k);
         assert_eq!(n, 1, "one request in the window {name}");
     }
     assert!(

@@ -69,48 +69,10 @@ pub const DEFAULT_LONG_POLL: Option<Duration> = Some(Duration::from_millis(10));
 /// 80%, 90% and 95%.
 pub const DEFAULT_OOM_THRESHOLDS: [u8; 3] = [80, 90, 95];
 
+pub use crate::user_signal::{ToggleSignal, UserSignal};
+
 /// The shortest period of the heap's peak watch: 10 ms.
 pub const MIN_PEAK_EVERY: Duration = Duration::from_millis(10);
-
-/// A signal a setting names: the one that pauses and resumes profiling
-/// ([`Config::toggle_signal`], see [`crate::Profiler::pause`]), the one that writes the flight
-/// recorder's recording ([`Config::flight_signal`]). Each setting takes its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum UserSignal {
-    /// `SIGUSR1`.
-    Usr1,
-    /// `SIGUSR2`.
-    Usr2,
-}
-
-/// The name [`UserSignal`] had when only the toggle used it.
-pub type ToggleSignal = UserSignal;
-
-impl UserSignal {
-    pub(crate) fn number(self) -> libc::c_int {
-        match self {
-            UserSignal::Usr1 => libc::SIGUSR1,
-            UserSignal::Usr2 => libc::SIGUSR2,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            UserSignal::Usr1 => "SIGUSR1",
-            UserSignal::Usr2 => "SIGUSR2",
-        }
-    }
-
-    /// `SIGUSR1` or `SIGUSR2`, with or without `SIG`, in any case.
-    fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_uppercase().trim_start_matches("SIG") {
-            "USR1" => Ok(UserSignal::Usr1),
-            "USR2" => Ok(UserSignal::Usr2),
-            _ => Err(format!("expected SIGUSR1 or SIGUSR2, got {s:?}")),
-        }
-    }
-}
 
 /// An invalid setting.
 #[derive(thiserror::Error, PartialEq, Eq)]
@@ -599,17 +561,6 @@ mod tests {
                 "TRACING_PROF_INTERVALL is not a tracing-prof setting (did you mean TRACING_PROF_INTERVAL?); it is ignored",
             ]
         );
-    }
-
-    #[test]
-    fn toggle_signals_parse_by_name() {
-        for ok in ["SIGUSR2", "usr2", " SigUsr2 "] {
-            assert_eq!(UserSignal::parse(ok), Ok(UserSignal::Usr2), "{ok}");
-        }
-        assert_eq!(UserSignal::parse("SIGUSR1"), Ok(UserSignal::Usr1));
-        for bad in ["SIGTERM", "12", ""] {
-            assert!(UserSignal::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
