@@ -167,9 +167,9 @@ fn bore_under_load_reads_as_its_source_and_perf_say() {
         server(&dir);
         return;
     }
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("tracing-prof-bore-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed when dropped, a failing run's too (perf's data is about 45 MB).
+    let scratch = common::scratch_dir("bore");
+    let dir: PathBuf = scratch.path().to_path_buf();
     let perf = perf_runs(&dir);
     let exe = std::env::current_exe().unwrap();
     let cmd = if perf {
@@ -317,7 +317,6 @@ fn bore_under_load_reads_as_its_source_and_perf_say() {
         let theirs = Shares::under_handler(perf_cpu(&dir.join("perf.data"), &exe));
         compare_with_perf(&ours, &theirs);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Our names and shares against perf's for the same run: every function of the program's own

@@ -28,8 +28,8 @@ fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
 
 #[test]
 fn flamegraphs_folded_and_deltas() {
-    let dir = std::env::temp_dir().join(format!("tracing-prof-flames-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch_dir("flames");
+    let dir = scratch.path().join("profiles");
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .sink(FileExporter::new(&dir).deltas(true).flamegraphs(true))

@@ -108,8 +108,8 @@ fn exported_totals_equal_what_the_program_requested() {
     if !have_go {
         return; // reported by have_go
     }
-    let dir = std::env::temp_dir().join(format!("tracing-prof-totals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = common::scratch_dir("totals");
+    let dir = scratch.path();
     let file = dir.join("heap.pb.gz");
     std::fs::write(&file, profile.encode(ProfileKind::Heap)).unwrap();
     let (go_objects, go_bytes) = (

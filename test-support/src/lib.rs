@@ -377,18 +377,32 @@ pub fn traces(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Writes `profile` as `kind` into a fresh temporary file and returns its path.
+/// A fresh folder `tracing-prof-NAME-*` in the system's temporary folder, removed with what
+/// is in it when dropped, a failing test's too.
+#[cfg(feature = "pprof")]
+pub fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tracing-prof-{name}-"))
+        .tempdir()
+        .expect("a temporary folder")
+}
+
+/// Writes `profile` as `kind` into a fresh temporary file (`tracing-prof-NAME-*.pb.gz`) and
+/// returns its path, which removes the file when dropped (a failing test's too: each test
+/// process left a folder behind).
 #[cfg(feature = "pprof")]
 pub fn write_profile(
     profile: &tracing_prof_model::Snapshot,
     kind: tracing_prof_model::ProfileKind,
     name: &str,
-) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tracing-prof-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.pb.gz"));
-    std::fs::write(&path, profile.encode(kind)).unwrap();
-    path
+) -> tempfile::TempPath {
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("tracing-prof-{name}-"))
+        .suffix(".pb.gz")
+        .tempfile()
+        .expect("a temporary file");
+    std::io::Write::write_all(&mut file, &profile.encode(kind)).expect("the profile written");
+    file.into_temp_path()
 }
 
 /// The user documentation as one text: `README.md`, then each page of `docs/` in name order,

@@ -47,16 +47,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     turn
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tracing-prof-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh folder, removed when the returned handle is dropped.
+fn temp_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let d = common::scratch_dir(name);
+    let path = d.path().join("profiles");
+    (d, path)
 }
 
 #[test]
 fn files_every_interval_and_at_shutdown_pruned_and_readable() {
     let _turn = serial();
-    let dir = temp_dir("files");
+    let (_scratch, dir) = temp_dir("files");
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_millis(100))
         .sink(FileExporter::new(&dir).keep(3))
@@ -154,7 +155,7 @@ fn io_errors_are_reported_once_and_recovered_from() {
     if let Ok(dir) = std::env::var(CHILD) {
         return child(Path::new(&dir));
     }
-    let dir = temp_dir("ioerr");
+    let (_scratch, dir) = temp_dir("ioerr");
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -257,7 +258,7 @@ impl tracing_prof::Sink for Panics {
 #[test]
 fn a_panicking_sink_is_a_failed_export_and_profiling_goes_on() {
     let _turn = serial();
-    let dir = temp_dir("panics");
+    let (_scratch, dir) = temp_dir("panics");
     let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .sink(Panics)

@@ -42,7 +42,8 @@ impl<S: tracing::Subscriber> Layer<S> for Events {
 #[test]
 fn a_leak_is_suspected_and_a_steady_working_set_is_not() {
     const SNAPSHOTS: usize = 4;
-    let dir = std::env::temp_dir().join(format!("tracing-prof-leaks-{}", std::process::id()));
+    let scratch = common::scratch_dir("leaks");
+    let dir = scratch.path().join("profiles");
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .leak_detection(SNAPSHOTS, 8 * 1024)
