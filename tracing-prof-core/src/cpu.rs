@@ -594,5 +594,11 @@ mod tests {
         assert_eq!(named(NOTHING_UNWOUND_FRAME), 3);
         assert_eq!(named(TABLE_FULL_FRAME), 5);
         assert_eq!(named(ALL_TRIMMED_FRAME), 0);
+        // A later capture shares each stack's code frames with this one: built once.
+        let (again, _) = cpu.stacks(paths, &paths.index(), 1);
+        assert_eq!(again.len(), stacks.len());
+        for (a, b) in stacks.iter().zip(&again) {
+            assert!(Arc::ptr_eq(&a.code, &b.code), "{:?}", a.code);
+        }
     }
 }
