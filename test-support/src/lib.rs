@@ -172,12 +172,8 @@ pub fn pprof(args: &[&str], target: impl AsRef<std::ffi::OsStr>) -> String {
 /// (`perf record ... -- BINARY`); it gets the arguments that run `test` alone, `child_var` set
 /// to `dir` (the child's cue, and where it writes), its exports into `dir/files` at its end only
 /// (`TRACING_PROF_INTERVAL=1h`), CPU sampled at 1000 Hz, and stdin and stdout piped.
-pub fn server_child(
-    mut cmd: Command,
-    test: &str,
-    child_var: &str,
-    dir: &Path,
-) -> std::process::Child {
+pub fn server_child(mut cmd: Command, test: &str, child_var: &str, dir: &Path) -> ServerChild {
+    use std::os::unix::process::CommandExt;
     cmd.args(["--exact", test, "--nocapture"])
         .env(child_var, dir)
         .env("TRACING_PROF_DIR", dir.join("files"))
@@ -185,8 +181,39 @@ pub fn server_child(
         .env("TRACING_PROF_INTERVAL", "1h")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the server child starts")
+        .process_group(0);
+    ServerChild(cmd.spawn().expect("the server child starts"))
+}
+
+/// A [`server_child`], leader of a process group of its own (with `perf record` as `cmd`,
+/// perf and the server under it). Dropped while it still runs, as when the test fails before
+/// waiting for it, the whole group is killed and the child reaped: nothing is left running, or
+/// writing its final export into the test's folder while that folder is removed.
+#[derive(Debug)]
+pub struct ServerChild(std::process::Child);
+
+impl std::ops::Deref for ServerChild {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServerChild {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) with a negative pid signals that process group; the child leads
+            // its own group (`process_group(0)`) and is not reaped yet, so the group is its.
+            unsafe { libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// A profile as `go tool pprof -raw` prints it.

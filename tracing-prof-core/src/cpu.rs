@@ -72,7 +72,9 @@ struct Store {
     /// capture that reads the stack, then shared by every snapshot (an export's, the flight
     /// recorder's base, a pusher's last one, a capture in progress). Built anew per capture,
     /// they were the largest part of each export's memory: about 3 MiB per copy for an axum
-    /// service's thousand stacks after 20 s, with up to three copies alive at an export.
+    /// service's thousand stacks after 20 s, with up to three copies alive at an export. Kept
+    /// for the run: 40 bytes a frame, at most [`MAX_CPU_STACKS`] stacks (about 52 MiB at 80
+    /// frames a stack, at the cap; the flight recorder's base held as much before).
     code: Vec<Option<Arc<[CodeFrame]>>>,
     /// Samples that arrived while `resolved` was full.
     overflowed: u64,
@@ -479,12 +481,12 @@ impl Cpu {
                 resolved
                     .iter()
                     .map(|((tag, code), &id)| {
-                        let frames = built[id as usize].get_or_insert_with(|| match Empty::of(code) {
+                        let code = built[id as usize].get_or_insert_with(|| match Empty::of(code) {
                             Some(empty) => Arc::from([CodeFrame::named(empty.frame())]),
                             None => code.iter().map(|&i| frames[i as usize].clone()).collect(),
                         });
                         let links = links.remove(&id).unwrap_or_default();
-                        (*tag, Arc::clone(frames), counts[id as usize], links)
+                        (*tag, Arc::clone(code), counts[id as usize], links)
                     })
                     .collect()
             })
@@ -594,11 +596,33 @@ mod tests {
         assert_eq!(named(NOTHING_UNWOUND_FRAME), 3);
         assert_eq!(named(TABLE_FULL_FRAME), 5);
         assert_eq!(named(ALL_TRIMMED_FRAME), 0);
-        // A later capture shares each stack's code frames with this one: built once.
+        // A later capture, after a new stack: each stack's code frames are shared with the
+        // first capture (built once, by stack id), and each stack reads as it should.
+        {
+            let mut guard = cpu.store();
+            let s = guard.as_mut().unwrap();
+            s.raw.insert((tag, TraceLink::default(), Box::from([])), 2);
+            let other = Tag::FIRST_PATH + MAX_CPU_STACKS as u32;
+            s.raw.insert((other, TraceLink::default(), Box::from([])), 7);
+        }
         let (again, _) = cpu.stacks(paths, &paths.index(), 1);
-        assert_eq!(again.len(), stacks.len());
-        for (a, b) in stacks.iter().zip(&again) {
+        assert_eq!(again.len(), stacks.len() + 1);
+        for a in &stacks {
+            let b = again
+                .iter()
+                .find(|b| b.frames == a.frames && b.code == a.code)
+                .unwrap_or_else(|| panic!("{:?} in the second capture", a.code));
             assert!(Arc::ptr_eq(&a.code, &b.code), "{:?}", a.code);
         }
+        let named = |frame: &str| -> u64 {
+            again
+                .iter()
+                .filter(|st| matches!(&st.code[..], [f] if &*f.function == frame))
+                .map(|st| st.samples)
+                .sum()
+        };
+        assert_eq!(named(NOTHING_UNWOUND_FRAME), 3 + 2 + 7);
+        assert_eq!(named(TABLE_FULL_FRAME), 5);
+        assert_eq!(named("f"), 0);
     }
 }
