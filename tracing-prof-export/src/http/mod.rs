@@ -24,7 +24,8 @@
 //! Request heads are capped at [`MAX_HEAD_BYTES`] (`431` past it) and must arrive within
 //! [`READ_TIMEOUT`]; an answer must be taken within [`WRITE_TIMEOUT`]. At most [`MAX_OPEN`]
 //! connections are open: a new one past that closes the oldest that has not sent its request
-//! yet (else the oldest still taking its answer), so that idle or slow clients (a slow-loris)
+//! yet (one accepted less than a second ago only when nothing else can go; else the oldest
+//! still taking its answer), so that idle or slow clients (a slow-loris)
 //! never keep `go tool pprof` out: its request arrives whole and is answered. Past
 //! [`MAX_CONNECTIONS`] answers being made at once the answer is `503` with `Retry-After`. At most [`MAX_WINDOWS`] `?seconds=` windows run at once (a
 //! `tracing-prof live` holds one while it runs); more get `429` with `Retry-After`. The
@@ -77,7 +78,8 @@ pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
 /// threads answering.
 pub const MAX_CONNECTIONS: usize = 8;
 /// Connections open at once: a new one past this closes the oldest that has not sent its
-/// request yet, else the oldest still taking its answer. Well under the file descriptors a process usually may open (1024), which the
+/// request yet (one accepted less than a second ago only when nothing else can go), else the
+/// oldest still taking its answer. Well under the file descriptors a process usually may open (1024), which the
 /// application shares.
 pub const MAX_OPEN: usize = 128;
 /// `?seconds=` windows (each holds its connection for N seconds) at once; more get `429`.
