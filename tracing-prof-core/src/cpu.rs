@@ -563,6 +563,15 @@ mod tests {
         assert_eq!(let_go, (MAX_LINKED / 4 + 100) as u64);
     }
 
+    /// Samples of the one-frame stacks whose frame is `frame`.
+    fn samples_named(stacks: &[CpuStack], frame: &str) -> u64 {
+        stacks
+            .iter()
+            .filter(|st| matches!(&st.code[..], [f] if &*f.function == frame))
+            .map(|st| st.samples)
+            .sum()
+    }
+
     /// A sample with no return address is named for that, not for a full table (3 of 14
     /// processes of an axum service said one "found the stack table full" with room for 16 384
     /// stacks); past the cap, samples of new stacks are named for the full table.
@@ -586,16 +595,9 @@ mod tests {
                 .insert((tag, TraceLink::default(), Box::from([pc + 1, pc + 2])), 5);
         }
         let (stacks, _) = cpu.stacks(paths, &paths.index(), 1);
-        let named = |frame: &str| -> u64 {
-            stacks
-                .iter()
-                .filter(|st| matches!(&st.code[..], [f] if &*f.function == frame))
-                .map(|st| st.samples)
-                .sum()
-        };
-        assert_eq!(named(NOTHING_UNWOUND_FRAME), 3);
-        assert_eq!(named(TABLE_FULL_FRAME), 5);
-        assert_eq!(named(ALL_TRIMMED_FRAME), 0);
+        assert_eq!(samples_named(&stacks, NOTHING_UNWOUND_FRAME), 3);
+        assert_eq!(samples_named(&stacks, TABLE_FULL_FRAME), 5);
+        assert_eq!(samples_named(&stacks, ALL_TRIMMED_FRAME), 0);
         // A later capture, after a new stack: each stack's code frames are shared with the
         // first capture (built once, by stack id), and each stack reads as it should.
         {
@@ -614,15 +616,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("{:?} in the second capture", a.code));
             assert!(Arc::ptr_eq(&a.code, &b.code), "{:?}", a.code);
         }
-        let named = |frame: &str| -> u64 {
-            again
-                .iter()
-                .filter(|st| matches!(&st.code[..], [f] if &*f.function == frame))
-                .map(|st| st.samples)
-                .sum()
-        };
-        assert_eq!(named(NOTHING_UNWOUND_FRAME), 3 + 2 + 7);
-        assert_eq!(named(TABLE_FULL_FRAME), 5);
-        assert_eq!(named("f"), 0);
+        assert_eq!(samples_named(&again, NOTHING_UNWOUND_FRAME), 3 + 2 + 7);
+        assert_eq!(samples_named(&again, TABLE_FULL_FRAME), 5);
+        assert_eq!(samples_named(&again, "f"), 0);
     }
 }
