@@ -5,11 +5,8 @@
 use tracing_prof_test_support as common;
 
 use std::time::Duration;
-use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};
+use tracing_prof::{ProfileKind, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 #[inline(never)]
 fn build_index(n: usize) -> Vec<Vec<u64>> {
@@ -20,10 +17,16 @@ fn build_index(n: usize) -> Vec<Vec<u64>> {
 }
 
 /// The closure given to the inner `in_scope`.
-const IN_SCOPE_CLOSURE: &str = "heap_stacks::the_allocating_function_is_under_the_span_frames::{{closure}}::{{closure}}::{{closure}}";
+const IN_SCOPE_CLOSURE: &str = "profiler::heap_stacks::the_allocating_function_is_under_the_span_frames::{{closure}}::{{closure}}::{{closure}}";
 
 #[test]
 fn the_allocating_function_is_under_the_span_frames() {
+    if crate::isolated(
+        module_path!(),
+        "the_allocating_function_is_under_the_span_frames",
+    ) {
+        return;
+    }
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .heap_sampling(1)
@@ -63,7 +66,7 @@ fn the_allocating_function_is_under_the_span_frames() {
         .unwrap();
     // Leaf: the closure that called vec![]; the library frames in between are the iterator's.
     assert_eq!(
-        frames[0], "heap_stacks::build_index::{{closure}}",
+        frames[0], "profiler::heap_stacks::build_index::{{closure}}",
         "{trace}"
     );
     // Root: the span frames, the closure given to `in_scope` (code that ran in the span),
@@ -71,10 +74,10 @@ fn the_allocating_function_is_under_the_span_frames() {
     assert_eq!(
         frames[frames.len() - 4..],
         [
-            "heap_stacks::build_index",
+            "profiler::heap_stacks::build_index",
             IN_SCOPE_CLOSURE,
-            "heap_stacks::hs_handler [span]",
-            "heap_stacks::hs_request [span]"
+            "profiler::heap_stacks::hs_handler [span]",
+            "profiler::heap_stacks::hs_request [span]"
         ],
         "{trace}"
     );
@@ -82,17 +85,17 @@ fn the_allocating_function_is_under_the_span_frames() {
     // The outer vector is allocated by build_index itself.
     let raw = common::raw(&file);
     let stack = [
-        "heap_stacks::hs_request [span]",
-        "heap_stacks::hs_handler [span]",
+        "profiler::heap_stacks::hs_request [span]",
+        "profiler::heap_stacks::hs_handler [span]",
         IN_SCOPE_CLOSURE,
-        "heap_stacks::build_index",
+        "profiler::heap_stacks::build_index",
     ];
     assert_eq!(raw.value(&stack, "inuse_space"), 2400);
     assert_eq!(raw.value(&stack, "inuse_objects"), 1);
     let inner = |k: &[String]| {
         k.len() > 4
             && k[..4] == stack
-            && k.last().unwrap() == "heap_stacks::build_index::{{closure}}"
+            && k.last().unwrap() == "profiler::heap_stacks::build_index::{{closure}}"
     };
     assert_eq!(raw.sum("inuse_space", inner), 102_400);
     assert_eq!(raw.sum("alloc_objects", inner), 100);

@@ -5,11 +5,8 @@ use tracing_prof_test_support as common;
 
 use std::sync::mpsc;
 use std::time::Duration;
-use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};
+use tracing_prof::{ProfileKind, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 #[inline(never)]
 fn scratch() {
@@ -18,6 +15,9 @@ fn scratch() {
 
 #[test]
 fn lifetimes_temporaries_and_threads() {
+    if crate::isolated(module_path!(), "lifetimes_temporaries_and_threads") {
+        return;
+    }
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .heap_sampling(1)
@@ -104,19 +104,22 @@ fn lifetimes_temporaries_and_threads() {
         let file = common::write_profile(&p, ProfileKind::Lifetimes, "lifetimes");
         let raw = common::raw(&file);
         let under = |k: &[String]| {
-            k.first().map(String::as_str) == Some("lifetimes_and_threads::lt_work [span]")
+            k.first().map(String::as_str) == Some("profiler::lifetimes_and_threads::lt_work [span]")
         };
         assert_eq!(raw.sum("temporary_objects", under), 300);
         assert_eq!(raw.sum("freed_objects", under), 320);
         assert_eq!(
             raw.value(
-                &["lifetimes_and_threads::lt_work [span]"],
+                &["profiler::lifetimes_and_threads::lt_work [span]"],
                 "outlived_objects"
             ),
             25
         );
         let top = common::pprof(&["-top", "-sample_index=temporary_space"], &file);
-        assert!(top.contains("lifetimes_and_threads::scratch"), "{top}");
+        assert!(
+            top.contains("profiler::lifetimes_and_threads::scratch"),
+            "{top}"
+        );
         let tags = common::pprof(&["-tags", "-sample_index=freed_objects"], &file);
         assert!(tags.contains("lifetime") && tags.contains("<1s"), "{tags}");
         // Only buckets with blocks in them: no zero rows for the temporary and outlived

@@ -10,11 +10,8 @@ use tracing_prof_test_support as common;
 use std::hint::black_box;
 use std::time::Duration;
 use tracing::instrument;
-use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};
+use tracing_prof::{ProfileKind, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 #[instrument]
 async fn outer_handler(rounds: u32) -> u64 {
@@ -60,16 +57,16 @@ fn find(frames: &[String], from: usize, prefix: &str) -> Option<usize> {
 /// the outermost body.
 fn has_all_three(text: &str) -> bool {
     common::traces(text).iter().any(|frames| {
-        let Some(i) = find(frames, 0, "async_depth::inner_work") else {
+        let Some(i) = find(frames, 0, "profiler::async_depth::inner_work") else {
             return false;
         };
-        let Some(m) = find(frames, i, "async_depth::middle_step") else {
+        let Some(m) = find(frames, i, "profiler::async_depth::middle_step") else {
             return false;
         };
-        let Some(o) = find(frames, m, "async_depth::outer_handler") else {
+        let Some(o) = find(frames, m, "profiler::async_depth::outer_handler") else {
             return false;
         };
-        let Some(s) = find(frames, o, "async_depth::outer_handler [span]") else {
+        let Some(s) = find(frames, o, "profiler::async_depth::outer_handler [span]") else {
             return false;
         };
         // The span frame is the root, and the body right under it is outer_handler's.
@@ -79,6 +76,9 @@ fn has_all_three(text: &str) -> bool {
 
 #[test]
 fn async_fn_bodies_stay_under_the_span_frame() {
+    if crate::isolated(module_path!(), "async_fn_bodies_stay_under_the_span_frame") {
+        return;
+    }
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .cpu_sampling(1000)
@@ -104,7 +104,7 @@ fn async_fn_bodies_stay_under_the_span_frame() {
         let names: Vec<&str> = code.iter().map(|f| &*f.function).collect();
         let at = |prefix: &str| names.iter().position(|n| n.starts_with(prefix));
         matches!(
-            (at("async_depth::outer_handler"), at("async_depth::middle_step"), at("async_depth::inner_work")),
+            (at("profiler::async_depth::outer_handler"), at("profiler::async_depth::middle_step"), at("profiler::async_depth::inner_work")),
             (Some(0), Some(m), Some(i)) if 0 < m && m < i
         )
     };

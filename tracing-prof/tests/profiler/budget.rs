@@ -2,11 +2,8 @@
 //! the span paths that allocated, with exact numbers; parallel budgets do not see each other.
 
 use tracing_prof::core::{BudgetError, BudgetReport};
-use tracing_prof::{Budget, ProfileLayer, TaggingAllocator};
+use tracing_prof::{Budget, ProfileLayer};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 /// 8 allocations of 1000 bytes in a `parse` span, 2 of 500 outside it; keeps nothing.
 fn work() -> usize {
@@ -30,6 +27,9 @@ fn report(e: BudgetError) -> BudgetReport {
 
 #[test]
 fn budgets_pass_fail_and_explain() {
+    if crate::isolated(module_path!(), "budgets_pass_fail_and_explain") {
+        return;
+    }
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry().with(ProfileLayer::new()),
     )
@@ -63,8 +63,14 @@ fn budgets_pass_fail_and_explain() {
     // The top allocation sites, by code location.
     let sites: Vec<(u64, u64)> = r.sites.iter().map(|s| (s.allocations, s.bytes)).collect();
     assert_eq!(sites, [(8, 8000), (2, 1000)], "{text}");
-    assert!(r.sites[0].location.contains("tests/budget.rs:15"), "{text}");
-    assert!(r.sites[1].location.contains("tests/budget.rs:19"), "{text}");
+    assert!(
+        r.sites[0].location.contains("tests/profiler/budget.rs:12"),
+        "{text}"
+    );
+    assert!(
+        r.sites[1].location.contains("tests/profiler/budget.rs:16"),
+        "{text}"
+    );
     assert!(text.contains("top allocation sites"), "{text}");
     assert!(
         text.contains("8000 bytes in      8 allocations  budget -> parse"),
@@ -103,6 +109,9 @@ fn budgets_pass_fail_and_explain() {
 
 #[test]
 fn without_a_profile_layer_the_error_says_so() {
+    if crate::isolated(module_path!(), "without_a_profile_layer_the_error_says_so") {
+        return;
+    }
     let none = tracing::Dispatch::none();
     tracing::dispatcher::with_default(&none, || {
         let e = Budget::new().max_bytes(1).check(work).unwrap_err();

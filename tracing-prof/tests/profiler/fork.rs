@@ -10,10 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
-    tracing_prof::TaggingAllocator::new(std::alloc::System);
-
 /// What a child does; returns its exit status. (The workers fill the span path cap quickly,
 /// so the child's new path may land under `(other span paths)`: interning it takes the path
 /// table's lock all the same.)
@@ -48,6 +44,9 @@ const FORKS: usize = 120;
 
 #[test]
 fn children_of_a_busy_profiler_never_hang() {
+    if crate::isolated(module_path!(), "children_of_a_busy_profiler_never_hang") {
+        return;
+    }
     let dir = std::env::temp_dir().join(format!("tracing-prof-fork-{}", std::process::id()));
     let (layer, guard) = tracing_prof::Profiler::builder()
         .interval(Duration::from_millis(100))

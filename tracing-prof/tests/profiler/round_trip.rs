@@ -10,10 +10,6 @@ use std::time::Duration;
 use tracing_prof::{Profile, ProfileKind, Snapshot};
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
-    tracing_prof::TaggingAllocator::new(std::alloc::System);
-
 #[inline(never)]
 fn burn(ms: u64) -> u64 {
     let start = std::time::Instant::now();
@@ -122,41 +118,65 @@ fn round_trip(kind: ProfileKind) {
 
 #[test]
 fn spans() {
+    if crate::isolated(module_path!(), "spans") {
+        return;
+    }
     round_trip(ProfileKind::Spans);
 }
 
 #[test]
 fn cpu() {
+    if crate::isolated(module_path!(), "cpu") {
+        return;
+    }
     round_trip(ProfileKind::Cpu);
 }
 
 #[test]
 fn span_memory() {
+    if crate::isolated(module_path!(), "span_memory") {
+        return;
+    }
     round_trip(ProfileKind::SpanMemory);
 }
 
 #[test]
 fn heap() {
+    if crate::isolated(module_path!(), "heap") {
+        return;
+    }
     round_trip(ProfileKind::Heap);
 }
 
 #[test]
 fn allocs() {
+    if crate::isolated(module_path!(), "allocs") {
+        return;
+    }
     round_trip(ProfileKind::Allocs);
 }
 
 #[test]
 fn lifetimes() {
+    if crate::isolated(module_path!(), "lifetimes") {
+        return;
+    }
     round_trip(ProfileKind::Lifetimes);
 }
 
 #[test]
 fn threads() {
+    if crate::isolated(module_path!(), "threads") {
+        return;
+    }
     round_trip(ProfileKind::Threads);
 }
 
 #[test]
 fn every_kind_is_covered() {
+    if crate::isolated(module_path!(), "every_kind_is_covered") {
+        return;
+    }
     assert_eq!(
         ProfileKind::ALL.len(),
         7,

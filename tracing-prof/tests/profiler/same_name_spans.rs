@@ -14,11 +14,8 @@ use std::hint::black_box;
 use std::time::Duration;
 use tracing_prof::core::CpuTime;
 use tracing_prof::model::Grouping;
-use tracing_prof::{Profile, ProfileKind, Profiler, TaggingAllocator};
+use tracing_prof::{Profile, ProfileKind, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 /// CPU time of one unit of work.
 const UNIT: Duration = Duration::from_millis(100);
@@ -55,11 +52,17 @@ mod get {
     }
 }
 
-const SET: &str = "same_name_spans::set::apply";
-const GET: &str = "same_name_spans::get::apply";
+const SET: &str = "profiler::same_name_spans::set::apply";
+const GET: &str = "profiler::same_name_spans::get::apply";
 
 #[test]
 fn same_name_callsites_are_two_paths_everywhere() {
+    if crate::isolated(
+        module_path!(),
+        "same_name_callsites_are_two_paths_everywhere",
+    ) {
+        return;
+    }
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .cpu_time(CpuTime::Exact)

@@ -6,11 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::info_span;
 use tracing_prof::core::ToggleSignal;
-use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
+use tracing_prof::{FileExporter, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 /// The newest modification time among the directory's captures, and how many there are.
 fn files(dir: &Path) -> (usize, Option<SystemTime>) {
@@ -60,6 +57,12 @@ fn signal_action(sig: libc::c_int) -> libc::sighandler_t {
 
 #[test]
 fn paused_means_no_samples_no_files_and_exact_counts() {
+    if crate::isolated(
+        module_path!(),
+        "paused_means_no_samples_no_files_and_exact_counts",
+    ) {
+        return;
+    }
     let dir = std::env::temp_dir().join(format!("tracing-prof-pause-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     tracing_subscriber::registry()

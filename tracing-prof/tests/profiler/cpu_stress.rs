@@ -7,11 +7,8 @@ use std::alloc::{Layout, alloc, dealloc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tracing_prof::{Profiler, Snapshot, TaggingAllocator};
+use tracing_prof::{Profiler, Snapshot};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 const THREADS: usize = 8;
 const RUN: Duration = Duration::from_millis(1500);
@@ -78,6 +75,12 @@ fn memory(s: &Snapshot) -> Vec<(u64, u64, u64, u64)> {
 
 #[test]
 fn sampling_at_1000_hz_under_churn_loses_nothing() {
+    if crate::isolated(
+        module_path!(),
+        "sampling_at_1000_hz_under_churn_loses_nothing",
+    ) {
+        return;
+    }
     let done = Arc::new(AtomicBool::new(false));
     {
         let done = Arc::clone(&done);

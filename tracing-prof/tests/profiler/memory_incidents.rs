@@ -5,11 +5,8 @@
 use tracing_prof_test_support as common;
 
 use std::time::Duration;
-use tracing_prof::{FileExporter, Profiler, TaggingAllocator};
+use tracing_prof::{FileExporter, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 const MIB: usize = 1 << 20;
 
@@ -33,6 +30,9 @@ fn spike_buffer() -> Vec<u8> {
 /// and the endpoint's `?peak=1` carry it, with when and how much.
 #[test]
 fn the_peak_keeps_the_spike_after_it_is_freed() {
+    if crate::isolated(module_path!(), "the_peak_keeps_the_spike_after_it_is_freed") {
+        return;
+    }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (layer, guard) = Profiler::builder()
@@ -173,6 +173,12 @@ fn vm_rss() -> u64 {
 /// allocator) does not explain.
 #[test]
 fn memory_the_allocator_never_saw_is_what_the_heap_does_not_explain() {
+    if crate::isolated(
+        module_path!(),
+        "memory_the_allocator_never_saw_is_what_the_heap_does_not_explain",
+    ) {
+        return;
+    }
     let _serial = serial();
     let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
@@ -318,6 +324,12 @@ fn oom_child(mode: &str, profiles: &str) {
 /// tests).
 #[test]
 fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
+    if crate::isolated(
+        module_path!(),
+        "an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache",
+    ) {
+        return;
+    }
     if let (Ok(mode), Ok(dir)) = (
         std::env::var("TRACING_PROF_TEST_OOM_CHILD"),
         std::env::var("TRACING_PROF_TEST_OOM_DIR"),
@@ -347,7 +359,10 @@ fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache",
+                &crate::test_name(
+                    module_path!(),
+                    "an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache",
+                ),
                 "--nocapture",
             ])
             .env("TRACING_PROF_TEST_OOM_CHILD", mode)
@@ -409,6 +424,12 @@ fn an_incident_is_written_as_the_cgroup_limit_nears_and_none_for_page_cache() {
 /// incident holding them.
 #[test]
 fn the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them() {
+    if crate::isolated(
+        module_path!(),
+        "the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them",
+    ) {
+        return;
+    }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (layer, guard) = Profiler::builder()
@@ -535,6 +556,12 @@ fn the_flight_recorder_keeps_the_last_windows_and_a_slow_span_writes_them() {
 /// be the same one.
 #[test]
 fn the_flight_signal_writes_the_recording_on_demand() {
+    if crate::isolated(
+        module_path!(),
+        "the_flight_signal_writes_the_recording_on_demand",
+    ) {
+        return;
+    }
     let _serial = serial();
     use tracing_prof::core::UserSignal;
     let same = Profiler::builder()

@@ -42,6 +42,12 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
 
 #[test]
 fn a_blocking_handler_is_reported_and_a_polite_one_is_not() {
+    if crate::isolated(
+        module_path!(),
+        "a_blocking_handler_is_reported_and_a_polite_one_is_not",
+    ) {
+        return;
+    }
     let (layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
         .cpu_sampling(100)

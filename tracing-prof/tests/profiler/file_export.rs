@@ -12,10 +12,6 @@ use std::time::Duration;
 use tracing_prof::{FileExporter, Profiler};
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
-    tracing_prof::TaggingAllocator::new(std::alloc::System);
-
 /// The captures of `kind` in the profile directory `dir`, oldest first.
 fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("captures"))
@@ -56,6 +52,12 @@ fn temp_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn files_every_interval_and_at_shutdown_pruned_and_readable() {
+    if crate::isolated(
+        module_path!(),
+        "files_every_interval_and_at_shutdown_pruned_and_readable",
+    ) {
+        return;
+    }
     let _turn = serial();
     let (_scratch, dir) = temp_dir("files");
     let (layer, guard) = Profiler::builder()
@@ -132,12 +134,18 @@ fn files_every_interval_and_at_shutdown_pruned_and_readable() {
             &["-top", "-nodefraction=0", "-sample_index=alloc_space"],
             memory,
         );
-        assert!(top.contains("file_export::fe_request [span]"), "{top}");
+        assert!(
+            top.contains("profiler::file_export::fe_request [span]"),
+            "{top}"
+        );
         // The sampled heap profile opens too (its small allocations may not be sampled).
         common::pprof(&["-top"], &heap[0]);
         let spans = &files(&dir.join("final"), "spans")[0];
         let top = common::pprof(&["-top", "-nodefraction=0", "-sample_index=spans"], spans);
-        assert!(top.contains("file_export::fe_request [span]"), "{top}");
+        assert!(
+            top.contains("profiler::file_export::fe_request [span]"),
+            "{top}"
+        );
         // The stable name opens as the one profile it is (a glob over the timestamped files
         // would add cumulative profiles up).
         let latest = dir.join("final").join("spans.latest.pb.gz");
@@ -152,6 +160,12 @@ const CHILD: &str = "TRACING_PROF_TEST_CHILD_DIR";
 
 #[test]
 fn io_errors_are_reported_once_and_recovered_from() {
+    if crate::isolated(
+        module_path!(),
+        "io_errors_are_reported_once_and_recovered_from",
+    ) {
+        return;
+    }
     if let Ok(dir) = std::env::var(CHILD) {
         return child(Path::new(&dir));
     }
@@ -160,7 +174,10 @@ fn io_errors_are_reported_once_and_recovered_from() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "io_errors_are_reported_once_and_recovered_from",
+            &crate::test_name(
+                module_path!(),
+                "io_errors_are_reported_once_and_recovered_from",
+            ),
             "--nocapture",
         ])
         .env(CHILD, &dir)
@@ -223,6 +240,12 @@ impl tracing_prof::Sink for Stuck {
 
 #[test]
 fn a_stuck_sink_cannot_hold_shutdown_past_its_timeout() {
+    if crate::isolated(
+        module_path!(),
+        "a_stuck_sink_cannot_hold_shutdown_past_its_timeout",
+    ) {
+        return;
+    }
     let _turn = serial();
     let (_layer, guard) = Profiler::builder()
         .interval(Duration::from_secs(3600))
@@ -257,6 +280,12 @@ impl tracing_prof::Sink for Panics {
 
 #[test]
 fn a_panicking_sink_is_a_failed_export_and_profiling_goes_on() {
+    if crate::isolated(
+        module_path!(),
+        "a_panicking_sink_is_a_failed_export_and_profiling_goes_on",
+    ) {
+        return;
+    }
     let _turn = serial();
     let (_scratch, dir) = temp_dir("panics");
     let (_layer, guard) = Profiler::builder()

@@ -11,14 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: tracing_prof::TaggingAllocator<std::alloc::System> =
-    tracing_prof::TaggingAllocator::new(std::alloc::System);
-
 const FORKS: u32 = 300;
 
 #[test]
 fn forks_and_pauses_never_wait_for_each_other() {
+    if crate::isolated(module_path!(), "forks_and_pauses_never_wait_for_each_other") {
+        return;
+    }
     let (layer, guard) = tracing_prof::Profiler::builder()
         .interval(Duration::from_secs(3600))
         .cpu_sampling(1000)
