@@ -104,7 +104,7 @@ fn outputs_match_the_expected_files() {
         ),
         ("top_lifetimes", &["top", "ours/lifetimes.pb.gz"]),
         // Two `#[instrument] fn apply` in two modules under one parent (from
-        // `tracing-prof/tests/same_name_spans.rs`): two rows, named by their modules.
+        // `tracing-prof/tests/profiler/same_name_spans.rs`): two rows, named by their modules.
         (
             "top_same_name_cpu_by_span",
             &["top", "--by", "span", "same_name/cpu.pb.gz"],
