@@ -7,6 +7,7 @@
 //! written from Pyroscope's own rules.
 
 pub mod bench;
+pub mod isolated;
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
 #[cfg(feature = "pyroscope")]

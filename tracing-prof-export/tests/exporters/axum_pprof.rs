@@ -6,13 +6,9 @@ use tracing_prof_test_support as common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use tracing_prof_alloc::TaggingAllocator;
 use tracing_prof_core::Profiler;
 use tracing_prof_export::http::{PprofHandler, axum_router};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 fn get(addr: &str, path: &str, headers: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -31,6 +27,12 @@ fn get(addr: &str, path: &str, headers: &str) -> (String, String) {
 
 #[test]
 fn axum_router_serves_pprof_on_the_services_own_port() {
+    if crate::isolated(
+        module_path!(),
+        "axum_router_serves_pprof_on_the_services_own_port",
+    ) {
+        return;
+    }
     let (layer, guard) = Profiler::builder().build().unwrap();
     tracing_subscriber::registry().with(layer).init();
     tracing::info_span!("axum_work")

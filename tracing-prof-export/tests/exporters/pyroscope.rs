@@ -9,7 +9,6 @@
 //! `as-user/tests/pyroscope.rs`.
 
 use std::time::{Duration, SystemTime};
-use tracing_prof_alloc::TaggingAllocator;
 use tracing_prof_core::Profiler;
 use tracing_prof_examples::{App, Workload, run};
 use tracing_prof_export::{PyroscopeApi, PyroscopeConfig, PyroscopeExporter};
@@ -20,13 +19,13 @@ use tracing_prof_test_support::pyroscope_server::{
 };
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
-
 const REQUEST: &str = "tracing_prof_examples::request [span]";
 
 #[test]
 fn both_apis_pass_every_rule_of_a_real_server() {
+    if crate::isolated(module_path!(), "both_apis_pass_every_rule_of_a_real_server") {
+        return;
+    }
     let (push, ingest) = (Mock::start(OK), Mock::start(OK));
     let pusher = PyroscopeExporter::start(
         PyroscopeConfig::new(push.url(), "shop")
@@ -204,6 +203,9 @@ fn both_apis_pass_every_rule_of_a_real_server() {
 /// The rules refuse what a real server refuses: each case fails as Pyroscope says it does.
 #[test]
 fn the_rules_refuse_what_pyroscope_refuses() {
+    if crate::isolated(module_path!(), "the_rules_refuse_what_pyroscope_refuses") {
+        return;
+    }
     use tracing_prof_model::{Frame, FrameKind, Profile, Sample, SampleType};
     let now = SystemTime::now();
     let pprof = |samples: usize, time: SystemTime| {

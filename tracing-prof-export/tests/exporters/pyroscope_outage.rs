@@ -4,20 +4,22 @@
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tracing_prof_alloc::TaggingAllocator;
 use tracing_prof_core::Profiler;
 use tracing_prof_examples::{App, Workload, run};
 use tracing_prof_export::{PyroscopeConfig, PyroscopeExporter};
 use tracing_prof_test_support::pyroscope_server::{FAIL_500, Mock, OK, STALL};
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
-
 const QUEUE: usize = 2;
 
 #[test]
 fn down_then_stalled_then_failing_never_blocks_and_stays_bounded() {
+    if crate::isolated(
+        module_path!(),
+        "down_then_stalled_then_failing_never_blocks_and_stays_bounded",
+    ) {
+        return;
+    }
     tracing_subscriber::registry()
         .with(tracing_prof_core::ProfileLayer::new())
         .init();

@@ -19,10 +19,6 @@ use tracing_prof_test_support::stub_server::Answer;
 use tracing_prof_test_support::thread_cpu_ns;
 use tracing_subscriber::prelude::*;
 
-#[global_allocator]
-static GLOBAL: tracing_prof_alloc::TaggingAllocator<std::alloc::System> =
-    tracing_prof_alloc::TaggingAllocator::new(std::alloc::System);
-
 /// Labels the receiver adds to every series: not the sample's.
 const SERIES_LABELS: [&str; 8] = [
     "__delta__",
@@ -132,6 +128,12 @@ fn stored(series: &[Series]) -> BTreeMap<(String, BTreeMap<String, String>), i64
 
 #[test]
 fn every_kind_arrives_with_the_snapshots_numbers() {
+    if crate::isolated(
+        module_path!(),
+        "every_kind_arrives_with_the_snapshots_numbers",
+    ) {
+        return;
+    }
     let (layer, guard) = tracing_prof_core::Profiler::builder()
         .interval(Duration::from_secs(3600))
         .heap_sampling(1)
@@ -315,6 +317,9 @@ fn cpu_round(n: u64, links: &[(u128, u64, u64)], round: u64) -> Snapshot {
 
 #[test]
 fn linked_samples_become_span_profiles() {
+    if crate::isolated(module_path!(), "linked_samples_become_span_profiles") {
+        return;
+    }
     let receiver = OtlpReceiver::start();
     let mut exporter = exporter(&receiver);
     let trace = 0x0af7651916cd43dd8448eb211c80319c_u128;
@@ -353,6 +358,9 @@ fn linked_samples_become_span_profiles() {
 
 #[test]
 fn only_what_otlp_calls_retryable_is_retried() {
+    if crate::isolated(module_path!(), "only_what_otlp_calls_retryable_is_retried") {
+        return;
+    }
     let receiver = OtlpReceiver::start();
     let mut exporter = exporter(&receiver);
     let stats = exporter.stats();
@@ -422,6 +430,9 @@ fn only_what_otlp_calls_retryable_is_retried() {
 
 #[test]
 fn an_empty_window_sends_nothing() {
+    if crate::isolated(module_path!(), "an_empty_window_sends_nothing") {
+        return;
+    }
     let receiver = OtlpReceiver::start();
     let mut exporter = exporter(&receiver);
     let mut w = Snapshot::new(SystemTime::now(), Duration::from_secs(10));
@@ -434,6 +445,12 @@ fn an_empty_window_sends_nothing() {
 /// The stand-in has the receivers' teeth: what they refuse, it refuses, with their status.
 #[test]
 fn the_stand_in_refuses_what_the_receivers_refuse() {
+    if crate::isolated(
+        module_path!(),
+        "the_stand_in_refuses_what_the_receivers_refuse",
+    ) {
+        return;
+    }
     use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
     use opentelemetry_proto::tonic::profiles::v1development as otlp;
     use tracing_prof_test_support::otlp_receiver::{PATH, judge};
