@@ -481,10 +481,11 @@ impl Cpu {
                 resolved
                     .iter()
                     .map(|((tag, code), &id)| {
-                        let code = built[id as usize].get_or_insert_with(|| match Empty::of(code) {
-                            Some(empty) => Arc::from([CodeFrame::named(empty.frame())]),
-                            None => code.iter().map(|&i| frames[i as usize].clone()).collect(),
-                        });
+                        let code =
+                            built[id as usize].get_or_insert_with(|| match Empty::of(code) {
+                                Some(empty) => Arc::from([CodeFrame::named(empty.frame())]),
+                                None => code.iter().map(|&i| frames[i as usize].clone()).collect(),
+                            });
                         let links = links.remove(&id).unwrap_or_default();
                         (*tag, Arc::clone(code), counts[id as usize], links)
                     })
@@ -605,7 +606,8 @@ mod tests {
             let s = guard.as_mut().unwrap();
             s.raw.insert((tag, TraceLink::default(), Box::from([])), 2);
             let other = Tag::FIRST_PATH + MAX_CPU_STACKS as u32;
-            s.raw.insert((other, TraceLink::default(), Box::from([])), 7);
+            s.raw
+                .insert((other, TraceLink::default(), Box::from([])), 7);
         }
         let (again, _) = cpu.stacks(paths, &paths.index(), 1);
         assert_eq!(again.len(), stacks.len() + 1);
