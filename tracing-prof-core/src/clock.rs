@@ -14,7 +14,7 @@
 //! used *between* spans can be credited to a span, and a span's CPU to the gap after it. On this
 //! project's machine, summed over many spans, it read 200% of the work inside the spans when
 //! threads burned CPU between spans, and 65% on a tokio workload, where workers park between
-//! polls (`tests/cpu_clock.rs`). Use it when the user/system split matters more than
+//! polls (`tests/process/cpu_clock.rs`). Use it when the user/system split matters more than
 //! per-span accuracy.
 
 /// Which per-thread CPU clock [`SystemClock`] reads; see the module docs.

@@ -38,6 +38,9 @@ fn advance(wall: u64, user: u64, sys: u64) {
 
 #[test]
 fn busy_idle_wall_and_cpu_are_exact() {
+    if crate::isolated(module_path!(), "busy_idle_wall_and_cpu_are_exact") {
+        return;
+    }
     let layer = ProfileLayer::new()
         .with_cpu_time(true)
         .with_clock(FakeClock);
@@ -225,6 +228,12 @@ impl Clock for LatencyClock {
 /// (its explicit parent, or the current span), never below ERROR.
 #[test]
 fn durations_land_in_their_buckets_and_errors_on_their_span() {
+    if crate::isolated(
+        module_path!(),
+        "durations_land_in_their_buckets_and_errors_on_their_span",
+    ) {
+        return;
+    }
     use tracing_prof_model::{DURATION_BOUNDS_NS, DURATION_BUCKETS};
     let layer = ProfileLayer::new().with_clock(LatencyClock);
     let wait = |ns: u64| LATENCY_NOW.fetch_add(ns, Ordering::SeqCst);

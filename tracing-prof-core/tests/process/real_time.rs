@@ -7,6 +7,9 @@ use tracing_subscriber::prelude::*;
 
 #[test]
 fn sleeping_spinning_and_waiting_spans() {
+    if crate::isolated(module_path!(), "sleeping_spinning_and_waiting_spans") {
+        return;
+    }
     let subscriber = tracing_subscriber::registry().with(ProfileLayer::new().with_cpu_time(true));
     tracing::subscriber::with_default(subscriber, || {
         tracing::info_span!("rt_sleeps").in_scope(|| std::thread::sleep(Duration::from_millis(50)));

@@ -13,6 +13,12 @@ fn parts(id: u64) -> (u64, u64) {
 
 #[test]
 fn registry_ids_carry_a_dense_address_and_the_thread() {
+    if crate::isolated(
+        module_path!(),
+        "registry_ids_carry_a_dense_address_and_the_thread",
+    ) {
+        return;
+    }
     let dispatch = tracing::Dispatch::new(
         tracing_subscriber::registry().with(tracing_prof_core::ProfileLayer::new()),
     );
