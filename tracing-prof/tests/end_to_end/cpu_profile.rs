@@ -17,11 +17,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tracing::Instrument;
 use tracing_prof::core::{CpuTime, Unwind};
-use tracing_prof::{ProfileKind, Profiler, TaggingAllocator};
+use tracing_prof::{ProfileKind, Profiler};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 /// CPU time of one unit of work.
 const UNIT: Duration = Duration::from_millis(150);
@@ -79,6 +76,12 @@ impl Future for Hopper {
 
 #[test]
 fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
+    if crate::isolated(
+        module_path!(),
+        "functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock",
+    ) {
+        return;
+    }
     let unwind = if std::env::var_os("TRACING_PROF_EXPECT_FRAME_POINTERS").is_some() {
         Unwind::FramePointers
     } else {
@@ -176,25 +179,24 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
         // Innermost first: the burning function, what called it (the closure given to
         // `in_scope`, the instrumented async block: code that ran in the span), and the span
         // frame.
-        const TEST: &str =
-            "cpu_profile::functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock";
+        const TEST: &str = "end_to_end::cpu_profile::functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock";
         let in_scope_closure = format!("{TEST}::{{{{closure}}}}::{{{{closure}}}}::{{{{closure}}}}");
         let async_block = format!("{TEST}::{{{{closure}}}}");
         for chain in [
             &[
-                "cpu_profile::burn_one",
+                "end_to_end::cpu_profile::burn_one",
                 &in_scope_closure,
-                "cpu_profile::cpu_one [span]",
+                "end_to_end::cpu_profile::cpu_one [span]",
             ][..],
             &[
-                "cpu_profile::burn_two",
+                "end_to_end::cpu_profile::burn_two",
                 &async_block,
-                "cpu_profile::cpu_two [span]",
+                "end_to_end::cpu_profile::cpu_two [span]",
             ],
             &[
-                "cpu_profile::burn_three",
-                "<cpu_profile::Hopper as Future>::poll",
-                "cpu_profile::cpu_three [span]",
+                "end_to_end::cpu_profile::burn_three",
+                "<end_to_end::cpu_profile::Hopper as Future>::poll",
+                "end_to_end::cpu_profile::cpu_three [span]",
             ],
         ] {
             let found = common::traces(&traces).iter().any(|frames| {
@@ -223,8 +225,8 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
 
         // The span path label: -tagfocus picks one span's samples.
         let top = common::pprof(&["-top", "-tagfocus=span_path=cpu_three"], &file);
-        assert!(top.contains("cpu_profile::burn_three"), "{top}");
-        assert!(!top.contains("cpu_profile::burn_one"), "{top}");
+        assert!(top.contains("end_to_end::cpu_profile::burn_three"), "{top}");
+        assert!(!top.contains("end_to_end::cpu_profile::burn_one"), "{top}");
     }
     drop(guard);
 }

@@ -11,11 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tracing::Instrument;
-use tracing_prof::{ProfileKind, ProfileLayer, TaggingAllocator};
+use tracing_prof::{ProfileKind, ProfileLayer};
 use tracing_subscriber::prelude::*;
-
-#[global_allocator]
-static GLOBAL: TaggingAllocator<std::alloc::System> = TaggingAllocator::new(std::alloc::System);
 
 /// Blocks kept alive until the end, so they count as in use.
 struct Kept(Vec<(usize, Layout)>);
@@ -67,6 +64,12 @@ impl Future for Polls {
 
 #[test]
 fn memory_per_span_path_is_exact_in_go_tool_pprof() {
+    if crate::isolated(
+        module_path!(),
+        "memory_per_span_path_is_exact_in_go_tool_pprof",
+    ) {
+        return;
+    }
     if !common::have_go() {
         return;
     }
@@ -197,7 +200,7 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     let m = |names: &[&str]| {
         let stack: Vec<String> = names
             .iter()
-            .map(|n| format!("exact_memory::{n} [span]"))
+            .map(|n| format!("end_to_end::exact_memory::{n} [span]"))
             .collect();
         let stack: Vec<&str> = stack.iter().map(String::as_str).collect();
         raw.get(&stack)
@@ -228,15 +231,22 @@ fn memory_per_span_path_is_exact_in_go_tool_pprof() {
     assert_eq!(m(&["em_async"]), [40, 20 * 160, 20, 20 * 128]);
     assert_eq!(m(&["em_hop"]), [2, 2000, 2, 2000]);
     assert!(
-        raw.get(&["exact_memory::em_freer [span]"]).is_none(),
+        raw.get(&["end_to_end::exact_memory::em_freer [span]"])
+            .is_none(),
         "the freeing thread's span holds nothing"
     );
 
     // -traces and -top with Go's sample index names work and show the same numbers.
     let traces = common::pprof(&["-traces", "-sample_index=inuse_space"], &file);
-    assert!(traces.contains("exact_memory::em_grand [span]"), "{traces}");
+    assert!(
+        traces.contains("end_to_end::exact_memory::em_grand [span]"),
+        "{traces}"
+    );
     let top = common::pprof(&["-top", "-sample_index=alloc_space"], &file);
-    assert!(top.contains("exact_memory::em_child [span]"), "{top}");
+    assert!(
+        top.contains("end_to_end::exact_memory::em_child [span]"),
+        "{top}"
+    );
 
     drop((async_kept, hopped));
     kicker.join().unwrap();
