@@ -11,10 +11,12 @@
 //! less than a second ago only when nothing else can go), else the oldest still taking its
 //! answer (a slow reader), as nginx and Go's servers reclaim idle
 //! connections, so that `go tool pprof`'s request, which arrives whole at once, is answered
-//! under any number of slow ones. Past [`MAX_CONNECTIONS`] answers being made at once (each
-//! holds its permit until its handler returns, even if its client has gone) a request gets
-//! `503` with `Retry-After`.
+//! under any number of slow ones. A request identical to one being answered shares its answer
+//! (see `coalesce`). Past [`MAX_CONNECTIONS`] answers being made at once (each holds its permit
+//! until its handler returns, even if its client has gone) a request gets `503` with
+//! `Retry-After`.
 
+use super::coalesce::{Answers, Question, Turn};
 use super::handler::{HttpResponse, PprofHandler};
 use super::{
     BIND_RETRY, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN, READ_TIMEOUT,
@@ -325,6 +327,8 @@ fn serve(listener: TcpListener, handler: PprofHandler, stop: &Stop) {
 struct Connections {
     open: Mutex<BTreeMap<u64, Arc<Connection>>>,
     work: Arc<tokio::sync::Semaphore>,
+    /// The answers being made, and the identical requests waiting for each.
+    answers: Arc<Answers>,
 }
 
 /// Where a connection is: its request head is still coming; it is being answered; its answer
@@ -375,6 +379,7 @@ impl Connections {
         Connections {
             open: Mutex::new(BTreeMap::new()),
             work: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+            answers: Arc::default(),
         }
     }
 
@@ -533,26 +538,43 @@ async fn drive(
 /// The most a closing connection's unread input is waited for (see `drive`).
 const LINGER: Duration = Duration::from_secs(1);
 
-/// The answer to a request whose head has come: `503` past [`MAX_CONNECTIONS`] answers at
-/// once, else the handler's, made on the blocking pool (a window waits its `seconds`) under a
-/// permit held until the handler returns, even if the client has gone.
+/// The answer to a request whose head has come: the answer being made to an identical request
+/// (see `coalesce`), else `503` past [`MAX_CONNECTIONS`] answers made at once, else the
+/// handler's, made on the blocking pool (a window waits its `seconds`) under a permit held
+/// until the handler returns, even if the client has gone.
 async fn answer(
     handler: &PprofHandler,
     head: http::request::Parts,
     connections: &Connections,
     connection: &Connection,
-) -> HttpResponse {
+) -> Arc<HttpResponse> {
     connection.enter(WORKING, Instant::now() + Duration::from_secs(24 * 3600));
+    let lead = match Question::of(&head).map(|q| connections.answers.ask(q)) {
+        Some(Turn::Join(made)) => return made.await.unwrap_or_else(|_| Arc::new(busy())),
+        Some(Turn::Lead(lead)) => Some(lead),
+        None => None,
+    };
     let Ok(permit) = Arc::clone(&connections.work).try_acquire_owned() else {
-        return busy();
+        return Arc::new(busy());
     };
     let handler = handler.clone();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        handler.handle_request(&head)
+        let response = Arc::new(handler.handle_request(&head));
+        // Here, not in the request's task: those who joined are answered even when its client
+        // has gone.
+        if let Some(lead) = lead {
+            lead.answer(&response);
+        }
+        response
     })
     .await
-    .unwrap_or_else(|e| HttpResponse::text(500, format!("the pprof handler failed: {e}\n")))
+    .unwrap_or_else(|e| {
+        Arc::new(HttpResponse::text(
+            500,
+            format!("the pprof handler failed: {e}\n"),
+        ))
+    })
 }
 
 /// `503` with `Retry-After`.
@@ -562,10 +584,20 @@ fn busy() -> HttpResponse {
     r
 }
 
+/// An [`HttpResponse`]'s body, shared by every request it answers (not copied for each).
+struct Body(Arc<HttpResponse>);
+
+impl AsRef<[u8]> for Body {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.body
+    }
+}
+
 /// An [`HttpResponse`] as hyper sends it.
-fn to_hyper(answer: HttpResponse) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let mut response =
-        hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(answer.body)));
+fn to_hyper(answer: Arc<HttpResponse>) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_owner(
+        Body(Arc::clone(&answer)),
+    )));
     *response.status_mut() = http::StatusCode::from_u16(answer.status)
         .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
@@ -573,10 +605,10 @@ fn to_hyper(answer: HttpResponse) -> hyper::Response<http_body_util::Full<bytes:
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static(answer.content_type),
     );
-    for (name, value) in answer.headers {
+    for (name, value) in &answer.headers {
         if let (Ok(name), Ok(value)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
-            http::HeaderValue::from_str(&value),
+            http::HeaderValue::from_str(value),
         ) {
             headers.insert(name, value);
         }
