@@ -1,10 +1,13 @@
 //! `/debug/pprof` as an axum router.
 
-use super::handler::{HttpResponse, PprofHandler};
+use super::coalesce::{Answering, SharedBody};
+use super::handler::PprofHandler;
 
 /// `/debug/pprof` as an axum [`Router`](axum::Router), to merge into your own:
 /// `app.merge(axum_router(handler))`. Requests run on tokio's blocking pool, since `?seconds=N`
-/// waits. Behind the `axum` feature.
+/// waits: at most 8 at once ([`MAX_CONNECTIONS`](super::MAX_CONNECTIONS); more are answered
+/// `503` with `Retry-After`), a request identical to one being answered sharing its answer,
+/// as on the standalone server. Behind the `axum` feature.
 ///
 /// # Examples
 /// ```no_run
@@ -34,16 +37,16 @@ fn router(handler: PprofHandler, routes: &[&str]) -> axum::Router {
     use axum::http::{HeaderName, HeaderValue, StatusCode, header};
     use axum::response::{IntoResponse, Response};
 
+    let answering = std::sync::Arc::new(Answering::default());
     let serve = move |request: axum::extract::Request| {
-        let handler = handler.clone();
+        let (handler, answering) = (handler.clone(), std::sync::Arc::clone(&answering));
         async move {
             let (head, _body) = request.into_parts();
-            let answer = tokio::task::spawn_blocking(move || handler.handle_request(&head))
-                .await
-                .unwrap_or_else(|e| {
-                    HttpResponse::text(500, format!("the pprof handler failed: {e}\n"))
-                });
-            let mut response: Response = answer.body.into_response();
+            let answer = answering.answer(&handler, head).await;
+            let mut response: Response = axum::body::Body::from(bytes::Bytes::from_owner(
+                SharedBody(std::sync::Arc::clone(&answer)),
+            ))
+            .into_response();
             *response.status_mut() =
                 StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let h = response.headers_mut();
@@ -51,8 +54,8 @@ fn router(handler: PprofHandler, routes: &[&str]) -> axum::Router {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(answer.content_type),
             );
-            for (k, v) in answer.headers {
-                if let Ok(v) = HeaderValue::from_str(&v) {
+            for (k, v) in &answer.headers {
+                if let Ok(v) = HeaderValue::from_str(v) {
                     h.insert(HeaderName::from_static(static_lower(k)), v);
                 }
             }

@@ -1,3 +1,7 @@
+//! [`Answering`]: at most [`MAX_CONNECTIONS`] answers made at once, for either server (the
+//! standalone one and the axum mount), each on tokio's blocking pool of the runtime serving
+//! it; past them, `503` with `Retry-After`.
+//!
 //! Identical requests answered at once share one answer, as Go's `singleflight` shares a call:
 //! a request asking what a request being answered asks (the same method, path and query,
 //! `Authorization` and `Accept`: all a [`PprofHandler`](super::PprofHandler) reads) waits for
@@ -9,10 +13,93 @@
 //! before the request came, as any profile is a moment old when it arrives. Windows
 //! (`?seconds=`) are never shared: each is its own interval, and at most one of a kind runs.
 
-use super::handler::HttpResponse;
+use super::MAX_CONNECTIONS;
+use super::handler::{HttpResponse, PprofHandler};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
+
+/// The answers a server makes: at most [`MAX_CONNECTIONS`] at once, each holding its permit
+/// until its handler returns, even if its client has gone; identical requests sharing one.
+pub(super) struct Answering {
+    work: Arc<Semaphore>,
+    answers: Arc<Answers>,
+}
+
+impl Default for Answering {
+    fn default() -> Self {
+        Answering {
+            work: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            answers: Arc::default(),
+        }
+    }
+}
+
+impl Answering {
+    /// The answer to `head`: the one being made to an identical request, else `503` past
+    /// [`MAX_CONNECTIONS`] answers at once, else the handler's, made on the blocking pool (a
+    /// window waits its `seconds`).
+    pub(super) async fn answer(
+        &self,
+        handler: &PprofHandler,
+        head: http::request::Parts,
+    ) -> Arc<HttpResponse> {
+        let handler = handler.clone();
+        let question = Question::of(&head);
+        self.answer_with(question, move || handler.handle_request(&head))
+            .await
+    }
+
+    /// The answer to `question` (`None`: one never shared), made by `make` when it is not
+    /// being made already.
+    async fn answer_with(
+        &self,
+        question: Option<Question>,
+        make: impl FnOnce() -> HttpResponse + Send + 'static,
+    ) -> Arc<HttpResponse> {
+        let lead = match question.map(|q| self.answers.ask(q)) {
+            Some(Turn::Join(made)) => return made.await.unwrap_or_else(|_| Arc::new(busy())),
+            Some(Turn::Lead(lead)) => Some(lead),
+            None => None,
+        };
+        let Ok(permit) = Arc::clone(&self.work).try_acquire_owned() else {
+            return Arc::new(busy());
+        };
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let response = Arc::new(make());
+            // Here, not in the request's task: those who joined are answered even when its
+            // client has gone.
+            if let Some(lead) = lead {
+                lead.answer(&response);
+            }
+            response
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Arc::new(HttpResponse::text(
+                500,
+                format!("the pprof handler failed: {e}\n"),
+            ))
+        })
+    }
+}
+
+/// An answer's body, shared by every request it answers (not copied for each).
+pub(super) struct SharedBody(pub(super) Arc<HttpResponse>);
+
+impl AsRef<[u8]> for SharedBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.body
+    }
+}
+
+/// `503` with `Retry-After`.
+fn busy() -> HttpResponse {
+    let mut r = HttpResponse::text(503, "too many requests at once; try again\n");
+    r.headers.push(("Retry-After", "1".into()));
+    r
+}
 
 /// What a request asks: everything its answer is made from.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -121,6 +208,69 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(()).unwrap().into_parts().0
+    }
+
+    /// 20 answers asked at once, each taking 200 ms on the blocking pool: of 20 different
+    /// questions, 8 are made at once and 12 answered `503`; of 20 identical ones, one is made
+    /// and all 20 get it.
+    #[test]
+    fn at_most_eight_answers_at_once_and_identical_requests_share_one() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answering = Arc::new(Answering::default());
+        let (running, most, made) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let ask_all = |paths: Vec<String>| {
+            let _runtime = rt.enter();
+            let mut set = tokio::task::JoinSet::new();
+            for path in paths {
+                let answering = Arc::clone(&answering);
+                let (running, most, made) =
+                    (Arc::clone(&running), Arc::clone(&most), Arc::clone(&made));
+                let question = Question::of(&head(&path, &[]));
+                set.spawn(async move {
+                    answering
+                        .answer_with(question, move || {
+                            most.fetch_max(
+                                running.fetch_add(1, Ordering::SeqCst) + 1,
+                                Ordering::SeqCst,
+                            );
+                            std::thread::sleep(std::time::Duration::from_millis(200));
+                            running.fetch_sub(1, Ordering::SeqCst);
+                            made.fetch_add(1, Ordering::SeqCst);
+                            HttpResponse::text(200, "made")
+                        })
+                        .await
+                });
+            }
+            rt.block_on(set.join_all())
+        };
+        let different = ask_all(
+            (0..20)
+                .map(|i| format!("/debug/pprof/heap?n={i}"))
+                .collect(),
+        );
+        let statuses = |answers: &[Arc<HttpResponse>], status| {
+            answers.iter().filter(|a| a.status == status).count()
+        };
+        assert_eq!(
+            (statuses(&different, 200), statuses(&different, 503)),
+            (MAX_CONNECTIONS, 20 - MAX_CONNECTIONS)
+        );
+        assert_eq!(most.load(Ordering::SeqCst), MAX_CONNECTIONS);
+        made.store(0, Ordering::SeqCst);
+        let same = ask_all(vec!["/debug/pprof/heap".to_owned(); 20]);
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        assert!(
+            same.iter()
+                .all(|a| Arc::ptr_eq(a, &same[0]) && a.status == 200)
+        );
     }
 
     #[test]

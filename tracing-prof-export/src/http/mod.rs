@@ -74,10 +74,10 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6060";
 pub const DEFAULT_MAX_SECONDS: u64 = 60;
 /// `/debug/pprof/profile`'s window when no `seconds` is given, as in Go.
 pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
-/// Answers made at once (from the request's head until the handler returns, even if its
-/// client has gone); more requests are answered `503` with `Retry-After`, but for one
-/// identical to a request being answered, which shares that answer. Also the most threads
-/// answering.
+/// Answers made at once, by the standalone server or the axum mount (from the request's head
+/// until the handler returns, even if its client has gone); more requests are answered `503`
+/// with `Retry-After`, but for one identical to a request being answered, which shares that
+/// answer. Also the most threads answering.
 pub const MAX_CONNECTIONS: usize = 8;
 /// Connections open at once: a new one past this closes the oldest that has not sent its
 /// request yet (one accepted less than a second ago only when nothing else can go), else the

@@ -16,7 +16,7 @@
 //! until its handler returns, even if its client has gone) a request gets `503` with
 //! `Retry-After`.
 
-use super::coalesce::{Answers, Question, Turn};
+use super::coalesce::{Answering, SharedBody};
 use super::handler::{HttpResponse, PprofHandler};
 use super::{
     BIND_RETRY, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN, READ_TIMEOUT,
@@ -326,9 +326,8 @@ fn serve(listener: TcpListener, handler: PprofHandler, stop: &Stop) {
 /// permit each, held until the handler returns, whatever became of its connection).
 struct Connections {
     open: Mutex<BTreeMap<u64, Arc<Connection>>>,
-    work: Arc<tokio::sync::Semaphore>,
-    /// The answers being made, and the identical requests waiting for each.
-    answers: Arc<Answers>,
+    /// The answers being made.
+    answering: Answering,
 }
 
 /// Where a connection is: its request head is still coming; it is being answered; its answer
@@ -378,8 +377,7 @@ impl Connections {
     fn new() -> Self {
         Connections {
             open: Mutex::new(BTreeMap::new()),
-            work: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
-            answers: Arc::default(),
+            answering: Answering::default(),
         }
     }
 
@@ -538,10 +536,8 @@ async fn drive(
 /// The most a closing connection's unread input is waited for (see `drive`).
 const LINGER: Duration = Duration::from_secs(1);
 
-/// The answer to a request whose head has come: the answer being made to an identical request
-/// (see `coalesce`), else `503` past [`MAX_CONNECTIONS`] answers made at once, else the
-/// handler's, made on the blocking pool (a window waits its `seconds`) under a permit held
-/// until the handler returns, even if the client has gone.
+/// The answer to a request whose head has come (see [`Answering`]); the connection is not
+/// closed to make room while it is made.
 async fn answer(
     handler: &PprofHandler,
     head: http::request::Parts,
@@ -549,54 +545,13 @@ async fn answer(
     connection: &Connection,
 ) -> Arc<HttpResponse> {
     connection.enter(WORKING, Instant::now() + Duration::from_secs(24 * 3600));
-    let lead = match Question::of(&head).map(|q| connections.answers.ask(q)) {
-        Some(Turn::Join(made)) => return made.await.unwrap_or_else(|_| Arc::new(busy())),
-        Some(Turn::Lead(lead)) => Some(lead),
-        None => None,
-    };
-    let Ok(permit) = Arc::clone(&connections.work).try_acquire_owned() else {
-        return Arc::new(busy());
-    };
-    let handler = handler.clone();
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let response = Arc::new(handler.handle_request(&head));
-        // Here, not in the request's task: those who joined are answered even when its client
-        // has gone.
-        if let Some(lead) = lead {
-            lead.answer(&response);
-        }
-        response
-    })
-    .await
-    .unwrap_or_else(|e| {
-        Arc::new(HttpResponse::text(
-            500,
-            format!("the pprof handler failed: {e}\n"),
-        ))
-    })
-}
-
-/// `503` with `Retry-After`.
-fn busy() -> HttpResponse {
-    let mut r = HttpResponse::text(503, "too many requests at once; try again\n");
-    r.headers.push(("Retry-After", "1".into()));
-    r
-}
-
-/// An [`HttpResponse`]'s body, shared by every request it answers (not copied for each).
-struct Body(Arc<HttpResponse>);
-
-impl AsRef<[u8]> for Body {
-    fn as_ref(&self) -> &[u8] {
-        &self.0.body
-    }
+    connections.answering.answer(handler, head).await
 }
 
 /// An [`HttpResponse`] as hyper sends it.
 fn to_hyper(answer: Arc<HttpResponse>) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
     let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_owner(
-        Body(Arc::clone(&answer)),
+        SharedBody(Arc::clone(&answer)),
     )));
     *response.status_mut() = http::StatusCode::from_u16(answer.status)
         .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
