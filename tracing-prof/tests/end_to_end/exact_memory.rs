@@ -35,7 +35,9 @@ fn alloc_free(size: usize, align: usize) {
         let p = alloc(layout);
         assert!(!p.is_null() && (p as usize).is_multiple_of(align));
         p.write_bytes(1, size);
-        dealloc(p, layout);
+        // Observed, so that the optimizer cannot drop the pair (it did, in one build of
+        // this binary: the allocation never reached the allocator).
+        dealloc(std::hint::black_box(p), layout);
     }
 }
 
