@@ -1,6 +1,6 @@
 //! `/debug/pprof` as an axum router.
 
-use super::coalesce::{Answering, SharedBody};
+use super::coalesce::{Answering, to_http};
 use super::handler::PprofHandler;
 
 /// `/debug/pprof` as an axum [`Router`](axum::Router), to merge into your own:
@@ -34,45 +34,16 @@ pub fn axum_metrics_router(handler: PprofHandler) -> axum::Router {
 
 /// A router answering `routes` with `handler`.
 fn router(handler: PprofHandler, routes: &[&str]) -> axum::Router {
-    use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-    use axum::response::{IntoResponse, Response};
-
     let answering = std::sync::Arc::new(Answering::default());
     let serve = move |request: axum::extract::Request| {
         let (handler, answering) = (handler.clone(), std::sync::Arc::clone(&answering));
         async move {
             let (head, _body) = request.into_parts();
             let answer = answering.answer(&handler, head).await;
-            let mut response: Response = axum::body::Body::from(bytes::Bytes::from_owner(
-                SharedBody(std::sync::Arc::clone(&answer)),
-            ))
-            .into_response();
-            *response.status_mut() =
-                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let h = response.headers_mut();
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(answer.content_type),
-            );
-            for (k, v) in &answer.headers {
-                if let Ok(v) = HeaderValue::from_str(v) {
-                    h.insert(HeaderName::from_static(static_lower(k)), v);
-                }
-            }
-            response
+            to_http(answer).map(axum::body::Body::new)
         }
     };
     routes.iter().fold(axum::Router::new(), |r, route| {
         r.route(route, axum::routing::any(serve.clone()))
     })
-}
-
-/// The header names [`PprofHandler`] uses, lower-cased as `HeaderName::from_static` requires.
-fn static_lower(name: &'static str) -> &'static str {
-    match name {
-        "WWW-Authenticate" => "www-authenticate",
-        "Allow" => "allow",
-        "Content-Disposition" => "content-disposition",
-        _ => "x-tracing-prof",
-    }
 }

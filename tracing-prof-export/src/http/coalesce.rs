@@ -11,7 +11,8 @@
 //! second, kept all of the server's answers busy making profiles for clients already gone, and
 //! a normal request got `503`. A profile shared this way was made at most one answer's time
 //! before the request came, as any profile is a moment old when it arrives. Windows
-//! (`?seconds=`) are never shared: each is its own interval, and at most one of a kind runs.
+//! (`?seconds=`) are never shared: each is its own interval (and at most
+//! [`MAX_WINDOWS`](super::MAX_WINDOWS) run at once).
 
 use super::MAX_CONNECTIONS;
 use super::handler::{HttpResponse, PprofHandler};
@@ -86,12 +87,37 @@ impl Answering {
 }
 
 /// An answer's body, shared by every request it answers (not copied for each).
-pub(super) struct SharedBody(pub(super) Arc<HttpResponse>);
+struct SharedBody(Arc<HttpResponse>);
 
 impl AsRef<[u8]> for SharedBody {
     fn as_ref(&self) -> &[u8] {
         &self.0.body
     }
+}
+
+/// `answer` as either server sends it (hyper's `Response`, axum's once its body is boxed).
+pub(super) fn to_http(
+    answer: Arc<HttpResponse>,
+) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from_owner(
+        SharedBody(Arc::clone(&answer)),
+    )));
+    *response.status_mut() = http::StatusCode::from_u16(answer.status)
+        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(answer.content_type),
+    );
+    for (name, value) in &answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }
 
 /// `503` with `Retry-After`.
@@ -103,7 +129,7 @@ fn busy() -> HttpResponse {
 
 /// What a request asks: everything its answer is made from.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) struct Question {
+struct Question {
     method: http::Method,
     target: String,
     authorization: Option<http::HeaderValue>,
@@ -112,7 +138,7 @@ pub(super) struct Question {
 
 impl Question {
     /// What `head` asks; `None` for a window (a `seconds` parameter), which is never shared.
-    pub(super) fn of(head: &http::request::Parts) -> Option<Self> {
+    fn of(head: &http::request::Parts) -> Option<Self> {
         if head
             .uri
             .query()
@@ -135,12 +161,12 @@ impl Question {
 
 /// The questions being answered, each with the requests waiting for its answer.
 #[derive(Default)]
-pub(super) struct Answers {
+struct Answers {
     waiting: Mutex<HashMap<Question, Vec<oneshot::Sender<Arc<HttpResponse>>>>>,
 }
 
 /// A request's turn: to wait for an answer being made, or to make it.
-pub(super) enum Turn {
+enum Turn {
     /// The answer being made; an error when it was not made (no permit, a panic).
     Join(oneshot::Receiver<Arc<HttpResponse>>),
     Lead(Lead),
@@ -148,7 +174,7 @@ pub(super) enum Turn {
 
 impl Answers {
     /// Joins the answer to `question` being made, or leads it when none is.
-    pub(super) fn ask(self: &Arc<Self>, question: Question) -> Turn {
+    fn ask(self: &Arc<Self>, question: Question) -> Turn {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(joined) = waiting.get_mut(&question) {
             let (tx, rx) = oneshot::channel();
@@ -165,7 +191,7 @@ impl Answers {
 
 /// The answer a request makes for every request that joins it before it is made. Dropped
 /// without [`Lead::answer`] (no permit, a panic), it lets them go unanswered: they say `503`.
-pub(super) struct Lead {
+struct Lead {
     answers: Arc<Answers>,
     /// Until answered.
     question: Option<Question>,
@@ -173,7 +199,7 @@ pub(super) struct Lead {
 
 impl Lead {
     /// Gives `response` to every request that joined; later ones ask anew.
-    pub(super) fn answer(mut self, response: &Arc<HttpResponse>) {
+    fn answer(mut self, response: &Arc<HttpResponse>) {
         for joined in self.take() {
             let _ = joined.send(Arc::clone(response));
         }

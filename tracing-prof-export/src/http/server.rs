@@ -16,7 +16,7 @@
 //! until its handler returns, even if its client has gone) a request gets `503` with
 //! `Retry-After`.
 
-use super::coalesce::{Answering, SharedBody};
+use super::coalesce::{Answering, to_http};
 use super::handler::{HttpResponse, PprofHandler};
 use super::{
     BIND_RETRY, ENV_HTTP_REQUIRED, MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_OPEN, READ_TIMEOUT,
@@ -479,7 +479,7 @@ async fn drive(
                 let (head, _body) = request.into_parts();
                 let answer = answer(&handler, head, &connections, &connection).await;
                 connection.enter(WRITING, Instant::now() + WRITE_TIMEOUT);
-                Ok::<_, std::convert::Infallible>(to_hyper(answer))
+                Ok::<_, std::convert::Infallible>(to_http(answer))
             }
         })
     };
@@ -546,29 +546,6 @@ async fn answer(
 ) -> Arc<HttpResponse> {
     connection.enter(WORKING, Instant::now() + Duration::from_secs(24 * 3600));
     connections.answering.answer(handler, head).await
-}
-
-/// An [`HttpResponse`] as hyper sends it.
-fn to_hyper(answer: Arc<HttpResponse>) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_owner(
-        SharedBody(Arc::clone(&answer)),
-    )));
-    *response.status_mut() = http::StatusCode::from_u16(answer.status)
-        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(answer.content_type),
-    );
-    for (name, value) in &answer.headers {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(name.as_bytes()),
-            http::HeaderValue::from_str(value),
-        ) {
-            headers.insert(name, value);
-        }
-    }
-    response
 }
 
 /// What `/debug/pprof`'s (or `/metrics`') server is told by the environment.

@@ -128,6 +128,24 @@ fn axum_router_serves_pprof_on_the_services_own_port() {
          bytes, (no span) by {no_span}"
     );
 
+    // A third window while two run: `429` with `Retry-After` (the mount once renamed every
+    // header it did not list, this one to `x-tracing-prof`).
+    let windows: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = open_addr.clone();
+            std::thread::spawn(move || get(&addr, "/debug/pprof/heap?seconds=1", "").0)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (head, _) = get(&open_addr, "/debug/pprof/heap?seconds=1", "");
+    assert!(
+        head.starts_with("HTTP/1.1 429") && head.to_ascii_lowercase().contains("retry-after: "),
+        "{head}"
+    );
+    for w in windows {
+        assert!(w.join().unwrap().starts_with("HTTP/1.1 200"));
+    }
+
     if common::have_go() {
         let url = format!("http://{open_addr}/debug/pprof/span_memory");
         let top = common::pprof(&["-top", "-nodefraction=0"], url);
