@@ -101,11 +101,14 @@ fn request(
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
-    write!(
-        s,
+    // In one write, as Go's client sends it (through a buffer): `write!` on the socket itself
+    // sends each piece of the format in a write of its own, a partial head that the server may
+    // close while the rest is on its way (a reset: seen once in a fresh clone's CI run).
+    let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: Go-http-client/1.1\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
+    );
+    s.write_all(head.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer)
         .map_err(|e| format!("read: {e}"))?;
