@@ -17,8 +17,8 @@ use std::time::Duration;
 use tracing_prof_alloc::Tag;
 use tracing_prof_cpu::TraceLink;
 use tracing_prof_model::{
-    ALL_TRIMMED_FRAME, CodeFrame, CpuSource, CpuStack, LinkedSamples, NOTHING_UNWOUND_FRAME,
-    PathKind, SpanFrame, TABLE_FULL_FRAME,
+    ALL_TRIMMED_FRAME, CodeFrame, CodeStack, CpuSource, CpuStack, LinkedSamples,
+    NOTHING_UNWOUND_FRAME, PathKind, SpanFrame, TABLE_FULL_FRAME,
 };
 
 /// How per-span CPU time is measured.
@@ -57,8 +57,9 @@ struct Store {
     /// what `raw` becomes when it is compacted. Keyed by function and line, not by
     /// instruction, so it stops growing once the program's hot stacks have been seen. Three
     /// one-entry stacks of [`Empty`] ids stand for samples without code frames: those that
-    /// found it full, those with nothing unwound, those whose every frame was trimmed.
-    resolved: FastMap<(u32, Box<[u32]>), u32>,
+    /// found it full, those with nothing unwound, those whose every frame was trimmed. A
+    /// snapshot's stacks share the keys' ids (`CodeStack::shared`).
+    resolved: FastMap<(u32, Arc<[u32]>), u32>,
     /// Weighted samples per stack id.
     counts: Vec<u64>,
     /// The part of a stack's samples taken in one trace span's work, per (stack id, link).
@@ -68,14 +69,12 @@ struct Store {
     /// (40 as `CodeFrame`s: the example service's store grew 0.5 MiB a minute that way).
     frames: Vec<CodeFrame>,
     frame_ids: FastMap<CodeFrame, u32>,
-    /// Each stack's code frames as snapshots carry them, by stack id: built at the first
-    /// capture that reads the stack, then shared by every snapshot (an export's, the flight
-    /// recorder's base, a pusher's last one, a capture in progress). Built anew per capture,
-    /// they were the largest part of each export's memory: about 3 MiB per copy for an axum
-    /// service's thousand stacks after 20 s, with up to three copies alive at an export. Kept
-    /// for the run: 40 bytes a frame, at most [`MAX_CPU_STACKS`] stacks (about 52 MiB at 80
-    /// frames a stack, at the cap; the flight recorder's base held as much before).
-    code: Vec<Option<Arc<[CodeFrame]>>>,
+    /// `frames` as snapshots share it, made again only when frames were added since: every
+    /// CPU stack of a snapshot is its ids in `resolved` and this table. (Each stack's frames
+    /// as a list of their own, 40 bytes a frame, kept for the run, were the profiler's largest
+    /// memory on an axum service: 3.5 MB for a thousand stacks 80 frames deep; built anew per
+    /// capture instead, up to three copies were alive at an export.)
+    table: Option<Arc<[CodeFrame]>>,
     /// Samples that arrived while `resolved` was full.
     overflowed: u64,
     /// The last batch's interrupted instructions, resolved: the next batch takes those it
@@ -101,8 +100,8 @@ enum Empty {
 impl Empty {
     const BASE: u32 = u32::MAX - 2;
 
-    fn key(self) -> Box<[u32]> {
-        Box::from([Self::BASE + self as u32])
+    fn key(self) -> Arc<[u32]> {
+        Arc::from([Self::BASE + self as u32])
     }
 
     fn of(code: &[u32]) -> Option<Empty> {
@@ -157,7 +156,7 @@ impl Store {
 
     /// The id of stack `key`, added if new and there is room (always, for an [`Empty`] one:
     /// where a tag's samples go once the table is full).
-    fn stack_id(&mut self, key: (u32, Box<[u32]>)) -> Option<u32> {
+    fn stack_id(&mut self, key: (u32, Arc<[u32]>)) -> Option<u32> {
         if let Some(&id) = self.resolved.get(&key) {
             return Some(id);
         }
@@ -353,7 +352,7 @@ impl Cpu {
         // The innermost span of each path: stacks are cut where it was entered.
         let mut spans: HashMap<u32, (Option<SpanFrame>, Option<SpanFrame>)> = HashMap::new();
         for ((tag, link, ips), n) in raw {
-            let code: Box<[u32]> = match ips.split_first() {
+            let code: Arc<[u32]> = match ips.split_first() {
                 None => Empty::NothingUnwound.key(),
                 Some((&pc, rest)) => {
                     let rest: Vec<usize> = rest.iter().map(|&ip| ip as usize).collect();
@@ -372,7 +371,7 @@ impl Cpu {
                     )
                     .iter()
                     .map(|f| s.frame_id(f))
-                    .collect::<Box<[u32]>>()
+                    .collect::<Arc<[u32]>>()
                 }
             };
             let code = if code.is_empty() {
@@ -454,8 +453,9 @@ impl Cpu {
         period_ns: u64,
     ) -> (Vec<CpuStack>, HashMap<Tag, u64>) {
         self.drain(paths);
-        /// A stack of the store, symbolized: its tag, code, samples and samples per trace span.
-        type Counted = (u32, Arc<[CodeFrame]>, u64, Vec<LinkedSamples>);
+        /// A stack of the store, symbolized: its tag, frame ids, code, samples and samples per
+        /// trace span.
+        type Counted = (u32, Arc<[u32]>, CodeStack, u64, Vec<LinkedSamples>);
         let counts: Vec<Counted> = {
             let mut guard = self.store();
             guard.as_mut().map_or_else(Vec::new, |s| {
@@ -474,38 +474,48 @@ impl Cpu {
                     resolved,
                     counts,
                     frames,
-                    code: built,
+                    table,
                     ..
                 } = &mut **s;
-                built.resize(counts.len(), None);
+                let table = match table {
+                    Some(t) if t.len() == frames.len() => Arc::clone(t),
+                    _ => Arc::clone(table.insert(frames.iter().cloned().collect())),
+                };
                 resolved
                     .iter()
-                    .map(|((tag, code), &id)| {
-                        let code =
-                            built[id as usize].get_or_insert_with(|| match Empty::of(code) {
-                                Some(empty) => Arc::from([CodeFrame::named(empty.frame())]),
-                                None => code.iter().map(|&i| frames[i as usize].clone()).collect(),
-                            });
+                    .map(|((tag, ids), &id)| {
+                        let code = match Empty::of(ids) {
+                            Some(empty) => CodeStack::from([CodeFrame::named(empty.frame())]),
+                            // Every id is in the table (it is `frames`, which only grows).
+                            None => CodeStack::shared(Arc::clone(&table), Arc::clone(ids))
+                                .unwrap_or_else(|| {
+                                    ids.iter()
+                                        .filter_map(|&i| frames.get(i as usize).cloned())
+                                        .collect()
+                                }),
+                        };
                         let links = links.remove(&id).unwrap_or_default();
-                        (*tag, Arc::clone(code), counts[id as usize], links)
+                        (*tag, Arc::clone(ids), code, counts[id as usize], links)
                     })
                     .collect()
             })
         };
         let mut per_tag: HashMap<Tag, u64> = HashMap::new();
         let mut merged: Vec<CpuStack> = Vec::new();
-        type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>, bool);
+        // Stacks merged by path and frame ids: equal ids are equal frames (each frame has one
+        // id), and ids hash without reading the frames' names.
+        type Key = (PathKind, Vec<SpanFrame>, Arc<[u32]>, bool);
         let mut index: HashMap<Key, usize> = HashMap::new();
-        for (key, code, n, links) in counts {
+        for (key, ids, code, n, links) in counts {
             let long_poll = key & LONG_POLL != 0;
             let tag = Tag::new(key & !LONG_POLL);
             *per_tag.entry(tag).or_insert(0) += n * period_ns;
             let (kind, frames) = path_of(by_tag, tag);
-            let key = (kind, frames.to_vec(), code, long_poll);
+            let key = (kind, frames.to_vec(), ids, long_poll);
             let i = *index
                 .entry(key)
-                .or_insert_with_key(|(kind, frames, code, long_poll)| {
-                    let mut stack = CpuStack::new(*kind, frames.clone(), Arc::clone(code));
+                .or_insert_with_key(|(kind, frames, _, long_poll)| {
+                    let mut stack = CpuStack::new(*kind, frames.clone(), code);
                     stack.long_poll = *long_poll;
                     merged.push(stack);
                     merged.len() - 1
@@ -568,7 +578,9 @@ mod tests {
     fn samples_named(stacks: &[CpuStack], frame: &str) -> u64 {
         stacks
             .iter()
-            .filter(|st| matches!(&st.code[..], [f] if &*f.function == frame))
+            .filter(|st| {
+                st.code.len() == 1 && st.code.first().is_some_and(|f| &*f.function == frame)
+            })
             .map(|st| st.samples)
             .sum()
     }
@@ -588,7 +600,7 @@ mod tests {
             // The table full of stacks already: a new one goes to the full table's entry.
             let _ = s.frame_id(&CodeFrame::named("f"));
             for i in 0..MAX_CPU_STACKS as u32 {
-                s.resolved.insert((Tag::FIRST_PATH + i, Box::from([0])), i);
+                s.resolved.insert((Tag::FIRST_PATH + i, Arc::from([0])), i);
                 s.counts.push(0);
             }
             let pc = samples_without_code_frames_say_why as *const () as u64;
@@ -599,8 +611,8 @@ mod tests {
         assert_eq!(samples_named(&stacks, NOTHING_UNWOUND_FRAME), 3);
         assert_eq!(samples_named(&stacks, TABLE_FULL_FRAME), 5);
         assert_eq!(samples_named(&stacks, ALL_TRIMMED_FRAME), 0);
-        // A later capture, after a new stack: each stack's code frames are shared with the
-        // first capture (built once, by stack id), and each stack reads as it should.
+        // A later capture, after a new stack: each stack with code frames shares them with the
+        // first capture (the store's ids and frame table), and each stack reads as it should.
         {
             let mut guard = cpu.store();
             let s = guard.as_mut().unwrap();
@@ -611,13 +623,18 @@ mod tests {
         }
         let (again, _) = cpu.stacks(paths, &paths.index(), 1);
         assert_eq!(again.len(), stacks.len() + 1);
+        let mut shared = 0;
         for a in &stacks {
             let b = again
                 .iter()
                 .find(|b| b.frames == a.frames && b.code == a.code)
                 .unwrap_or_else(|| panic!("{:?} in the second capture", a.code));
-            assert!(Arc::ptr_eq(&a.code, &b.code), "{:?}", a.code);
+            if a.code.first().is_some_and(|f| &*f.function == "f") {
+                assert!(CodeStack::ptr_eq(&a.code, &b.code), "{:?}", a.code);
+                shared += 1;
+            }
         }
+        assert!(shared > 0, "no stack with code frames compared");
         assert_eq!(samples_named(&again, NOTHING_UNWOUND_FRAME), 3 + 2 + 7);
         assert_eq!(samples_named(&again, TABLE_FULL_FRAME), 5);
         assert_eq!(samples_named(&again, "f"), 0);

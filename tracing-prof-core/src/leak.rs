@@ -71,14 +71,14 @@ impl LeakDetector {
             .paths
             .iter()
             .filter(|p| p.kind != PathKind::Profiler)
-            .map(|p| (p.kind, &p.frames, &[][..], p.memory.inuse_bytes));
+            .map(|p| (p.kind, &p.frames, Vec::new(), p.memory.inuse_bytes));
         let stacks = profile
             .stacks
             .iter()
             .filter(|s| s.kind != PathKind::Profiler)
-            .map(|s| (s.kind, &s.frames, &s.code[..], s.memory.inuse_bytes));
+            .map(|s| (s.kind, &s.frames, s.code.to_vec(), s.memory.inuse_bytes));
         for (kind, frames, code, inuse) in paths.chain(stacks) {
-            let key = (kind, frames.clone(), code.to_vec());
+            let key = (kind, frames.clone(), code.clone());
             seen.insert(key.clone());
             let window = self.snapshots + 1;
             let t = self.tracks.entry(key).or_insert(Track {
@@ -113,7 +113,7 @@ impl LeakDetector {
             let leak = SuspectedLeak::new(
                 kind,
                 frames.clone(),
-                code.to_vec(),
+                code,
                 inuse,
                 inuse.saturating_sub(t.base),
                 t.rises,

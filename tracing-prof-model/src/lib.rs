@@ -93,13 +93,13 @@ pub use names::short_function_name;
 pub use pprof::DecodeError;
 pub use profile::{Frame, FrameKind, Label, LabelValue, Profile, SPAN_MARK, Sample, SampleType};
 pub use snapshot::{
-    ALL_TRIMMED_FRAME, AllocatorMemory, Binary, CgroupMemory, CodeFrame, CpuSource, CpuStack,
-    DURATION_BOUNDS_NS, DURATION_BUCKETS, DurationExemplar, LIFETIME_BUCKET_NAMES,
-    LIFETIME_BUCKETS, Lifetimes, MemoryStats, NO_SPAN_FRAME, NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME,
-    PATH_SEPARATOR, PROFILER_FRAME, PathKind, PathProfile, Peak, ProcessMemory, Snapshot,
-    SpanFrame, StackProfile, SuspectedLeak, Symbols, TABLE_FULL_FRAME, ThreadProfile, TimeStats,
-    display_path, duration_bucket, duration_quantile, nearest_duration_bound, slow_bound,
-    spans_slower_than,
+    ALL_TRIMMED_FRAME, AllocatorMemory, Binary, CgroupMemory, CodeFrame, CodeFrames, CodeStack,
+    CpuSource, CpuStack, DURATION_BOUNDS_NS, DURATION_BUCKETS, DurationExemplar,
+    LIFETIME_BUCKET_NAMES, LIFETIME_BUCKETS, Lifetimes, MemoryStats, NO_SPAN_FRAME,
+    NOTHING_UNWOUND_FRAME, OVERFLOW_FRAME, PATH_SEPARATOR, PROFILER_FRAME, PathKind, PathProfile,
+    Peak, ProcessMemory, Snapshot, SpanFrame, StackProfile, SuspectedLeak, Symbols,
+    TABLE_FULL_FRAME, ThreadProfile, TimeStats, display_path, duration_bucket, duration_quantile,
+    nearest_duration_bound, slow_bound, spans_slower_than,
 };
 pub use table::{Grouping, TagTable, Top, TopRow};
 pub use trace_link::{LinkedSamples, TraceLink};

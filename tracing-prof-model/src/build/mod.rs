@@ -24,7 +24,7 @@ use crate::kind::ProfileKind;
 use crate::pprof::Encoder;
 use crate::profile::{Frame, FrameKind, Label, Profile, SampleType};
 use crate::snapshot::{
-    ALL_TRIMMED_FRAME, CodeFrame, CpuSource, DURATION_BOUNDS_NS, LIFETIME_BUCKET_NAMES,
+    ALL_TRIMMED_FRAME, CodeFrame, CodeStack, CpuSource, DURATION_BOUNDS_NS, LIFETIME_BUCKET_NAMES,
     MemoryStats, NOTHING_UNWOUND_FRAME, PathProfile, Snapshot, SpanFrame, Symbols,
     TABLE_FULL_FRAME,
 };
@@ -304,7 +304,7 @@ impl Snapshot {
             if path.time.long_polls > 0 {
                 labels.push(LabelRef::Num("long_polls", int(path.time.long_polls), None));
             }
-            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+            out.push(Stack::Path(&path.frames, None), &values, &labels);
         }
         // The intervals' lengths: per path, a sample for each length bucket, with only
         // `intervals`, labelled `interval=<10ms` and so on (`-sample_index=intervals -tags`).
@@ -318,7 +318,7 @@ impl Snapshot {
                 values[n - 2] = int(*count);
                 let mut labels = field_label_refs(&path.frames);
                 labels.push(LabelRef::Str("interval", name));
-                out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+                out.push(Stack::Path(&path.frames, None), &values, &labels);
             }
         }
         // The latency histogram: per path, a sample for each bucket spans closed in, with only
@@ -334,7 +334,7 @@ impl Snapshot {
                 let le = DURATION_BOUNDS_NS.get(i).map_or(i64::MAX, |&b| int(b));
                 let mut labels = field_label_refs(&path.frames);
                 labels.push(LabelRef::Num("duration_le", le, Some("nanoseconds")));
-                out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+                out.push(Stack::Path(&path.frames, None), &values, &labels);
             }
         }
     }
@@ -350,7 +350,7 @@ impl Snapshot {
                 LabelRef::Str("long_poll", "true"),
             ];
             let labels = with_fields(&s.frames, &ours[..if s.long_poll { 2 } else { 1 }]);
-            let stack = Stack::Path(&s.frames, &s.code);
+            let stack = Stack::Path(&s.frames, Some(&s.code));
             // CPU time of `n` of the stack's samples (each sample's share of `cpu_ns`).
             let cpu =
                 |n: u64| (u128::from(s.cpu_ns) * u128::from(n) / u128::from(s.samples)) as u64;
@@ -383,7 +383,7 @@ impl Snapshot {
             if self.is_suspected_leak(path) {
                 labels.push(LEAK);
             }
-            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+            out.push(Stack::Path(&path.frames, None), &values, &labels);
         }
     }
 
@@ -401,7 +401,7 @@ impl Snapshot {
             let suspected =
                 self.is_suspected_stack_leak(s) || self.is_suspected_path(s.kind, &s.frames);
             let labels = with_fields(&s.frames, &ours[..if suspected { 2 } else { 1 }]);
-            out.push(Stack::Path(&s.frames, &s.code), &values, &labels);
+            out.push(Stack::Path(&s.frames, Some(&s.code)), &values, &labels);
         }
     }
 
@@ -414,7 +414,7 @@ impl Snapshot {
             if l.freed() == 0 {
                 continue;
             }
-            let stack = Stack::Path(&s.frames, &s.code);
+            let stack = Stack::Path(&s.frames, Some(&s.code));
             let fields = field_label_refs(&s.frames);
             for (k, name) in LIFETIME_BUCKET_NAMES.iter().enumerate() {
                 if l.freed_objects[k] == 0 && l.freed_bytes[k] == 0 {
@@ -436,7 +436,7 @@ impl Snapshot {
         for path in self.paths.iter().filter(|p| p.outlived.0 > 0) {
             let values = [0, 0, 0, 0, int(path.outlived.0), int(path.outlived.1)];
             let labels = field_label_refs(&path.frames);
-            out.push(Stack::Path(&path.frames, &[]), &values, &labels);
+            out.push(Stack::Path(&path.frames, None), &values, &labels);
         }
     }
 
@@ -507,7 +507,7 @@ impl Snapshot {
                 self.overflowed_spans
             ));
         }
-        let table_full = |code: &[CodeFrame]| {
+        let table_full = |code: &CodeStack| {
             code.first()
                 .is_some_and(|f| &*f.function == TABLE_FULL_FRAME)
         };
@@ -553,7 +553,7 @@ impl Snapshot {
                     let n: u64 = self
                         .cpu_stacks
                         .iter()
-                        .filter(|s| matches!(&s.code[..], [f] if *f.function == *frame))
+                        .filter(|s| s.code.len() == 1 && s.code.first().is_some_and(|f| *f.function == *frame))
                         .map(|s| s.samples)
                         .sum();
                     if n > 0 {

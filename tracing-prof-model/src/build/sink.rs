@@ -7,13 +7,13 @@
 
 use super::{code_frame, span_frame};
 use crate::profile::{Frame, FrameKind, Label, Profile, Sample};
-use crate::snapshot::{CodeFrame, SpanFrame};
+use crate::snapshot::{CodeStack, SpanFrame};
 
 /// A sample's stack, root first.
 #[derive(Clone, Copy)]
 pub(crate) enum Stack<'a> {
-    /// A span path and the code stack sampled under it (empty for a span path alone).
-    Path(&'a [SpanFrame], &'a [CodeFrame]),
+    /// A span path and the code stack sampled under it (none for a span path alone).
+    Path(&'a [SpanFrame], Option<&'a CodeStack>),
     /// A thread, by the name its one frame shows.
     Thread(&'a str),
 }
@@ -25,7 +25,7 @@ impl Stack<'_> {
             Stack::Path(spans, code) => spans
                 .iter()
                 .map(span_frame)
-                .chain(code.iter().map(code_frame))
+                .chain(code.into_iter().flatten().map(code_frame))
                 .collect(),
             Stack::Thread(name) => vec![Frame::new(FrameKind::Thread, name, None, None)],
         }

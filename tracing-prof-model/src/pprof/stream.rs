@@ -92,7 +92,7 @@ impl Samples for Encoder {
         // Leaf first, as pprof stores stacks.
         match stack {
             Stack::Path(spans, code) => {
-                for f in code.iter().rev() {
+                for f in code.into_iter().flat_map(|c| c.iter().rev()) {
                     sample.location_id.push(self.code_location(f));
                 }
                 for f in spans.iter().rev() {

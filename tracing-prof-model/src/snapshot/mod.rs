@@ -4,12 +4,14 @@
 //! ships. It knows nothing of any file format: [`Snapshot::profile`] turns one of its kinds into
 //! a [`Profile`](crate::Profile), which knows pprof.
 
+mod code_stack;
 mod durations;
 mod frames;
 mod memory;
 mod paths;
 mod stacks;
 
+pub use code_stack::{CodeStack, Frames as CodeFrames};
 pub use durations::{
     DURATION_BOUNDS_NS, DURATION_BUCKETS, DurationExemplar, duration_bucket, duration_quantile,
     nearest_duration_bound, slow_bound, spans_slower_than,
@@ -93,7 +95,7 @@ impl SuspectedLeak {
     /// as `path` without span labels.
     pub fn labeled_path(&self) -> String {
         let shown = format!("{}{}", display_path(&self.frames), fields_of(&self.frames));
-        at_leaf(shown, &self.code)
+        at_leaf(shown, self.code.iter())
     }
 
     /// A suspected leak of the span path `frames` (and the stack `code` under it, if any).
@@ -105,7 +107,7 @@ impl SuspectedLeak {
         growth_bytes: u64,
         snapshots: usize,
     ) -> Self {
-        let path = at_leaf(display_path(&frames), &code);
+        let path = at_leaf(display_path(&frames), code.iter());
         SuspectedLeak {
             kind,
             frames,
@@ -119,7 +121,7 @@ impl SuspectedLeak {
 }
 
 /// `shown` (a span path), then ` @ ` and the innermost frame of `code` for a stack.
-fn at_leaf(shown: String, code: &[CodeFrame]) -> String {
+fn at_leaf<'a>(shown: String, code: impl DoubleEndedIterator<Item = &'a CodeFrame>) -> String {
     match code.last() {
         Some(leaf) => format!("{shown} @ {}", leaf.short_name()),
         None => shown,
@@ -322,17 +324,17 @@ impl Snapshot {
     }
 
     fn stacks_since(&self, base: &Snapshot) -> Vec<StackProfile> {
-        type Key<'a> = (PathKind, &'a [SpanFrame], &'a [CodeFrame]);
+        type Key<'a> = (PathKind, &'a [SpanFrame], &'a CodeStack);
         let before: HashMap<Key<'_>, &StackProfile> = base
             .stacks
             .iter()
-            .map(|s| ((s.kind, s.frames.as_slice(), &s.code[..]), s))
+            .map(|s| ((s.kind, s.frames.as_slice(), &s.code), s))
             .collect();
         self.stacks
             .iter()
             .filter_map(|s| {
                 let mut out = s.clone();
-                if let Some(b) = before.get(&(s.kind, s.frames.as_slice(), &s.code[..])) {
+                if let Some(b) = before.get(&(s.kind, s.frames.as_slice(), &s.code)) {
                     out.samples = s.samples.saturating_sub(b.samples);
                     out.sampled_bytes = s.sampled_bytes.saturating_sub(b.sampled_bytes);
                     out.memory = s.memory.since(&b.memory);
@@ -345,9 +347,9 @@ impl Snapshot {
     }
 
     fn cpu_stacks_since(&self, base: &Snapshot) -> Vec<CpuStack> {
-        type Key<'a> = (PathKind, &'a [SpanFrame], &'a [CodeFrame], bool);
+        type Key<'a> = (PathKind, &'a [SpanFrame], &'a CodeStack, bool);
         fn key(s: &CpuStack) -> Key<'_> {
-            (s.kind, s.frames.as_slice(), &s.code[..], s.long_poll)
+            (s.kind, s.frames.as_slice(), &s.code, s.long_poll)
         }
         let before: HashMap<Key<'_>, &CpuStack> =
             base.cpu_stacks.iter().map(|s| (key(s), s)).collect();
@@ -456,9 +458,9 @@ impl Snapshot {
 
     /// Whether `stack` is among the suspected leaks as a stack of its own.
     pub fn is_suspected_stack_leak(&self, stack: &StackProfile) -> bool {
-        self.suspected_leaks.iter().any(|l| {
-            l.kind == stack.kind && l.frames == stack.frames && l.code[..] == stack.code[..]
-        })
+        self.suspected_leaks
+            .iter()
+            .any(|l| l.kind == stack.kind && l.frames == stack.frames && stack.code == l.code[..])
     }
 
     /// Memory summed over every path except the profiler's own.

@@ -5,9 +5,9 @@ use super::LIFETIME_BUCKETS;
 // What the docs below name.
 #[cfg(doc)]
 use super::LIFETIME_BUCKET_NAMES;
+use super::code_stack::CodeStack;
 use super::frames::{CodeFrame, SpanFrame, display_path};
 use super::paths::{MemoryStats, PathKind};
-use std::sync::Arc;
 
 /// Frees of sampled allocations by lifetime, estimated like [`StackProfile::memory`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,9 +66,8 @@ pub struct StackProfile {
     pub kind: PathKind,
     /// The span path, root first.
     pub frames: Vec<SpanFrame>,
-    /// The code stack under it, root first, ending at the function that allocated; shared
-    /// with the profiler's store, which keeps it from one snapshot to the next.
-    pub code: Arc<[CodeFrame]>,
+    /// The code stack under it, root first, ending at the function that allocated.
+    pub code: CodeStack,
     /// Allocations sampled.
     pub samples: u64,
     /// Their bytes.
@@ -81,7 +80,7 @@ pub struct StackProfile {
 
 impl StackProfile {
     /// A stack with no samples yet.
-    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<Arc<[CodeFrame]>>) -> Self {
+    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<CodeStack>) -> Self {
         StackProfile {
             kind,
             frames,
@@ -113,9 +112,10 @@ pub struct CpuStack {
     pub kind: PathKind,
     /// The span path that was the innermost entered span when the samples were taken.
     pub frames: Vec<SpanFrame>,
-    /// The code stack under it, root first, ending at the function that was running; shared
-    /// with the profiler's store, which keeps it from one snapshot to the next.
-    pub code: Arc<[CodeFrame]>,
+    /// The code stack under it, root first, ending at the function that was running; its
+    /// frames shared with the snapshot's other CPU stacks and with the profiler's store, which
+    /// keeps it from one snapshot to the next.
+    pub code: CodeStack,
     /// Samples (a timer expiry that the thread could not take in time counts again).
     pub samples: u64,
     /// CPU time they stand for: `samples` times the sampling period.
@@ -132,7 +132,7 @@ pub struct CpuStack {
 
 impl CpuStack {
     /// A stack with no samples yet, not in a long poll.
-    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<Arc<[CodeFrame]>>) -> Self {
+    pub fn new(kind: PathKind, frames: Vec<SpanFrame>, code: impl Into<CodeStack>) -> Self {
         CpuStack {
             kind,
             frames,

@@ -100,7 +100,7 @@ fn async_fn_bodies_stay_under_the_span_frame() {
     let snapshot = guard.profiler().snapshot();
     // The model: a CPU stack and a heap stack under the span with the three bodies, root
     // first.
-    let in_order = |code: &[tracing_prof::model::CodeFrame]| {
+    let in_order = |code: &tracing_prof::model::CodeStack| {
         let names: Vec<&str> = code.iter().map(|f| &*f.function).collect();
         let at = |prefix: &str| names.iter().position(|n| n.starts_with(prefix));
         matches!(
