@@ -42,8 +42,9 @@ const MISSES: usize = 1000;
 const CONNECTIONS: usize = 4;
 
 /// The child: mini-redis's own server with the profiler installed as the README says. Prints
-/// its address; on a line on stdin, writes its profiles to the directory and says `written`;
-/// when stdin closes, shuts down.
+/// its address; on a line on stdin (the number of `apply` spans the client's commands made),
+/// writes its profiles to the directory once that many have closed (at most 5 s later) and
+/// says `written`; when stdin closes, shuts down.
 fn server(dir: &str) {
     let (layer, guard) = tracing_prof::init_from_env().unwrap();
     tracing_subscriber::registry().with(layer).init();
@@ -54,10 +55,23 @@ fn server(dir: &str) {
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         for line in stdin.lock().lines() {
-            if line.is_err() {
-                break;
+            let Ok(line) = line else { break };
+            // A command's reply is written inside its `apply` span, which closes just after:
+            // the client can have the last reply before its span has closed.
+            let commands: u64 = line.trim().parse().unwrap_or(0);
+            let applied = |s: &tracing_prof::Snapshot| -> u64 {
+                s.paths
+                    .iter()
+                    .filter(|p| p.frames.last().is_some_and(|f| &*f.name == "apply"))
+                    .map(|p| p.time.spans)
+                    .sum()
+            };
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let mut snapshot = profiler.snapshot();
+            while applied(&snapshot) < commands && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                snapshot = profiler.snapshot();
             }
-            let snapshot = profiler.snapshot();
             for kind in [
                 ProfileKind::Cpu,
                 ProfileKind::Heap,
@@ -140,7 +154,7 @@ fn mini_redis_under_load_reads_as_its_source_says() {
     assert_eq!(hits, KEYS);
     // The profiles, while the server holds the data.
     let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin).unwrap();
+    writeln!(stdin, "{}", 2 * KEYS + MISSES).unwrap();
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "written");
