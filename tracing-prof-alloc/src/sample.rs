@@ -26,8 +26,9 @@
 //! the bucket and record the block's lifetime.
 //!
 //! Memory is bounded: [`MAX_STACKS`] buckets of up to [`MAX_HEAP_FRAMES`] frames (about 6 MiB of
-//! address space, allocated from the system allocator when sampling is first enabled and touched
-//! as buckets fill). Samples whose stack finds no free bucket are counted in one overflow bucket.
+//! address space, mapped when sampling is first enabled). Buckets are handed out in order and
+//! found through a small index of slots by the stack's hash, so only the first buckets become
+//! memory, 752 bytes per distinct stack. Samples whose stack finds no free bucket are counted in one overflow bucket.
 //!
 //! `realloc` counts, for the samples only, as a free of the old block and an allocation of the
 //! new size (as jemalloc's profiler does), so growing vectors are sampled by their new sizes.
@@ -91,7 +92,7 @@ const OFF_RECHECK: i64 = 64 << 10;
 const MAX_PROBES: usize = 64;
 
 struct Bucket {
-    /// Hash of (tag, stack), never 0 once claimed; 0: free.
+    /// Hash of (tag, stack), written with the stack before the bucket is published in a slot.
     key: AtomicU64,
     tag: AtomicU32,
     depth: AtomicU32,
@@ -112,6 +113,14 @@ struct Bucket {
 
 struct SampleTable {
     buckets: [Bucket; MAX_STACKS],
+    /// Where each stack is: open addressing by the stack's hash over [`SLOTS`] slots, each 0
+    /// (free) or the index of the stack's bucket. Buckets are handed out in order (`next`), so
+    /// the table's memory is its first buckets, as many as there are stacks: hashed straight
+    /// into the buckets, each stack of a service's few hundred landed on a page of its own
+    /// (a bucket is 752 bytes), and the table cost a page of memory per stack.
+    slots: [AtomicU16; SLOTS],
+    /// The next bucket to hand out (from 1: bucket 0 is the overflow).
+    next: AtomicUsize,
     /// The buckets claimed so far, in the order they were claimed: `claimed` of them, each
     /// written once its bucket's stack is (0 until then). The readers go through this list
     /// rather than over every bucket, which would touch the whole 6 MiB table (every page of
@@ -119,6 +128,9 @@ struct SampleTable {
     claimed_list: [AtomicU16; MAX_STACKS],
     claimed: AtomicUsize,
 }
+
+/// Slots of the index: twice the buckets, so that probes stay short when the table is full.
+const SLOTS: usize = 2 * MAX_STACKS;
 
 /// Starts heap sampling with a mean of one sample per `rate` bytes allocated (1: every
 /// allocation; 0: off, the default). Process-wide. Threads that allocate pick the new rate up
@@ -346,39 +358,50 @@ pub(crate) fn hash(tag: u32, ips: &[usize]) -> u64 {
 
 fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
     let key = hash(tag, ips);
-    let slots = MAX_STACKS - 1;
-    let start = (key as usize) % slots;
+    let start = key as usize % SLOTS;
+    // A bucket taken from `next` and written with this stack, not yet published in a slot.
+    let mut mine: Option<usize> = None;
     for probe in 0..MAX_PROBES {
-        let i = 1 + (start + probe) % slots;
-        let b = &table.buckets[i];
-        let k = b.key.load(Ordering::Acquire);
-        if k == key {
-            return i;
-        }
-        if k != 0 {
-            continue;
-        }
-        match b
-            .key
-            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => {
-                b.tag.store(tag, Ordering::Relaxed);
-                b.depth.store(ips.len() as u32, Ordering::Relaxed);
-                for (slot, &ip) in b.ips.iter().zip(ips) {
-                    slot.store(ip, Ordering::Relaxed);
+        let slot = &table.slots[(start + probe) % SLOTS];
+        let mut at = usize::from(slot.load(Ordering::Acquire));
+        if at == 0 {
+            let i = match mine {
+                Some(i) => i,
+                None => {
+                    let i = table.next.fetch_add(1, Ordering::Relaxed) + 1;
+                    if i >= MAX_STACKS {
+                        break; // every bucket handed out
+                    }
+                    let b = &table.buckets[i];
+                    b.tag.store(tag, Ordering::Relaxed);
+                    b.depth.store(ips.len() as u32, Ordering::Relaxed);
+                    for (slot, &ip) in b.ips.iter().zip(ips) {
+                        slot.store(ip, Ordering::Relaxed);
+                    }
+                    b.key.store(key, Ordering::Relaxed);
+                    mine = Some(i);
+                    i
                 }
-                // Listed once `tag`, `depth` and `ips` are written (the entry's store publishes
-                // them), once per distinct stack: each bucket is claimed once and never freed,
-                // so there are fewer than MAX_STACKS claims.
-                let n = table.claimed.fetch_add(1, Ordering::Relaxed);
-                if let Some(entry) = table.claimed_list.get(n) {
-                    entry.store(i as u16, Ordering::Release);
+            };
+            // Published with the slot: whoever reads the slot sees the bucket written.
+            match slot.compare_exchange(0, i as u16, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    // Listed once, each bucket being published once and never freed, so there
+                    // are fewer than MAX_STACKS claims.
+                    let n = table.claimed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(entry) = table.claimed_list.get(n) {
+                        entry.store(i as u16, Ordering::Release);
+                    }
+                    return i;
                 }
-                return i;
+                // Another stack took the slot first (maybe this one, from another thread).
+                Err(taken) => at = usize::from(taken),
             }
-            Err(actual) if actual == key => return i,
-            Err(_) => {}
+        }
+        if table.buckets[at % MAX_STACKS].key.load(Ordering::Relaxed) == key {
+            // (A bucket this thread wrote and could not publish stays unused: one per race
+            // of two threads over one free slot.)
+            return at;
         }
     }
     TABLE_FULL.fetch_add(1, Ordering::Relaxed);
