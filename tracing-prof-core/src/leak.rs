@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use tracing_prof_model::series::is_suspected_leak;
-use tracing_prof_model::{CodeFrame, PathKind, Snapshot, SpanFrame, SuspectedLeak};
+use tracing_prof_model::{CodeStack, PathKind, Snapshot, SpanFrame, SuspectedLeak};
 
 /// Captures the rule looks back over: 5.
 pub const DEFAULT_LEAK_SNAPSHOTS: usize = 5;
@@ -47,7 +47,9 @@ struct Track {
 pub(crate) struct LeakDetector {
     snapshots: usize,
     min_bytes: u64,
-    tracks: HashMap<(PathKind, Vec<SpanFrame>, Vec<CodeFrame>), Track>,
+    /// By path, and code stack for a sampled stack (shared with the capture it was first seen
+    /// in, not copied: each capture looks every stack up).
+    tracks: HashMap<(PathKind, Vec<SpanFrame>, Option<CodeStack>), Track>,
 }
 
 impl LeakDetector {
@@ -71,12 +73,19 @@ impl LeakDetector {
             .paths
             .iter()
             .filter(|p| p.kind != PathKind::Profiler)
-            .map(|p| (p.kind, &p.frames, Vec::new(), p.memory.inuse_bytes));
+            .map(|p| (p.kind, &p.frames, None, p.memory.inuse_bytes));
         let stacks = profile
             .stacks
             .iter()
             .filter(|s| s.kind != PathKind::Profiler)
-            .map(|s| (s.kind, &s.frames, s.code.to_vec(), s.memory.inuse_bytes));
+            .map(|s| {
+                (
+                    s.kind,
+                    &s.frames,
+                    Some(s.code.clone()),
+                    s.memory.inuse_bytes,
+                )
+            });
         for (kind, frames, code, inuse) in paths.chain(stacks) {
             let key = (kind, frames.clone(), code.clone());
             seen.insert(key.clone());
@@ -113,7 +122,7 @@ impl LeakDetector {
             let leak = SuspectedLeak::new(
                 kind,
                 frames.clone(),
-                code,
+                code.map_or_else(Vec::new, |c| c.to_vec()),
                 inuse,
                 inuse.saturating_sub(t.base),
                 t.rises,
