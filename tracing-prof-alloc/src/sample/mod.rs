@@ -25,27 +25,29 @@
 //! A free reads the header anyway: only blocks flagged as live samples come here, to credit
 //! the bucket and record the block's lifetime.
 //!
-//! Memory is bounded: [`MAX_STACKS`] buckets of up to [`MAX_HEAP_FRAMES`] frames (about 6 MiB of
-//! address space, mapped when sampling is first enabled). Buckets are handed out in order and
-//! found through a small index of slots by the stack's hash, so only the first buckets become
-//! memory, 752 bytes per distinct stack. Samples whose stack finds no free bucket are counted in one overflow bucket.
+//! Memory is bounded: the stack table (`stacks`) holds [`MAX_STACKS`] buckets, and becomes
+//! memory only as stacks fill it. Samples whose stack finds no bucket are counted in one
+//! overflow bucket.
 //!
 //! `realloc` counts, for the samples only, as a free of the old block and an allocation of the
 //! new size (as jemalloc's profiler does), so growing vectors are sampled by their new sizes.
+
+mod stacks;
 
 use crate::Tag;
 use crate::header::SampleHeader;
 use crate::tag::{STATE, ThreadState};
 
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+pub(crate) use stacks::hash;
+pub use stacks::{
+    HeapSamplerStats, MAX_HEAP_FRAMES, MAX_STACKS, StackTotals, read_stacks, sampler_stats,
+};
 
 /// Go's and jemalloc's default: one sample per 512 KiB allocated, on average.
 pub const DEFAULT_SAMPLE_RATE: u64 = 512 * 1024;
-/// Stack buckets in the sample table (bucket 0 counts samples that found no room).
-pub const MAX_STACKS: usize = 8192;
-/// Frames kept per stack, innermost first.
-pub const MAX_HEAP_FRAMES: usize = 64;
 /// Upper bounds of the lifetime histogram's buckets, in nanoseconds; the last bucket holds the
 /// rest: `<1µs, <10µs, <100µs, <1ms, <10ms, <100ms, <1s, <10s, >=10s`.
 pub const LIFETIME_BOUNDS_NS: [u64; LIFETIME_BUCKETS - 1] = [
@@ -78,9 +80,6 @@ static RATE: AtomicU64 = AtomicU64::new(0);
 /// Bumped by every rate change, so each thread redraws its countdown for the new rate.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
 static TEMPORARY_NS: AtomicU64 = AtomicU64::new(1_000_000);
-static TABLE: AtomicPtr<SampleTable> = AtomicPtr::new(std::ptr::null_mut());
-/// Samples that found no bucket for their stack (counted in bucket 0).
-static TABLE_FULL: AtomicU64 = AtomicU64::new(0);
 
 /// While sampling is off (or paused), threads look at the rate again after this many bytes:
 /// 64 KiB, at most that much of a thread's allocation unsampled once sampling starts (16 MiB
@@ -88,50 +87,6 @@ static TABLE_FULL: AtomicU64 = AtomicU64::new(0);
 /// for one call of the cold path per 64 KiB allocated while off (about 10 ns: 0.01 ns per
 /// 64-byte allocation).
 const OFF_RECHECK: i64 = 64 << 10;
-/// Probes before a stack gives up looking for a bucket.
-const MAX_PROBES: usize = 64;
-
-struct Bucket {
-    /// Hash of (tag, stack), written with the stack before the bucket is published in a slot.
-    key: AtomicU64,
-    tag: AtomicU32,
-    depth: AtomicU32,
-    ips: [AtomicUsize; MAX_HEAP_FRAMES],
-    samples: AtomicU64,
-    sampled_bytes: AtomicU64,
-    freed_samples: AtomicU64,
-    freed_sampled_bytes: AtomicU64,
-    alloc_objects_fp: AtomicU64,
-    alloc_bytes: AtomicU64,
-    free_objects_fp: AtomicU64,
-    free_bytes: AtomicU64,
-    life_objects_fp: [AtomicU64; LIFETIME_BUCKETS],
-    life_bytes: [AtomicU64; LIFETIME_BUCKETS],
-    temp_objects_fp: AtomicU64,
-    temp_bytes: AtomicU64,
-}
-
-struct SampleTable {
-    buckets: [Bucket; MAX_STACKS],
-    /// Where each stack is: open addressing by the stack's hash over [`SLOTS`] slots, each 0
-    /// (free) or the index of the stack's bucket. Buckets are handed out in order (`next`), so
-    /// the table's memory is its first buckets, as many as there are stacks: hashed straight
-    /// into the buckets, each stack of a service's few hundred landed on a page of its own
-    /// (a bucket is 752 bytes), and the table cost a page of memory per stack.
-    slots: [AtomicU16; SLOTS],
-    /// The next bucket to hand out (from 1: bucket 0 is the overflow).
-    next: AtomicUsize,
-    /// The buckets claimed so far, in the order they were claimed: `claimed` of them, each
-    /// written once its bucket's stack is (0 until then). The readers go through this list
-    /// rather than over every bucket, which would touch the whole 6 MiB table (every page of
-    /// it, mapped on the first read) at each export, however few stacks it holds.
-    claimed_list: [AtomicU16; MAX_STACKS],
-    claimed: AtomicUsize,
-}
-
-/// Slots of the index: twice the buckets, so that probes stay short when the table is full.
-const SLOTS: usize = 2 * MAX_STACKS;
-
 /// Starts heap sampling with a mean of one sample per `rate` bytes allocated (1: every
 /// allocation; 0: off, the default). Process-wide. Threads that allocate pick the new rate up
 /// at their next sample, and at most 64 KiB of allocation later when sampling was off: a thread
@@ -142,24 +97,8 @@ const SLOTS: usize = 2 * MAX_STACKS;
 /// memory only as stacks fill it: `calloc` may hand back reused memory and clear all 6 MiB);
 /// if the kernel refuses, sampling stays off and `false` is returned.
 pub fn set_sample_rate(rate: u64) -> bool {
-    if rate > 0 && table().is_none() {
-        let len = size_of::<SampleTable>();
-        let raw = crate::counters::map_zeroed(len).cast::<SampleTable>();
-        if raw.is_null() {
-            return false;
-        }
-        if TABLE
-            .compare_exchange(
-                std::ptr::null_mut(),
-                raw,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
-            // SAFETY: `raw` is our own mapping of `len` bytes, and nobody else saw it.
-            unsafe { libc::munmap(raw.cast(), len) };
-        }
+    if rate > 0 && !stacks::make_table() {
+        return false;
     }
     // Only a new rate starts the threads' countdowns afresh: at the same rate, a countdown
     // running is already the right process, and redrawing it would leave each thread's bytes
@@ -203,13 +142,6 @@ pub fn set_temporary_threshold(threshold: Duration) {
 /// The current temporary-allocation threshold.
 pub fn temporary_threshold() -> Duration {
     Duration::from_nanos(TEMPORARY_NS.load(Ordering::Relaxed))
-}
-
-fn table() -> Option<&'static SampleTable> {
-    let t = TABLE.load(Ordering::Acquire);
-    // SAFETY: TABLE only ever holds null or a fully initialised (zeroed) table that is never
-    // freed.
-    (!t.is_null()).then(|| unsafe { &*t })
 }
 
 /// The hot path's countdown ran out: this request covers one or more sample points. Counts
@@ -346,68 +278,6 @@ fn weight_for(size: usize, rate: u64, points: u32) -> f32 {
     (f64::from(points) * rate as f64 / size as f64) as f32
 }
 
-/// Hash of a span path tag and a stack, never 0 (0 marks a free bucket).
-pub(crate) fn hash(tag: u32, ips: &[usize]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ u64::from(tag);
-    for &ip in ips {
-        h = (h ^ ip as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        h ^= h >> 29;
-    }
-    h | 1
-}
-
-fn find_or_insert(table: &SampleTable, tag: u32, ips: &[usize]) -> usize {
-    let key = hash(tag, ips);
-    let start = key as usize % SLOTS;
-    // A bucket taken from `next` and written with this stack, not yet published in a slot.
-    let mut mine: Option<usize> = None;
-    for probe in 0..MAX_PROBES {
-        let slot = &table.slots[(start + probe) % SLOTS];
-        let mut at = usize::from(slot.load(Ordering::Acquire));
-        if at == 0 {
-            let i = match mine {
-                Some(i) => i,
-                None => {
-                    let i = table.next.fetch_add(1, Ordering::Relaxed) + 1;
-                    if i >= MAX_STACKS {
-                        break; // every bucket handed out
-                    }
-                    let b = &table.buckets[i];
-                    b.tag.store(tag, Ordering::Relaxed);
-                    b.depth.store(ips.len() as u32, Ordering::Relaxed);
-                    for (slot, &ip) in b.ips.iter().zip(ips) {
-                        slot.store(ip, Ordering::Relaxed);
-                    }
-                    b.key.store(key, Ordering::Relaxed);
-                    mine = Some(i);
-                    i
-                }
-            };
-            // Published with the slot: whoever reads the slot sees the bucket written.
-            match slot.compare_exchange(0, i as u16, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    // Listed once, each bucket being published once and never freed, so there
-                    // are fewer than MAX_STACKS claims.
-                    let n = table.claimed.fetch_add(1, Ordering::Relaxed);
-                    if let Some(entry) = table.claimed_list.get(n) {
-                        entry.store(i as u16, Ordering::Release);
-                    }
-                    return i;
-                }
-                // Another stack took the slot first (maybe this one, from another thread).
-                Err(taken) => at = usize::from(taken),
-            }
-        }
-        if table.buckets[at % MAX_STACKS].key.load(Ordering::Relaxed) == key {
-            // (A bucket this thread wrote and could not publish stays unused: one per race
-            // of two threads over one free slot.)
-            return at;
-        }
-    }
-    TABLE_FULL.fetch_add(1, Ordering::Relaxed);
-    0
-}
-
 fn fixed(w: f64) -> u64 {
     (w * crate::FP).round() as u64
 }
@@ -427,7 +297,7 @@ fn weighted_bytes(w: f64, size: usize) -> u64 {
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool {
-    let Some(table) = table() else {
+    let Some(table) = stacks::table() else {
         return false;
     };
     let (points, word) = STATE
@@ -442,14 +312,10 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
     let weight = weight_for(size, RATE.load(Ordering::Relaxed), points);
     let mut ips = [0usize; MAX_HEAP_FRAMES];
     let depth = crate::unwind::capture(&mut ips);
-    let index = find_or_insert(table, tag, &ips[..depth]);
-    let b = &table.buckets[index];
+    let index = table.find_or_insert(tag, &ips[..depth]);
     let w = f64::from(weight);
-    b.samples.fetch_add(1, Ordering::Relaxed);
-    b.sampled_bytes.fetch_add(size as u64, Ordering::Relaxed);
-    b.alloc_objects_fp.fetch_add(fixed(w), Ordering::Relaxed);
     let bytes = weighted_bytes(w, size);
-    b.alloc_bytes.fetch_add(bytes, Ordering::Release);
+    table.bucket(index).add_alloc(size, fixed(w), bytes);
     crate::instances::track(instance, fixed(w), bytes, true);
     let sample = SampleHeader {
         born: Instant::now(),
@@ -470,160 +336,24 @@ pub(crate) unsafe fn record_alloc(user: *mut u8, size: usize, tag: u32) -> bool 
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn record_free(user: *const u8, size: usize) {
-    let Some(table) = table() else {
+    let Some(table) = stacks::table() else {
         return;
     };
     // SAFETY: the caller guarantees a live sample, whose sample header `record_alloc` wrote.
     let sample = unsafe { crate::header::read_sample(user) };
     let lifetime = Instant::now().saturating_duration_since(sample.born);
     let ns = u64::try_from(lifetime.as_nanos()).unwrap_or(u64::MAX);
-    let b = &table.buckets[sample.bucket as usize % MAX_STACKS];
     let w = f64::from(sample.weight);
     let (objects, bytes) = (fixed(w), weighted_bytes(w, size));
     crate::instances::track(sample.instance, objects, bytes, false);
-    let life = lifetime_bucket(ns);
-    b.life_objects_fp[life].fetch_add(objects, Ordering::Relaxed);
-    b.life_bytes[life].fetch_add(bytes, Ordering::Relaxed);
-    if ns < TEMPORARY_NS.load(Ordering::Relaxed) {
-        b.temp_objects_fp.fetch_add(objects, Ordering::Relaxed);
-        b.temp_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-    b.freed_samples.fetch_add(1, Ordering::Relaxed);
-    b.freed_sampled_bytes
-        .fetch_add(size as u64, Ordering::Relaxed);
-    b.free_objects_fp.fetch_add(objects, Ordering::Relaxed);
-    b.free_bytes.fetch_add(bytes, Ordering::Release);
-}
-
-/// The sampled allocations of one stack bucket: a code stack and a span path tag.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct StackTotals {
-    /// The bucket's index; stable for the life of the process.
-    pub bucket: u32,
-    /// The span path current when the samples were taken.
-    pub tag: Tag,
-    /// Return addresses, innermost first (the first few are the allocator's own frames).
-    /// Empty for bucket 0, which holds samples that found no room in the table.
-    pub ips: Vec<usize>,
-    /// Allocations sampled.
-    pub samples: u64,
-    /// Bytes of the sampled allocations (their actual sizes).
-    pub sampled_bytes: u64,
-    /// Sampled allocations freed since.
-    pub freed_samples: u64,
-    /// Bytes of those.
-    pub freed_sampled_bytes: u64,
-    /// Estimated allocations (each sample weighted by `1 / (1 - e^(-size/rate))`).
-    pub alloc_objects: f64,
-    /// Estimated bytes allocated.
-    pub alloc_bytes: u64,
-    /// Estimated allocations freed.
-    pub free_objects: f64,
-    /// Estimated bytes freed.
-    pub free_bytes: u64,
-    /// Estimated frees by lifetime, bucketed by [`LIFETIME_BOUNDS_NS`].
-    pub lifetime_objects: [f64; LIFETIME_BUCKETS],
-    /// Estimated bytes freed by lifetime.
-    pub lifetime_bytes: [u64; LIFETIME_BUCKETS],
-    /// Estimated frees sooner than the temporary threshold after allocation.
-    pub temporary_objects: f64,
-    /// Estimated bytes of those.
-    pub temporary_bytes: u64,
-}
-
-impl StackTotals {
-    /// Estimated allocations not freed yet.
-    pub fn inuse_objects(&self) -> f64 {
-        (self.alloc_objects - self.free_objects).max(0.0)
-    }
-
-    /// Estimated bytes not freed yet.
-    pub fn inuse_bytes(&self) -> u64 {
-        self.alloc_bytes.saturating_sub(self.free_bytes)
-    }
-}
-
-/// The overflow bucket and every bucket claimed so far whose claim is complete, in bucket order.
-fn claimed_buckets(table: &SampleTable) -> Vec<usize> {
-    let n = table.claimed.load(Ordering::Acquire).min(MAX_STACKS);
-    let mut buckets: Vec<usize> = std::iter::once(0)
-        .chain(
-            table.claimed_list[..n]
-                .iter()
-                .map(|e| usize::from(e.load(Ordering::Acquire)))
-                // 0: claimed, not yet listed (read again at the next export).
-                .filter(|&i| i != 0),
-        )
-        .collect();
-    buckets.sort_unstable();
-    buckets
-}
-
-/// Every stack bucket with samples, in bucket order. Never blocks allocating threads; frees
-/// are read before allocations, so in-use never reads negative.
-pub fn read_stacks() -> Vec<StackTotals> {
-    let Some(table) = table() else {
-        return Vec::new();
-    };
-    let load = |c: &AtomicU64| c.load(Ordering::Acquire);
-    let objects = |c: &AtomicU64| load(c) as f64 / crate::FP;
-    let mut out = Vec::new();
-    for i in claimed_buckets(table) {
-        // Listed, so its stack is written (see `claimed_list`).
-        let b = &table.buckets[i];
-        let mut t = StackTotals {
-            bucket: i as u32,
-            freed_samples: load(&b.freed_samples),
-            freed_sampled_bytes: load(&b.freed_sampled_bytes),
-            free_objects: objects(&b.free_objects_fp),
-            free_bytes: load(&b.free_bytes),
-            lifetime_objects: std::array::from_fn(|k| objects(&b.life_objects_fp[k])),
-            lifetime_bytes: std::array::from_fn(|k| load(&b.life_bytes[k])),
-            temporary_objects: objects(&b.temp_objects_fp),
-            temporary_bytes: load(&b.temp_bytes),
-            ..StackTotals::default()
-        };
-        t.samples = load(&b.samples);
-        if t.samples == 0 {
-            continue;
-        }
-        t.sampled_bytes = load(&b.sampled_bytes);
-        t.alloc_objects = objects(&b.alloc_objects_fp);
-        t.alloc_bytes = load(&b.alloc_bytes);
-        if i != 0 {
-            t.tag = Tag::new(b.tag.load(Ordering::Relaxed));
-            let depth = (b.depth.load(Ordering::Relaxed) as usize).min(MAX_HEAP_FRAMES);
-            t.ips = b.ips[..depth]
-                .iter()
-                .map(|ip| ip.load(Ordering::Relaxed))
-                .collect();
-        }
-        out.push(t);
-    }
-    out
-}
-
-/// Counters about the sampler itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HeapSamplerStats {
-    /// Mean bytes between samples (0: off).
-    pub rate: u64,
-    /// Stack buckets in use, out of [`MAX_STACKS`] - 1.
-    pub stacks: usize,
-    /// Samples counted in bucket 0 because their stack found no free bucket.
-    pub table_full: u64,
-}
-
-/// Counters about the sampler itself.
-pub fn sampler_stats() -> HeapSamplerStats {
-    let stacks = table().map_or(0, |t| t.claimed.load(Ordering::Relaxed).min(MAX_STACKS - 1));
-    HeapSamplerStats {
-        rate: sample_rate(),
-        stacks,
-        table_full: TABLE_FULL.load(Ordering::Relaxed),
-    }
+    let temporary = ns < TEMPORARY_NS.load(Ordering::Relaxed);
+    table.bucket(sample.bucket as usize).add_free(
+        size,
+        objects,
+        bytes,
+        lifetime_bucket(ns),
+        temporary,
+    );
 }
 
 #[cfg(test)]
