@@ -13,6 +13,7 @@ use tracing_prof_test_support as common;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tracing::Instrument;
@@ -105,9 +106,12 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
     });
 
     // cpu_two: two units in an instrumented future on a tokio runtime, in twenty slices. Each
-    // slice hands its worker another task to run (a short burn outside any span) and waits for
-    // a wake-up sent from outside the runtime, which lands in the shared queue while that
-    // worker is busy: another worker takes the future over.
+    // slice hands its worker another task to run (a burn outside any span, until the future
+    // runs again or for at most a second) and waits for a wake-up sent from outside the
+    // runtime, which lands in the shared queue while that worker is busy: another worker takes
+    // the future over. (A burn of a fixed 3 ms was not always long enough on two loaded cores:
+    // the busy worker then took the future back every time.)
+    static RESUMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -121,10 +125,19 @@ fn functions_sit_under_their_spans_and_sampled_cpu_matches_the_thread_clock() {
                     for _ in 0..20 {
                         threads.insert(std::thread::current().id());
                         burn_two(UNIT * 2 / 20);
-                        tokio::spawn(async { black_box(spin(Duration::from_millis(3), 44)) });
+                        RESUMED.store(false, Ordering::SeqCst);
+                        tokio::spawn(async {
+                            let start = std::time::Instant::now();
+                            while !RESUMED.load(Ordering::SeqCst)
+                                && start.elapsed() < Duration::from_secs(1)
+                            {
+                                black_box(spin(Duration::from_millis(1), 44));
+                            }
+                        });
                         let (tx, rx) = tokio::sync::oneshot::channel();
                         tokio::task::spawn_blocking(move || tx.send(()));
                         rx.await.unwrap();
+                        RESUMED.store(true, Ordering::SeqCst);
                     }
                     threads.len()
                 }
