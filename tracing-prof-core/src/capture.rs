@@ -171,25 +171,89 @@ pub(crate) fn code_of(
     }
 }
 
+/// Each heap stack bucket's code stack, symbolized at the first capture that reads the bucket
+/// and shared by every snapshot after it (the interval's, the peak's, the flight recorder's):
+/// before, each capture built every stack's frames again, and up to three snapshots held their
+/// own copies at an export. A bucket's tag and addresses never change once it is claimed (the
+/// allocator hands buckets out in order and never takes one back); each entry is checked
+/// against a hash of them all the same. Equal code stacks are one allocation (`interned`), so
+/// that buckets are merged by pointer. Bounded by the allocator's table (`MAX_STACKS`).
+static HEAP_CODE: std::sync::Mutex<Option<HeapCode>> = std::sync::Mutex::new(None);
+
+#[derive(Default)]
+struct HeapCode {
+    /// By bucket: the hash of its tag and addresses, and its code stack.
+    by_bucket: HashMap<u32, (u64, Arc<[CodeFrame]>)>,
+    interned: std::collections::HashSet<Arc<[CodeFrame]>>,
+}
+
+/// [`HEAP_CODE`]'s lock, for `fork` (see `crate::fork`): taken after the runtime's and before
+/// the symbolizer's, the order [`stacks_of`] takes them in.
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(HEAP_CODE.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// What a bucket's code stack depends on.
+fn bucket_hash(b: &StackTotals) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::with_seed(0x7072_6f66).build_hasher();
+    b.tag.get().hash(&mut h);
+    b.ips.hash(&mut h);
+    h.finish()
+}
+
 /// Symbolizes and merges the allocator's stack buckets: buckets whose trimmed code stacks and
 /// span paths are equal become one [`StackProfile`].
 pub(crate) fn stacks_of(buckets: &[StackTotals], by_tag: &PathIndex) -> Vec<StackProfile> {
+    let mut guard = HEAP_CODE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cache = guard.get_or_insert_with(HeapCode::default);
+    let hashes: Vec<u64> = buckets.iter().map(bucket_hash).collect();
+    let known = |(b, h): (&StackTotals, &u64)| {
+        cache
+            .by_bucket
+            .get(&b.bucket)
+            .is_some_and(|(known, _)| known == h)
+    };
     // Every new address in one batch: each compilation unit is read once.
-    symbolize::prepare(buckets.iter().flat_map(|b| b.ips.iter().copied()));
+    symbolize::prepare(
+        buckets
+            .iter()
+            .zip(&hashes)
+            .filter(|&bh| !known(bh))
+            .flat_map(|(b, _)| b.ips.iter().copied()),
+    );
     let mut merged: Vec<StackProfile> = Vec::new();
-    type Key = (PathKind, Vec<SpanFrame>, Arc<[CodeFrame]>);
-    let mut index: HashMap<Key, usize> = HashMap::new();
+    // By span path and code stack (interned: equal stacks are one pointer).
+    let mut index: HashMap<(PathKind, &[SpanFrame], *const CodeFrame), usize> = HashMap::new();
     // Estimates are summed unrounded, then rounded once.
     let mut estimates: Vec<[f64; 2]> = Vec::new();
-    for b in buckets {
+    for (b, &hash) in buckets.iter().zip(&hashes) {
         let (kind, frames) = path_of(by_tag, b.tag);
-        let code = code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator).into();
-        let key = (kind, frames.to_vec(), code);
-        let i = *index.entry(key).or_insert_with_key(|(kind, frames, code)| {
-            merged.push(StackProfile::new(*kind, frames.clone(), Arc::clone(code)));
-            estimates.push([0.0; 2]);
-            merged.len() - 1
-        });
+        let code = match cache.by_bucket.get(&b.bucket) {
+            Some((known, code)) if *known == hash => Arc::clone(code),
+            _ => {
+                let built: Arc<[CodeFrame]> =
+                    code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator).into();
+                let code = match cache.interned.get(&built) {
+                    Some(same) => Arc::clone(same),
+                    None => {
+                        cache.interned.insert(Arc::clone(&built));
+                        built
+                    }
+                };
+                cache.by_bucket.insert(b.bucket, (hash, Arc::clone(&code)));
+                code
+            }
+        };
+        let i = *index
+            .entry((kind, frames, code.as_ptr()))
+            .or_insert_with(|| {
+                merged.push(StackProfile::new(kind, frames.to_vec(), code));
+                estimates.push([0.0; 2]);
+                merged.len() - 1
+            });
         let m = &mut merged[i];
         m.samples += b.samples;
         m.sampled_bytes += b.sampled_bytes;

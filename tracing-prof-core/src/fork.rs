@@ -1,15 +1,15 @@
 //! `fork` while the profiler runs.
 //!
-//! A child of `fork` has one thread, the one that forked, and a copy of every lock as it was:
-//! a lock another thread held at that instant stays held forever in the child, and the child's
+//! A child of `fork` has one thread, the one that forked, and a copy of every lock as it was: a
+//! lock another thread held at that instant stays held forever in the child, and the child's
 //! first span on a new path, or its first capture, would wait for it for good. So the profiler
 //! registers `pthread_atfork` handlers: before the fork, the forking thread takes every lock of
 //! the profiler that a child may need (in the one order any code takes them in: the runtime's,
 //! that is the pause switch, the CPU sample store, span paths, label values and thread names;
-//! then the symbolizer's modules, names and cache; last, the gate of every profiler handle's own
-//! small state, [`ForkSafe`], under which no other lock is ever taken), and after
-//! it, parent and child alike release them. A fork therefore waits for a
-//! symbolization batch in progress (tens of milliseconds at worst), never the reverse.
+//! then the heap stacks' code (see `capture`), the symbolizer's modules, names and cache; last,
+//! the gate of every profiler handle's own small state, [`ForkSafe`], under which no other lock
+//! is ever taken), and after it, parent and child alike release them. A fork therefore waits
+//! for a symbolization batch in progress (tens of milliseconds at worst), never the reverse.
 //!
 //! What a child inherits: the counters as they were (its own allocations and spans are counted
 //! on from there), the span paths, and a profiler handle whose `snapshot()` works; not the
@@ -72,6 +72,7 @@ extern "C" fn prepare() {
     // after user handlers), so allocating here is fine.
     let mut held: Vec<Box<dyn std::any::Any>> = Vec::with_capacity(8);
     held.extend(RUNTIME.lock_for_fork());
+    held.push(crate::capture::lock_for_fork());
     held.extend(crate::symbolize::lock_for_fork());
     held.push(Box::new(
         GATE.write().unwrap_or_else(PoisonError::into_inner),

@@ -38,7 +38,22 @@ fn the_allocating_function_is_under_the_span_frames() {
             .in_scope(|| tracing::info_span!("hs_handler").in_scope(|| build_index(100)))
     });
     let profile = guard.profiler().snapshot();
+    // A later capture shares each stack's code frames with this one: a stack is symbolized
+    // once, not at every capture (nor again for the peak's or the flight recorder's snapshot).
+    let again = guard.profiler().snapshot();
     drop(guard);
+    assert!(!profile.stacks.is_empty());
+    for s in &profile.stacks {
+        let same = again
+            .stacks
+            .iter()
+            .find(|t| t.kind == s.kind && t.frames == s.frames && t.code == s.code)
+            .unwrap_or_else(|| panic!("{s:?} is not in the second capture"));
+        assert!(
+            tracing_prof::model::CodeStack::ptr_eq(&same.code, &s.code),
+            "{s:?} was built again"
+        );
+    }
     // The model: exact at rate 1.
     let m = profile.sampled_memory(&["hs_request", "hs_handler"]);
     assert_eq!(
