@@ -190,7 +190,11 @@ struct HeapCode {
 /// [`HEAP_CODE`]'s lock, for `fork` (see `crate::fork`): taken after the runtime's and before
 /// the symbolizer's, the order [`stacks_of`] takes them in.
 pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
-    Box::new(HEAP_CODE.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    Box::new(
+        HEAP_CODE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
 }
 
 /// What a bucket's code stack depends on.
