@@ -503,19 +503,20 @@ impl Cpu {
         let mut per_tag: HashMap<Tag, u64> = HashMap::new();
         let mut merged: Vec<CpuStack> = Vec::new();
         // Stacks merged by path and frame ids: equal ids are equal frames (each frame has one
-        // id), and ids hash without reading the frames' names.
-        type Key = (PathKind, Vec<SpanFrame>, Arc<[u32]>, bool);
-        let mut index: HashMap<Key, usize> = HashMap::new();
+        // id), and ids hash without reading the frames' names. The path's frames are borrowed
+        // from `by_tag`: copied once per merged stack, not once per stack of the store.
+        type Key<'a> = (PathKind, &'a [SpanFrame], Arc<[u32]>, bool);
+        let mut index: HashMap<Key<'_>, usize> = HashMap::new();
         for (key, ids, code, n, links) in counts {
             let long_poll = key & LONG_POLL != 0;
             let tag = Tag::new(key & !LONG_POLL);
             *per_tag.entry(tag).or_insert(0) += n * period_ns;
             let (kind, frames) = path_of(by_tag, tag);
-            let key = (kind, frames.to_vec(), ids, long_poll);
+            let key = (kind, frames, ids, long_poll);
             let i = *index
                 .entry(key)
                 .or_insert_with_key(|(kind, frames, _, long_poll)| {
-                    let mut stack = CpuStack::new(*kind, frames.clone(), code);
+                    let mut stack = CpuStack::new(*kind, frames.to_vec(), code);
                     stack.long_poll = *long_poll;
                     merged.push(stack);
                     merged.len() - 1
