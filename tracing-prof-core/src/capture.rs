@@ -177,7 +177,8 @@ pub(crate) fn code_of(
 /// own copies at an export. A bucket's tag and addresses never change once it is claimed (the
 /// allocator hands buckets out in order and never takes one back); each entry is checked
 /// against a hash of them all the same. Equal code stacks are one allocation (`interned`), so
-/// that buckets are merged by pointer. Bounded by the allocator's table (`MAX_STACKS`).
+/// that buckets are merged by pointer. Bounded by the allocator's table (`MAX_STACKS`). A
+/// bucket whose span path the capture does not know yet is not kept (see `stacks_of`).
 static HEAP_CODE: std::sync::Mutex<Option<HeapCode>> = std::sync::Mutex::new(None);
 
 #[derive(Default)]
@@ -247,7 +248,12 @@ pub(crate) fn stacks_of(buckets: &[StackTotals], by_tag: &PathIndex) -> Vec<Stac
                         built
                     }
                 };
-                cache.by_bucket.insert(b.bucket, (hash, Arc::clone(&code)));
+                // A path made after `by_tag` was read (its first spans while the capture
+                // symbolized the CPU stacks) reads as the overflow path here: its stack is cut
+                // at no span. Right for this capture alone, so not kept for later ones.
+                if by_tag.contains_key(&b.tag) {
+                    cache.by_bucket.insert(b.bucket, (hash, Arc::clone(&code)));
+                }
                 code
             }
         };
@@ -287,4 +293,47 @@ fn memory_of(t: &TagTotals) -> MemoryStats {
     m.inuse_objects = t.inuse_objects();
     m.inuse_bytes = t.inuse_bytes();
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn allocating_site() -> usize {
+        std::hint::black_box(allocating_site as fn() -> usize as usize)
+    }
+
+    fn kept(bucket: u32) -> bool {
+        HEAP_CODE
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|c| c.by_bucket.contains_key(&bucket))
+    }
+
+    /// A bucket of a span path that the capture has not read yet is symbolized for that capture
+    /// only (cut at no span, as the overflow path); kept once its path is known.
+    #[test]
+    fn a_bucket_of_a_path_not_read_yet_is_not_kept() {
+        let mut b = StackTotals::default();
+        b.bucket = u32::MAX - 7;
+        b.tag = Tag::new(4000);
+        b.ips = vec![allocating_site() + 1];
+        b.samples = 1;
+        let unknown = stacks_of(std::slice::from_ref(&b), &PathIndex::new());
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].kind, PathKind::Overflow);
+        assert!(!kept(b.bucket));
+        let mut known = PathIndex::new();
+        known.insert(b.tag, (PathKind::NoSpan, Vec::new()));
+        let first = stacks_of(std::slice::from_ref(&b), &known);
+        assert!(kept(b.bucket));
+        let again = stacks_of(std::slice::from_ref(&b), &known);
+        assert_eq!(first[0].kind, PathKind::NoSpan);
+        assert!(tracing_prof_model::CodeStack::ptr_eq(
+            &first[0].code,
+            &again[0].code
+        ));
+    }
 }

@@ -70,7 +70,7 @@ thread_local! {
 extern "C" fn prepare() {
     // Only the parent's allocator and malloc locks are free at this point (glibc takes its own
     // after user handlers), so allocating here is fine.
-    let mut held: Vec<Box<dyn std::any::Any>> = Vec::with_capacity(8);
+    let mut held: Vec<Box<dyn std::any::Any>> = Vec::with_capacity(16);
     held.extend(RUNTIME.lock_for_fork());
     held.push(crate::capture::lock_for_fork());
     held.extend(crate::symbolize::lock_for_fork());
