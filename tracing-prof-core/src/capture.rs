@@ -188,6 +188,24 @@ struct HeapCode {
     interned: std::collections::HashSet<Arc<[CodeFrame]>>,
 }
 
+impl HeapCode {
+    /// The code stack kept for `bucket`, if its tag and addresses still hash to `hash`.
+    fn get(&self, bucket: u32, hash: u64) -> Option<&Arc<[CodeFrame]>> {
+        self.by_bucket
+            .get(&bucket)
+            .and_then(|(known, code)| (*known == hash).then_some(code))
+    }
+
+    /// The one allocation of the code stack equal to `built`.
+    fn intern(&mut self, built: Arc<[CodeFrame]>) -> Arc<[CodeFrame]> {
+        if let Some(same) = self.interned.get(&built) {
+            return Arc::clone(same);
+        }
+        self.interned.insert(Arc::clone(&built));
+        built
+    }
+}
+
 /// [`HEAP_CODE`]'s lock, for `fork` (see `crate::fork`): taken after the runtime's and before
 /// the symbolizer's, the order [`stacks_of`] takes them in.
 pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
@@ -215,18 +233,12 @@ pub(crate) fn stacks_of(buckets: &[StackTotals], by_tag: &PathIndex) -> Vec<Stac
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cache = guard.get_or_insert_with(HeapCode::default);
     let hashes: Vec<u64> = buckets.iter().map(bucket_hash).collect();
-    let known = |(b, h): (&StackTotals, &u64)| {
-        cache
-            .by_bucket
-            .get(&b.bucket)
-            .is_some_and(|(known, _)| known == h)
-    };
     // Every new address in one batch: each compilation unit is read once.
     symbolize::prepare(
         buckets
             .iter()
             .zip(&hashes)
-            .filter(|&bh| !known(bh))
+            .filter(|&(b, &h)| cache.get(b.bucket, h).is_none())
             .flat_map(|(b, _)| b.ips.iter().copied()),
     );
     let mut merged: Vec<StackProfile> = Vec::new();
@@ -236,18 +248,11 @@ pub(crate) fn stacks_of(buckets: &[StackTotals], by_tag: &PathIndex) -> Vec<Stac
     let mut estimates: Vec<[f64; 2]> = Vec::new();
     for (b, &hash) in buckets.iter().zip(&hashes) {
         let (kind, frames) = path_of(by_tag, b.tag);
-        let code = match cache.by_bucket.get(&b.bucket) {
-            Some((known, code)) if *known == hash => Arc::clone(code),
-            _ => {
-                let built: Arc<[CodeFrame]> =
-                    code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator).into();
-                let code = match cache.interned.get(&built) {
-                    Some(same) => Arc::clone(same),
-                    None => {
-                        cache.interned.insert(Arc::clone(&built));
-                        built
-                    }
-                };
+        let code = match cache.get(b.bucket, hash) {
+            Some(code) => Arc::clone(code),
+            None => {
+                let code = cache
+                    .intern(code_of(&b.ips, kind, frames, symbolize::Leaf::TrimAllocator).into());
                 // A path made after `by_tag` was read (its first spans while the capture
                 // symbolized the CPU stacks) reads as the overflow path here: its stack is cut
                 // at no span. Right for this capture alone, so not kept for later ones.

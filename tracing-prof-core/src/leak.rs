@@ -78,16 +78,9 @@ impl LeakDetector {
             .stacks
             .iter()
             .filter(|s| s.kind != PathKind::Profiler)
-            .map(|s| {
-                (
-                    s.kind,
-                    &s.frames,
-                    Some(s.code.clone()),
-                    s.memory.inuse_bytes,
-                )
-            });
+            .map(|s| (s.kind, &s.frames, Some(&s.code), s.memory.inuse_bytes));
         for (kind, frames, code, inuse) in paths.chain(stacks) {
-            let key = (kind, frames.clone(), code.clone());
+            let key = (kind, frames.clone(), code.cloned());
             seen.insert(key.clone());
             let window = self.snapshots + 1;
             let t = self.tracks.entry(key).or_insert(Track {
